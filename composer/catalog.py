@@ -1,0 +1,62 @@
+"""The release catalog: which Triton container release carries which server, OS and python.
+
+The facts live in composer/data/releases.yaml; this module only loads and looks them up.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import yaml
+
+from composer.errors import UsageError
+
+RELEASE_PATTERN = re.compile(r"^\d\d\.\d\d$")
+
+
+@dataclass(frozen=True)
+class Release:
+    """One Triton container release (YY.MM)."""
+
+    name: str
+    server: str
+    os: str
+    python: str
+    numpy: str | None  # the numpy requirement the python backend needs, e.g. "numpy<2"
+
+    def full_ref(self, registry: str) -> str:
+        return f"{registry.rstrip('/')}/tritonserver:{self.name}-py3"
+
+    def min_ref(self, registry: str) -> str:
+        return f"{registry.rstrip('/')}/tritonserver:{self.name}-py3-min"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    releases: dict[str, Release]
+
+    @classmethod
+    def load(cls) -> "Catalog":
+        text = resources.files("composer.data").joinpath("releases.yaml").read_text()
+        raw = yaml.safe_load(text)["releases"]
+        return cls({name: Release(name=name, **fields) for name, fields in raw.items()})
+
+    def release(self, name: str) -> Release:
+        """The release `name`; an unknown one is a usage error naming the known ones."""
+        if name in self.releases:
+            return self.releases[name]
+        known = sorted(self.releases)
+        hint = "" if RELEASE_PATTERN.match(name) else " (releases are named YY.MM)"
+        raise UsageError(
+            f"unknown Triton release '{name}'{hint}; known releases: {known[0]} ... {known[-1]}: "
+            + ", ".join(known)
+        )
+
+    def by_server(self, server_version: str) -> Release | None:
+        """The release that carries server `server_version` (e.g. 2.50.0)."""
+        for release in self.releases.values():
+            if release.server == server_version:
+                return release
+        return None

@@ -1,0 +1,50 @@
+"""Errors that carry a message meant for the user.
+
+Code below the CLI raises these; only the CLI turns them into output and an exit code,
+so a helper never decides to end the process.
+"""
+
+
+class ComposerError(Exception):
+    """A failure the user can act on; `message` is one line, printed as is."""
+
+    exit_code = 1
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class UsageError(ComposerError):
+    """Bad input: an unknown backend, release, option value or file."""
+
+    exit_code = 2
+
+
+class EngineUnavailable(ComposerError):
+    """No Docker engine answers."""
+
+
+class ImageNotFound(ComposerError):
+    """An image is neither local nor pullable."""
+
+
+class RegistryError(ComposerError):
+    """A registry refused or could not be reached."""
+
+
+class BuildFailed(ComposerError):
+    """The engine failed a build step."""
+
+    def __init__(self, message: str, log_tail: str = ""):
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+class SmokeTestFailed(ComposerError):
+    """The composed image did not serve its samples."""
+
+    def __init__(self, message: str, report=None, log_tail: str = ""):
+        super().__init__(message)
+        self.report = report
+        self.log_tail = log_tail
