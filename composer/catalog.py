@@ -34,14 +34,31 @@ class Release:
 
 
 @dataclass(frozen=True)
+class NgcLayout:
+    """What NGC's full image carries: used to validate and render when no engine is at hand."""
+
+    core: tuple[str, ...]
+    backends: tuple[str, ...]
+    repoagents: tuple[str, ...]
+    caches: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Catalog:
     releases: dict[str, Release]
+    ngc_layout: NgcLayout
+    backend_env: dict[str, dict[str, str]]
 
     @classmethod
     def load(cls) -> "Catalog":
         text = resources.files("composer.data").joinpath("releases.yaml").read_text()
-        raw = yaml.safe_load(text)["releases"]
-        return cls({name: Release(name=name, **fields) for name, fields in raw.items()})
+        raw = yaml.safe_load(text)
+        layout = {key: tuple(value) for key, value in raw["ngc_full_image"].items()}
+        return cls(
+            releases={name: Release(name=name, **fields) for name, fields in raw["releases"].items()},
+            ngc_layout=NgcLayout(**layout),
+            backend_env={name: dict(env) for name, env in (raw.get("backend_env") or {}).items()},
+        )
 
     def release(self, name: str) -> Release:
         """The release `name`; an unknown one is a usage error naming the known ones."""

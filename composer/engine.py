@@ -185,6 +185,16 @@ class Engine:
         except docker.errors.ImageNotFound:
             pass
 
+    def discard_untagged(self, image_id: str) -> None:
+        """Remove an image only if nothing names it, so no existing tag is ever touched."""
+        info = self.image(image_id)
+        if info is None or info.tags:
+            return
+        try:
+            self.client.api.remove_image(image_id, force=False)
+        except docker.errors.APIError:
+            pass  # still used by a container or as a parent: leave it
+
     def images_labelled(self, label: str) -> list[str]:
         """Ids of images carrying `label` (key or key=value)."""
         return [img["Id"] for img in self.client.api.images(filters={"label": label})]

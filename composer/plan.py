@@ -1,0 +1,323 @@
+"""The composition plan: everything that goes into a composed image, as one plain typed value.
+
+Data flows one way: options (what the user asked) + what the full image offers -> a
+CompositionPlan -> rendering. Validation happens here, so rendering never sees a bad selection.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from composer import __version__
+from composer.catalog import Catalog, Release
+from composer.errors import UsageError
+
+DEFAULT_REGISTRY = "nvcr.io/nvidia"
+ROOT = "/opt/tritonserver"
+KINDS = ("backend", "repoagent", "cache")
+FOLDERS = {"backend": "backends", "repoagent": "repoagents", "cache": "caches"}
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a full image offers, and where that knowledge came from (shown in errors)."""
+
+    source: str
+    core: tuple[str, ...]
+    has_include: bool
+    components: Mapping[str, tuple[str, ...]]  # kind -> names
+    python_based: frozenset[str] = frozenset()  # backends served through the python backend
+    sizes: Mapping[str, int] = field(default_factory=dict)  # "backend/onnxruntime" -> bytes
+
+    @classmethod
+    def from_layout(cls, catalog: Catalog, release: Release) -> "Offer":
+        layout = catalog.ngc_layout
+        return cls(
+            source=f"NGC's {release.name} full image (as catalogued; no engine was asked)",
+            core=layout.core,
+            has_include=True,
+            components={"backend": layout.backends, "repoagent": layout.repoagents, "cache": layout.caches},
+        )
+
+    @classmethod
+    def from_contents(cls, contents) -> "Offer":
+        """From composer.contents.FullImageContents (what the probe found in the image)."""
+        names = {kind: tuple(contents.names(kind)) for kind in KINDS}
+        core = tuple(p.rsplit("/", 1)[-1] for p in contents.core_paths if not p.endswith("/include"))
+        return cls(
+            source=f"image {contents.image}",
+            core=core,
+            has_include=any(p.endswith("/include") for p in contents.core_paths),
+            components=names,
+            python_based=frozenset(c.name for c in contents.components if c.kind == "backend" and c.python_based),
+            sizes={f"{c.kind}/{c.name}": c.size for c in contents.components},
+        )
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    """A base image of the composition: the ref the user gave, and what it resolved to."""
+
+    role: str  # "full" or "min"
+    ref: str
+    id: str | None = None
+    digest: str | None = None  # registry digest, when the image came from a registry
+
+    @property
+    def from_ref(self) -> str:
+        """What the Dockerfile builds FROM: pinned by digest when there is one."""
+        if self.digest and "@" not in self.ref:
+            return f"{self.ref.rsplit(':', 1)[0] if _has_tag(self.ref) else self.ref}@{self.digest}"
+        return self.ref
+
+    def record(self) -> dict:
+        return {"ref": self.ref, "id": self.id, "digest": self.digest}
+
+
+@dataclass(frozen=True)
+class CustomBackend:
+    """A backend folder from the user's machine, copied in as backends/<name>."""
+
+    name: str
+    source: Path
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What the user asked for, before anything is checked."""
+
+    backends: tuple[str, ...] = ()
+    repoagents: tuple[str, ...] = ()
+    caches: tuple[str, ...] = ()
+    version: str | None = None
+    registry: str = DEFAULT_REGISTRY
+    full_image: str | None = None
+    min_image: str | None = None
+    custom_backends: tuple[tuple[str, Path], ...] = ()
+    with_headers: bool = False
+    tag: str | None = None
+
+
+@dataclass(frozen=True)
+class CompositionPlan:
+    """Everything the rendered Dockerfile and build context are made from."""
+
+    release: Release
+    full: BaseImage
+    min: BaseImage
+    backends: tuple[str, ...]
+    repoagents: tuple[str, ...]
+    caches: tuple[str, ...]
+    custom_backends: tuple[CustomBackend, ...]
+    core: tuple[str, ...]
+    with_headers: bool
+    env: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    tag: str
+    notes: tuple[str, ...] = ()
+    composer_version: str = __version__
+
+    @property
+    def all_backends(self) -> tuple[str, ...]:
+        """Backends in the image: selected from the full image plus custom ones."""
+        return tuple(sorted(set(self.backends) | {c.name for c in self.custom_backends}))
+
+    def component_paths(self) -> list[str]:
+        """Folders copied from the full image, relative to /opt/tritonserver."""
+        paths = [f"backends/{b}" for b in self.backends]
+        paths += [f"repoagents/{r}" for r in self.repoagents]
+        paths += [f"caches/{c}" for c in self.caches]
+        return paths
+
+    def record(self) -> dict:
+        """The composition record written into the image as composition.json."""
+        return {
+            "composer_version": self.composer_version,
+            "release": self.release.name,
+            "server_version": self.release.server,
+            "backends": list(self.all_backends),
+            "custom_backends": [c.name for c in self.custom_backends],
+            "repoagents": list(self.repoagents),
+            "caches": list(self.caches),
+            "with_headers": self.with_headers,
+            "base_images": {"full": self.full.record(), "min": self.min.record()},
+        }
+
+
+def resolve_release(options: BuildOptions, catalog: Catalog, full_env: Mapping[str, str] | None) -> Release:
+    """The release: --version if given, else read from the full image's environment."""
+    if options.version:
+        release = catalog.release(options.version)
+        image_release = (full_env or {}).get("NVIDIA_TRITON_SERVER_VERSION")
+        if image_release and image_release != release.name:
+            raise UsageError(
+                f"--version {release.name} does not match the full image, which is release {image_release}"
+            )
+        return release
+    if full_env is None:
+        raise UsageError("give --version YY.MM, or --image full=REF so the release can be read from the image")
+    name = full_env.get("NVIDIA_TRITON_SERVER_VERSION")
+    if name:
+        return catalog.release(name)
+    server = full_env.get("TRITON_SERVER_VERSION")
+    release = catalog.by_server(server) if server else None
+    if release is None:
+        raise UsageError(
+            "cannot tell the Triton release of the full image (no NVIDIA_TRITON_SERVER_VERSION "
+            "or known TRITON_SERVER_VERSION in its environment); give --version YY.MM"
+        )
+    return release
+
+
+def image_refs(options: BuildOptions, release: Release) -> tuple[str, str]:
+    """The full and min image references for this release, honouring --image and --registry."""
+    full = options.full_image or release.full_ref(options.registry)
+    minimal = options.min_image or release.min_ref(options.registry)
+    return full, minimal
+
+
+def make_plan(
+    options: BuildOptions,
+    release: Release,
+    offer: Offer,
+    catalog: Catalog,
+    full: BaseImage,
+    minimal: BaseImage,
+    full_env: Mapping[str, str] | None = None,
+) -> CompositionPlan:
+    """Check the selection against what the full image offers and fix every detail of the image."""
+    custom = _custom_backends(options.custom_backends)
+    custom_names = {c.name for c in custom}
+    backends = _validated("backend", options.backends, offer, exclude=custom_names)
+    repoagents = _validated("repoagent", options.repoagents, offer)
+    caches = _validated("cache", options.caches, offer)
+    if not backends and not custom:
+        offered = ", ".join(offer.components.get("backend", ())) or "none"
+        raise UsageError(f"select at least one backend with --backend NAME (offered by {offer.source}: {offered})")
+
+    notes: list[str] = []
+    # A Python-based backend (a model.py in its folder) is served through the python backend.
+    needs_python = sorted(b for b in backends if b in offer.python_based)
+    if needs_python and "python" not in backends:
+        if "python" not in offer.components.get("backend", ()):
+            raise UsageError(
+                f"backend {needs_python[0]} is Python-based and needs the python backend, "
+                f"which {offer.source} does not offer"
+            )
+        backends = tuple(sorted(set(backends) | {"python"}))
+        notes.append(f"added the python backend: {', '.join(needs_python)} run through it")
+    if options.with_headers and not offer.has_include:
+        raise UsageError(f"--with-headers: {offer.source} has no /opt/tritonserver/include")
+
+    all_backends = sorted(set(backends) | custom_names)
+    env = _environment(release, catalog, all_backends, full_env)
+    tag = options.tag or default_tag(release, all_backends, repoagents, caches)
+    labels = _labels(release, full, minimal, all_backends, repoagents, caches)
+    return CompositionPlan(
+        release=release,
+        full=full,
+        min=minimal,
+        backends=backends,
+        repoagents=repoagents,
+        caches=caches,
+        custom_backends=custom,
+        core=offer.core,
+        with_headers=options.with_headers,
+        env=env,
+        labels=labels,
+        tag=tag,
+        notes=tuple(notes),
+    )
+
+
+def default_tag(release: Release, backends, repoagents=(), caches=()) -> str:
+    """e.g. triton-composer/tritonserver:24.09-onnxruntime-python"""
+    parts = [release.name, *sorted(backends), *sorted(repoagents), *(f"cache-{c}" for c in sorted(caches))]
+    tag = "-".join(parts)
+    if len(tag) > 128:  # Docker's limit on a tag
+        import hashlib
+
+        tag = f"{release.name}-{hashlib.sha256(tag.encode()).hexdigest()[:12]}"
+    return f"triton-composer/tritonserver:{tag}"
+
+
+def suggest(name: str, offered: tuple[str, ...]) -> str | None:
+    """The offered name the user most likely meant (`onnx` -> `onnxruntime`)."""
+    prefixed = [o for o in offered if o.startswith(name) or name.startswith(o)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    close = difflib.get_close_matches(name, offered, n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
+def _validated(kind: str, names: tuple[str, ...], offer: Offer, exclude=frozenset()) -> tuple[str, ...]:
+    offered = tuple(offer.components.get(kind, ()))
+    for name in names:
+        if name in exclude:
+            continue
+        if name not in offered:
+            hint = suggest(name, offered)
+            did_you_mean = f" (did you mean '{hint}'?)" if hint else ""
+            listing = ", ".join(offered) if offered else "none"
+            raise UsageError(
+                f"unknown {kind} '{name}'{did_you_mean}: {offer.source} offers {FOLDERS[kind]}: {listing}"
+            )
+    return tuple(sorted(set(n for n in names if n not in exclude)))
+
+
+def _custom_backends(pairs: tuple[tuple[str, Path], ...]) -> tuple[CustomBackend, ...]:
+    result = []
+    for name, source in pairs:
+        if not NAME_PATTERN.match(name):
+            raise UsageError(f"--custom-backend {name}: a backend name is letters, digits, '.', '_' or '-'")
+        if not source.is_dir():
+            raise UsageError(f"--custom-backend {name}={source}: no such folder")
+        has_library = (source / f"libtriton_{name}.so").is_file()
+        if not has_library and not (source / "model.py").is_file():
+            raise UsageError(
+                f"--custom-backend {name}={source}: the folder holds neither libtriton_{name}.so nor model.py"
+            )
+        result.append(CustomBackend(name, source.resolve()))
+    return tuple(sorted(result, key=lambda c: c.name))
+
+
+def _environment(release: Release, catalog: Catalog, backends, full_env) -> tuple[tuple[str, str], ...]:
+    """The environment of an NGC image, plus what the selected backends need."""
+    full_env = full_env or {}
+    env = {
+        "TRITON_SERVER_VERSION": release.server,
+        "NVIDIA_TRITON_SERVER_VERSION": release.name,
+        "TRITON_SERVER_USER": "triton-server",
+        "TRITON_SERVER_GPU_ENABLED": full_env.get("TRITON_SERVER_GPU_ENABLED", "1"),
+        "PATH": "/opt/tritonserver/bin:${PATH}",
+    }
+    for backend in backends:
+        env.update(catalog.backend_env.get(backend, {}))
+    return tuple(env.items())
+
+
+def _labels(release, full: BaseImage, minimal: BaseImage, backends, repoagents, caches) -> tuple[tuple[str, str], ...]:
+    labels = {
+        "com.nvidia.tritonserver.version": release.server,
+        "org.opencontainers.image.title": "Triton Inference Server (composed)",
+        "org.opencontainers.image.version": release.name,
+        "org.opencontainers.image.base.name": minimal.ref,
+        "org.triton-composer.version": __version__,
+        "org.triton-composer.release": release.name,
+        "org.triton-composer.backends": ",".join(backends),
+        "org.triton-composer.repoagents": ",".join(repoagents),
+        "org.triton-composer.caches": ",".join(caches),
+        "org.triton-composer.full-image": full.ref,
+    }
+    if minimal.digest:
+        labels["org.opencontainers.image.base.digest"] = minimal.digest
+    return tuple(sorted(labels.items()))
+
+
+def _has_tag(ref: str) -> bool:
+    return ref.rfind(":") > ref.rfind("/")

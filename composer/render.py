@@ -1,0 +1,71 @@
+"""Rendering: a CompositionPlan becomes a Dockerfile and its build context.
+
+The Dockerfile comes only from the Jinja2 templates in dockerfiles/; this module gathers the
+files the templates refer to. The same plan always renders byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from composer.errors import UsageError
+from composer.plan import ROOT, CompositionPlan
+
+# Scripts that run inside the build (collect stage), copied into every context.
+BUILD_SCRIPTS = ("collect.py", "probe.py")
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    directory: Path
+    dockerfile: Path
+
+
+def templates() -> jinja2.Environment:
+    """The template environment; strict, so a missing value fails rendering instead of the build."""
+    folder = resources.files("composer.dockerfiles")
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render_dockerfile(plan: CompositionPlan) -> str:
+    collect_paths = list(plan.core) + plan.component_paths()
+    collect_paths += [f"backends/{c.name}" for c in plan.custom_backends]
+    text = templates().get_template("compose.Dockerfile.j2").render(
+        plan=plan, root=ROOT, collect_paths=collect_paths
+    )
+    return text.rstrip("\n") + "\n"
+
+
+def composition_record(plan: CompositionPlan) -> str:
+    return json.dumps(plan.record(), indent=2, sort_keys=True) + "\n"
+
+
+def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
+    """Write the Dockerfile and everything it copies into `directory`."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory} exists and is not a folder")
+    directory.mkdir(parents=True, exist_ok=True)
+    dockerfile = directory / "Dockerfile"
+    dockerfile.write_text(render_dockerfile(plan))
+    (directory / "composition.json").write_text(composition_record(plan))
+    package = resources.files("composer")
+    for script in BUILD_SCRIPTS:
+        (directory / script).write_bytes(package.joinpath(script).read_bytes())
+    customs = directory / "custom-backends"
+    if customs.exists():
+        shutil.rmtree(customs)
+    for custom in plan.custom_backends:
+        shutil.copytree(custom.source, customs / custom.name, symlinks=True)
+    return BuildContext(directory=directory, dockerfile=dockerfile)
