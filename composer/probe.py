@@ -1,0 +1,618 @@
+"""Probe a full Triton image from the inside: what it offers and what its parts need.
+
+Runs INSIDE the image as one file (`python3 /tmp/composer_probe.py [root]`) and prints one
+JSON document on stdout. It must stay stdlib-only, Python 3.8 compatible and free of imports
+from the composer package, because it is copied into the container on its own.
+
+Dependencies are read from the files (ELF dynamic sections), not from package databases,
+and resolved the way the dynamic loader would, so the result holds for any image layout.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import stat
+import struct
+import sys
+
+DEFAULT_ROOT = "/opt/tritonserver"
+KIND_DIRS = (("backend", "backends"), ("cache", "caches"), ("repoagent", "repoagents"))
+LIBRARY_PREFIX = {"backend": "libtriton_", "repoagent": "libtritonrepoagent_", "cache": "libtritoncache_"}
+CORE_FILES = ("LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf")
+MULTIARCH = {62: "x86_64-linux-gnu", 183: "aarch64-linux-gnu"}
+STUB = "backends/python/triton_python_backend_stub"
+
+# ELF constants
+PT_LOAD, PT_DYNAMIC = 1, 2
+SHT_DYNAMIC = 6
+DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
+MAX_STRTAB = 64 << 20
+MAX_HEADERS = 4096
+
+
+class ElfInfo(object):
+    """The dynamic-linking facts of one ELF object."""
+
+    __slots__ = ("machine", "type", "needed", "soname", "rpath", "runpath")
+
+    def __init__(self, machine, etype, needed, soname, rpath, runpath):
+        self.machine = machine
+        self.type = etype
+        self.needed = needed
+        self.soname = soname
+        self.rpath = rpath
+        self.runpath = runpath
+
+    def __repr__(self):
+        return "ElfInfo(machine=%r, needed=%r, soname=%r, rpath=%r, runpath=%r)" % (
+            self.machine, self.needed, self.soname, self.rpath, self.runpath)
+
+
+def _read_at(fh, offset, size):
+    fh.seek(offset)
+    data = fh.read(size)
+    if len(data) != size:
+        raise ValueError("truncated")
+    return data
+
+
+def read_elf(path):
+    """ElfInfo of `path`, or None if it is not a readable 64-bit little-endian ELF file.
+
+    Only headers, the dynamic section and its string table are read (by seeking), so
+    multi-GB libraries cost a few reads.
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return None
+            (etype, machine, _ver, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum,
+             shentsize, shnum, _shstrndx) = struct.unpack_from("<HHIQQQIHHHHHH", head, 16)
+            loads = []
+            dynamic = None
+            if phoff and phnum and phentsize >= 56 and phnum <= MAX_HEADERS:
+                table = _read_at(fh, phoff, phentsize * phnum)
+                for i in range(phnum):
+                    p_type, _pf, p_offset, p_vaddr, _pa, p_filesz, _pm, _al = struct.unpack_from(
+                        "<IIQQQQQQ", table, i * phentsize)
+                    if p_type == PT_LOAD:
+                        loads.append((p_vaddr, p_offset, p_filesz))
+                    elif p_type == PT_DYNAMIC:
+                        dynamic = (p_offset, p_filesz)
+            strtab_offset = None
+            if dynamic is None and shoff and shnum and shentsize >= 64 and shnum <= MAX_HEADERS * 16:
+                sections = _read_at(fh, shoff, shentsize * shnum)
+                for i in range(shnum):
+                    (_n, sh_type, _f, _a, sh_offset, sh_size, sh_link, _i, _al, _es) = struct.unpack_from(
+                        "<IIQQQQIIQQ", sections, i * shentsize)
+                    if sh_type == SHT_DYNAMIC and sh_link < shnum:
+                        dynamic = (sh_offset, sh_size)
+                        strtab_offset = struct.unpack_from("<Q", sections, sh_link * shentsize + 24)[0]
+                        break
+            if dynamic is None:
+                return ElfInfo(machine, etype, [], None, [], [])
+            raw = _read_at(fh, dynamic[0], dynamic[1] - dynamic[1] % 16)
+            entries = []
+            strtab_addr = None
+            strsz = None
+            for tag, value in struct.iter_unpack("<qQ", raw):
+                if tag == DT_NULL:
+                    break
+                if tag == DT_STRTAB:
+                    strtab_addr = value
+                elif tag == DT_STRSZ:
+                    strsz = value
+                elif tag in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH):
+                    entries.append((tag, value))
+            if strtab_offset is None and strtab_addr is not None:
+                for vaddr, offset, filesz in loads:
+                    if vaddr <= strtab_addr < vaddr + filesz:
+                        strtab_offset = strtab_addr - vaddr + offset
+                        break
+                else:
+                    # Prelinked or odd objects: some tools leave the offset in place.
+                    strtab_offset = strtab_addr if not loads else None
+            if not entries:
+                return ElfInfo(machine, etype, [], None, [], [])
+            if strtab_offset is None or not strsz or strsz > MAX_STRTAB:
+                return None
+            fh.seek(strtab_offset)
+            strings = fh.read(strsz)
+    except (OSError, ValueError, struct.error):
+        return None
+
+    def string(offset):
+        end = strings.find(b"\0", offset)
+        if offset >= len(strings) or end < 0:
+            raise ValueError("bad string offset")
+        return strings[offset:end].decode("utf-8", "replace")
+
+    needed, soname, rpath, runpath = [], None, [], []
+    try:
+        for tag, value in entries:
+            text = string(value)
+            if tag == DT_NEEDED:
+                needed.append(text)
+            elif tag == DT_SONAME:
+                soname = text
+            elif tag == DT_RPATH:
+                rpath.extend(p for p in text.split(":") if p)
+            else:
+                runpath.extend(p for p in text.split(":") if p)
+    except ValueError:
+        return None
+    return ElfInfo(machine, etype, needed, soname, rpath, runpath)
+
+
+def expand_origin(entry, origin):
+    """Expand $ORIGIN / ${ORIGIN} (and $LIB as "lib") in one RPATH/RUNPATH entry.
+
+    Entries naming $PLATFORM are dropped (None): the probe cannot know the platform string.
+    """
+    text = entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
+    text = text.replace("${LIB}", "lib").replace("$LIB", "lib")
+    if "$" in text:
+        return None
+    return os.path.normpath(text)
+
+
+def is_loader(soname):
+    """The dynamic loader and the vDSO are always there; they never need copying."""
+    base = os.path.basename(soname)
+    return base.startswith(("ld-linux", "ld64.so", "linux-vdso", "linux-gate"))
+
+
+def parse_ld_so_conf(path="/etc/ld.so.conf", _seen=None):
+    """Library dirs listed in ld.so.conf, following `include` globs, in file order."""
+    seen = _seen if _seen is not None else set()
+    if path in seen:
+        return []
+    seen.add(path)
+    try:
+        with open(path, "r", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    dirs = []
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line or line.startswith("hwcap"):
+            continue
+        if line.startswith("include"):
+            for pattern in line.split()[1:]:
+                if not os.path.isabs(pattern):
+                    pattern = os.path.join(os.path.dirname(path), pattern)
+                for included in sorted(glob.glob(pattern)):
+                    dirs.extend(parse_ld_so_conf(included, seen))
+            continue
+        for word in re.split(r"[\s,:]+", line):
+            word = word.split("=", 1)[0]
+            if word.startswith("/"):
+                dirs.append(os.path.normpath(word))
+    return dirs
+
+
+def default_system_dirs(machine=None):
+    """Where the loader looks after RPATH/LD_LIBRARY_PATH/RUNPATH: ld.so.conf, then the defaults."""
+    if machine is None:
+        machine = {"x86_64": 62, "aarch64": 183}.get(os.uname().machine, 62)
+    multiarch = MULTIARCH.get(machine, "x86_64-linux-gnu")
+    dirs = parse_ld_so_conf()
+    dirs += ["/lib/" + multiarch, "/usr/lib/" + multiarch, "/lib", "/usr/lib", "/lib64", "/usr/lib64"]
+    return _unique(dirs)
+
+
+def _unique(items):
+    seen = set()
+    out = []
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out
+
+
+def is_under(path, prefix):
+    return path == prefix or path.startswith(prefix.rstrip("/") + "/")
+
+
+class Resolver(object):
+    """Resolves DT_NEEDED names to files like the loader, with caches shared by all units."""
+
+    def __init__(self, root, system_dirs, ld_library_path):
+        self.root = root
+        self.system_dirs = list(system_dirs)
+        self.ld_library_path = [os.path.normpath(p) for p in ld_library_path if p and os.path.isabs(p)]
+        self._elf = {}
+        self._listing = {}
+        self._deps = {}
+
+    def elf(self, path):
+        real = os.path.realpath(path)
+        if real not in self._elf:
+            self._elf[real] = read_elf(real)
+        return self._elf[real]
+
+    def _has(self, directory, name):
+        names = self._listing.get(directory)
+        if names is None:
+            try:
+                names = frozenset(os.listdir(directory))
+            except OSError:
+                names = frozenset()
+            self._listing[directory] = names
+        return name in names
+
+    def search_dirs(self, path, info):
+        """Directories searched for the needs of object `path`, in loader order."""
+        origin = os.path.dirname(path)
+        if info.type == 2:  # executables: $ORIGIN is where the real file lives (/proc/self/exe)
+            origin = os.path.dirname(os.path.realpath(path))
+        dirs = []
+        if not info.runpath:
+            dirs += [expand_origin(p, origin) for p in info.rpath]
+            if is_under(path, self.root):  # approximates the executable's RPATH
+                dirs.append(os.path.join(self.root, "lib"))
+        dirs += self.ld_library_path
+        if info.runpath:
+            dirs += [expand_origin(p, origin) for p in info.runpath]
+            if is_under(path, self.root):
+                dirs.append(os.path.join(self.root, "lib"))
+        dirs += self.system_dirs
+        return _unique(d for d in dirs if d)
+
+    def find(self, name, dirs, machine):
+        for directory in dirs:
+            if self._has(directory, name):
+                candidate = os.path.join(directory, name)
+                info = self.elf(candidate)
+                if info is not None and info.machine == machine:
+                    return candidate
+        return None
+
+    def deps(self, path):
+        """[(soname, resolved path or None)] for the direct needs of `path`, loader skipped."""
+        if path in self._deps:
+            return self._deps[path]
+        info = self.elf(path)
+        out = []
+        if info is not None and info.needed:
+            dirs = self.search_dirs(path, info)
+            for name in info.needed:
+                if is_loader(name):
+                    continue
+                if "/" in name:
+                    target = name if os.path.isabs(name) else os.path.join(os.path.dirname(path), name)
+                    out.append((name, target if self.elf(target) is not None else None))
+                else:
+                    out.append((name, self.find(name, dirs, info.machine)))
+        self._deps[path] = out
+        return out
+
+    def closure(self, seeds, inside, stop=(), local=None):
+        """External needs and missing sonames of `seeds`, transitively.
+
+        `inside`: prefixes whose files belong to the unit (walked, never reported);
+        `stop`: prefixes reported elsewhere (the core): neither reported nor walked;
+        `local`: soname -> path of objects in the unit, standing in for libraries the
+        loader would find already loaded (objects without RPATH that rely on a sibling).
+        """
+        local = local or {}
+        needs = {}
+        missing = set()
+        seen = set()
+        stack = list(seeds)
+        while stack:
+            obj = stack.pop()
+            for soname, resolved in self.deps(obj):
+                if resolved is None:
+                    resolved = local.get(soname)
+                    if resolved is None:
+                        missing.add(soname)
+                        continue
+                if resolved in seen:
+                    continue
+                seen.add(resolved)
+                if any(is_under(resolved, p) for p in stop):
+                    continue
+                if not any(is_under(resolved, p) for p in inside):
+                    needs[resolved] = soname
+                stack.append(resolved)
+        return [self.need(soname, path) for path, soname in sorted(needs.items())], sorted(missing)
+
+    def need(self, soname, path):
+        real = os.path.realpath(path)
+        try:
+            size = os.stat(real).st_size
+        except OSError:
+            size = 0
+        return {"soname": soname, "path": path, "realpath": real, "size": size}
+
+
+def walk_files(top, skip=()):
+    """Regular files and symlinks under `top` (a file or folder), never following links.
+
+    Folders named in `skip` (full paths) are left out.
+    """
+    try:
+        st = os.lstat(top)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        yield top, st
+        return
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if os.path.join(dirpath, d) not in skip)
+        for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            path = os.path.join(dirpath, name)
+            try:
+                yield path, os.lstat(path)
+            except OSError:
+                pass
+
+
+def size_of(paths, skip=()):
+    """Bytes of the files under `paths`; a hardlinked file counts once."""
+    total = 0
+    inodes = set()
+    for top in paths:
+        for _path, st in walk_files(top, skip):
+            if st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
+                key = (st.st_dev, st.st_ino)
+                if key in inodes:
+                    continue
+                inodes.add(key)
+            total += st.st_size
+    return total
+
+
+def elf_files(resolver, paths, suffix=None, skip=()):
+    """Regular ELF files under `paths` (optionally only names containing `suffix`)."""
+    found = []
+    for top in paths:
+        for path, st in walk_files(top, skip):
+            if not stat.S_ISREG(st.st_mode) or st.st_size < 64:
+                continue
+            if suffix and suffix not in os.path.basename(path):
+                continue
+            if resolver.elf(path) is not None:
+                found.append(path)
+    return found
+
+
+def local_sonames(resolver, files):
+    """soname (and file name) -> path for the objects of one unit."""
+    local = {}
+    for path in files:
+        info = resolver.elf(path)
+        for name in (info.soname, os.path.basename(path)):
+            if name and name not in local:
+                local[name] = path
+    return local
+
+
+def find_library(folder, kind, name):
+    expected = LIBRARY_PREFIX[kind] + name + ".so"
+    if os.path.isfile(os.path.join(folder, expected)):
+        return expected
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return None
+    for entry in names:
+        if entry.startswith("libtriton") and entry.endswith(".so") and os.path.isfile(os.path.join(folder, entry)):
+            return entry
+    return None
+
+
+def probe_core(resolver, root):
+    paths = [os.path.join(root, p) for p in ("bin", "lib") + CORE_FILES + ("include",)]
+    paths = [p for p in paths if os.path.lexists(p)]
+    include = os.path.join(root, "include")
+    counted = [p for p in paths if p != include]
+    files = elf_files(resolver, counted)
+    needs, missing = resolver.closure(files, inside=[root], local=local_sonames(resolver, files))
+    return {
+        "paths": paths,
+        "size": size_of(counted),
+        "include_size": size_of([include]) if os.path.isdir(include) else 0,
+        "needs": needs,
+        "missing": missing,
+    }
+
+
+def probe_components(resolver, root):
+    core_stop = [os.path.join(root, "bin"), os.path.join(root, "lib")]
+    components = []
+    for kind, dirname in KIND_DIRS:
+        parent = os.path.join(root, dirname)
+        try:
+            names = sorted(os.listdir(parent))
+        except OSError:
+            continue
+        for name in names:
+            folder = os.path.join(parent, name)
+            if not os.path.isdir(folder):
+                continue
+            library = find_library(folder, kind, name)
+            python_based = kind == "backend" and library is None and os.path.isfile(os.path.join(folder, "model.py"))
+            files = elf_files(resolver, [folder])
+            local = local_sonames(resolver, files)
+            local.update((k, v) for k, v in local_sonames(resolver, elf_files(resolver, core_stop)).items() if k not in local)
+            needs, missing = resolver.closure(files, inside=[root], stop=core_stop, local=local)
+            components.append({
+                "kind": kind,
+                "name": name,
+                "path": folder,
+                "size": size_of([folder]),
+                "library": library,
+                "python_based": python_based,
+                "requires": ["python"] if python_based else [],
+                "needs": needs,
+                "missing": missing,
+            })
+    return components
+
+
+def stub_python(resolver, root):
+    """(version, libpython soname) the python backend stub was linked against, or (None, None)."""
+    stub = os.path.join(root, STUB)
+    info = resolver.elf(stub) if os.path.isfile(stub) else None
+    for name in (info.needed if info else []):
+        match = re.match(r"libpython(\d+\.\d+)", name)
+        if match:
+            return match.group(1), name
+    return None, None
+
+
+def _numpy_version(site_dir, entries):
+    """numpy's version from its dist-info/egg-info metadata, else its name, else version.py."""
+    for entry in entries:
+        match = re.match(r"numpy-([^-]+?)(?:-py[\d.]+)?\.(dist-info|egg-info)$", entry)
+        if not match:
+            continue
+        meta = os.path.join(site_dir, entry)
+        if os.path.isdir(meta):
+            meta = os.path.join(meta, "METADATA" if entry.endswith("dist-info") else "PKG-INFO")
+        try:
+            with open(meta, "r", errors="replace") as fh:
+                for line in fh:
+                    if line.startswith("Version:"):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return match.group(1)
+    try:
+        with open(os.path.join(site_dir, "numpy", "version.py"), "r", errors="replace") as fh:
+            match = re.search(r"""^(?:full_)?version\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", fh.read(), re.M)
+            return match.group(1) if match else None
+    except OSError:
+        return None
+
+
+def find_numpy(site_dirs):
+    """The numpy the interpreter would import first: {"version", "paths"} or None."""
+    for site_dir in site_dirs:
+        if not os.path.isfile(os.path.join(site_dir, "numpy", "__init__.py")):
+            continue
+        entries = sorted(os.listdir(site_dir))
+        paths = [os.path.join(site_dir, "numpy")]
+        paths += [os.path.join(site_dir, e) for e in entries
+                  if re.match(r"numpy-.*\.(dist-info|egg-info)$", e) or e == "numpy.libs"]
+        return {"version": _numpy_version(site_dir, entries), "paths": paths}
+    return None
+
+
+def _interpreter_layout(version):
+    """(executable, stdlib, site_dirs) of python `version`, from this interpreter when it is that one."""
+    current = "%d.%d" % sys.version_info[:2]
+    exe = None
+    for candidate in ("/usr/bin/python" + version, "/usr/local/bin/python" + version):
+        if os.path.isfile(candidate):
+            exe = candidate
+            break
+    if version == current:  # this interpreter: trust its own layout over guesses
+        import site
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        stdlib = paths["stdlib"]
+        site_dirs = list(site.getsitepackages()) + [paths["purelib"], paths["platlib"]]
+        site_dirs += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+        exe = os.path.realpath(sys.executable) if sys.executable else exe
+    else:
+        prefixes = ["/usr/local", "/usr"]
+        stdlib = next((p + "/lib/python" + version for p in prefixes[::-1]
+                       if os.path.isdir(p + "/lib/python" + version)), "/usr/lib/python" + version)
+        site_dirs = []
+        for prefix in prefixes:
+            for sub in ("dist-packages", "site-packages"):
+                site_dirs.append("%s/lib/python%s/%s" % (prefix, version, sub))
+            site_dirs.append("%s/lib/python3/dist-packages" % prefix)
+    return exe, stdlib, _unique(os.path.normpath(d) for d in site_dirs if os.path.isdir(d))
+
+
+def probe_python(resolver, wanted, libpython):
+    """The python the stub needs (or python3 when none/absent), or None if there is none."""
+    version = wanted
+    exe, stdlib, site_dirs = _interpreter_layout(version) if version else (None, None, [])
+    if exe is None:  # no python of the stub's version: describe python3 instead
+        version = "%d.%d" % sys.version_info[:2]
+        exe, stdlib, site_dirs = _interpreter_layout(version)
+        libpython = None
+    if exe is None or not os.path.exists(exe):
+        return None
+    libpython = libpython or "libpython%s.so.1.0" % version
+    numpy = find_numpy(site_dirs)
+    pip = any(os.path.isfile(os.path.join(d, "pip", "__init__.py")) for d in site_dirs)
+    numpy_paths = numpy["paths"] if numpy else []
+    # Some layouts (pyenv, venvs) keep site-packages inside the stdlib: not part of the runtime.
+    skip = {os.path.join(stdlib, "site-packages"), os.path.join(stdlib, "dist-packages")}
+    own = [os.path.realpath(exe), stdlib] + numpy_paths
+    seeds = [os.path.realpath(exe)] + elf_files(resolver, [stdlib], ".so", skip) + elf_files(resolver, numpy_paths, ".so")
+    local = local_sonames(resolver, seeds)
+    needs, missing = resolver.closure(seeds, inside=own, local=local)
+    exe_info = resolver.elf(exe)
+    dirs = resolver.search_dirs(exe, exe_info) if exe_info else resolver.system_dirs
+    found = resolver.find(libpython, dirs, exe_info.machine if exe_info else 62)
+    if found is None:
+        missing = sorted(set(missing) | {libpython})
+    else:
+        extra, extra_missing = resolver.closure([found], inside=own, local=local)
+        byp = {n["path"]: n for n in needs + [resolver.need(libpython, found)] + extra}
+        needs = [byp[p] for p in sorted(byp)]
+        missing = sorted(set(missing) | set(extra_missing))
+    return {
+        "version": version,
+        "executable": exe,
+        "executable_realpath": os.path.realpath(exe),
+        "stdlib": stdlib,
+        "libpython": libpython,
+        "numpy": numpy,
+        "site_dirs": site_dirs,
+        "pip": pip,
+        "needs": needs,
+        "missing": missing,
+        "size": size_of(_unique([exe, os.path.realpath(exe)] + numpy_paths)) + size_of([stdlib], skip),
+    }
+
+
+def probe(root=DEFAULT_ROOT, system_dirs=None, ld_library_path=None, python=True):
+    """The whole report for the Triton tree at `root` (see the module docstring)."""
+    root = os.path.normpath(root)
+    if not os.path.isdir(root):
+        return {"root": root, "error": "%s does not exist" % root}
+    if system_dirs is None:
+        system_dirs = default_system_dirs()
+    if ld_library_path is None:
+        ld_library_path = os.environ.get("LD_LIBRARY_PATH", "").split(":")
+    resolver = Resolver(root, system_dirs, ld_library_path)
+    version, libpython = stub_python(resolver, root)
+    machine = os.uname().machine
+    return {
+        "root": root,
+        "machine": machine,
+        "system_dirs": resolver.system_dirs,
+        "ld_library_path": resolver.ld_library_path,
+        "core": probe_core(resolver, root),
+        "components": probe_components(resolver, root),
+        "python": probe_python(resolver, version, libpython) if python else None,
+        "stub_python": version,
+        "stub_libpython": libpython,
+    }
+
+
+def main(argv):
+    root = argv[1] if len(argv) > 1 else DEFAULT_ROOT
+    report = probe(root)
+    json.dump(report, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
+    return 2 if "error" in report else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
