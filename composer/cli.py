@@ -1,0 +1,379 @@
+"""The `composer` command: parse options, call the pipeline, print. Nothing else lives here.
+
+Progress goes to stderr so that `--json` output on stdout stays machine-readable; every
+ComposerError becomes one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import functools
+
+import typer
+
+from composer import __version__
+from composer.catalog import Catalog
+from composer.errors import BuildFailed, ComposerError, EngineUnavailable, SmokeTestFailed, UsageError
+from composer.plan import DEFAULT_REGISTRY, BuildOptions
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from composer.smoke import SmokeReport
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Compose slim Triton Inference Server images and prove they serve.",
+    pretty_exceptions_enable=False,
+)
+
+
+def reports_errors(command):
+    """Turn every failure of a command into one line and an exit code, never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ComposerError as error:
+            typer.secho(f"error: {error.message}", err=True, fg="red")
+            if isinstance(error, BuildFailed) and error.log_tail:
+                typer.echo("--- build output (tail) ---\n" + error.log_tail.rstrip(), err=True)
+            raise typer.Exit(error.exit_code)
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130)
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception as error:  # a bug: still one line, the traceback on request
+            if os.environ.get("COMPOSER_DEBUG"):
+                raise
+            typer.secho(
+                f"internal error: {type(error).__name__}: {error} (COMPOSER_DEBUG=1 shows the traceback)",
+                err=True,
+                fg="red",
+            )
+            raise typer.Exit(70)
+
+    return wrapper
+
+
+# -- output ---------------------------------------------------------------------
+
+
+class Printer:
+    """Where progress and results go; --json keeps stdout for the JSON document."""
+
+    def __init__(self, as_json: bool = False, quiet: bool = False):
+        self.as_json = as_json
+        self.quiet = quiet
+
+    def step(self, line: str) -> None:
+        if not self.quiet:
+            typer.echo(line, err=True)
+
+    def build_line(self, line: str) -> None:
+        if self.quiet:
+            return
+        if line.startswith("Step "):
+            typer.secho(line, err=True, bold=True)
+        else:
+            typer.echo(f"  {line}", err=True)
+
+    def result(self, payload: dict, human: str) -> None:
+        if self.as_json:
+            typer.echo(json.dumps(payload, indent=2, sort_keys=True))
+        else:
+            typer.echo(human)
+
+
+def smoke_table(report: "SmokeReport") -> str:
+    rows = [("CHECK", "MODEL", "RESULT", "DETAIL")]
+    rows += [(r.subject, r.model or "-", r.status, r.detail) for r in report.rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = []
+    for row in rows:
+        cells = [row[i].ljust(widths[i]) for i in range(3)]
+        status = cells[2]
+        if row is not rows[0] and sys.stdout.isatty():
+            color = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}.get(row[2])
+            status = typer.style(status, fg=color)
+        lines.append(f"{cells[0]}  {cells[1]}  {status}  {row[3]}")
+    return "\n".join(lines)
+
+
+def human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{size} B"
+
+
+# -- option parsing -------------------------------------------------------------
+
+
+def _pairs(values: List[str], option: str) -> dict[str, str]:
+    result = {}
+    for value in values:
+        if "=" not in value or not value.split("=", 1)[0] or not value.split("=", 1)[1]:
+            raise UsageError(f"{option} takes KEY=VALUE, got '{value}'")
+        key, val = value.split("=", 1)
+        result[key] = val
+    return result
+
+
+def build_options(
+    backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag
+) -> BuildOptions:
+    images = _pairs(image, "--image")
+    unknown = sorted(set(images) - {"full", "min"})
+    if unknown:
+        raise UsageError(f"--image takes full=REF or min=REF, not {unknown[0]}=...")
+    customs = _pairs(custom_backend, "--custom-backend")
+    return BuildOptions(
+        backends=tuple(backend),
+        repoagents=tuple(repoagent),
+        caches=tuple(cache),
+        version=version,
+        registry=registry,
+        full_image=images.get("full"),
+        min_image=images.get("min"),
+        custom_backends=tuple((name, Path(path)) for name, path in sorted(customs.items())),
+        with_headers=with_headers,
+        tag=tag,
+    )
+
+
+def _engine():
+    from composer.engine import Engine
+
+    return Engine.connect()
+
+
+BackendOpt = typer.Option([], "--backend", "-b", help="A backend to include (repeatable).")
+RepoagentOpt = typer.Option([], "--repoagent", help="A repository agent to include (repeatable).")
+CacheOpt = typer.Option([], "--cache", help="A cache implementation to include (repeatable).")
+VersionOpt = typer.Option(None, "--version", "-v", help="Triton release, YY.MM (e.g. 24.09).")
+RegistryOpt = typer.Option(
+    DEFAULT_REGISTRY, "--registry", help="Registry prefix holding tritonserver images (a mirror, or localhost/standin)."
+)
+ImageOpt = typer.Option([], "--image", help="Name a base image outright: full=REF or min=REF.")
+CustomOpt = typer.Option([], "--custom-backend", help="Copy a local backend folder in: NAME=DIR (repeatable).")
+HeadersOpt = typer.Option(False, "--with-headers", help="Include /opt/tritonserver/include.")
+TagOpt = typer.Option(None, "--tag", "-t", help="Tag for the composed image (default names release and backends).")
+JsonOpt = typer.Option(False, "--json", help="Print a machine-readable result on stdout.")
+
+
+# -- commands -------------------------------------------------------------------
+
+
+@app.command()
+@reports_errors
+def build(
+    backend: List[str] = BackendOpt,
+    repoagent: List[str] = RepoagentOpt,
+    cache: List[str] = CacheOpt,
+    version: Optional[str] = VersionOpt,
+    registry: str = RegistryOpt,
+    image: List[str] = ImageOpt,
+    custom_backend: List[str] = CustomOpt,
+    with_headers: bool = HeadersOpt,
+    tag: Optional[str] = TagOpt,
+    no_smoke_test: bool = typer.Option(False, "--no-smoke-test", help="Tag without serving the samples first."),
+    model_repository: Optional[Path] = typer.Option(
+        None, "--model-repository", help="Smoke-test these models instead of the samples: each must reach READY."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Compose, build and smoke-test a slim image; tag it only once it serves."""
+    from composer.pipeline import build_image, plan_from_engine
+
+    out = Printer(as_json)
+    options = build_options(backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag)
+    catalog = Catalog.load()
+    if not options.version and not options.full_image:
+        raise UsageError("give --version YY.MM (or --image full=REF)")
+    if options.version:
+        catalog.release(options.version)
+    engine = _engine()
+    plan, _contents = plan_from_engine(engine, options, catalog, on_line=out.step)
+    for note in plan.notes:
+        out.step(f"note: {note}")
+    out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
+    try:
+        result = build_image(
+            engine,
+            plan,
+            smoke=not no_smoke_test,
+            model_repository=model_repository,
+            on_line=out.build_line,
+            on_smoke_line=out.step,
+        )
+    except SmokeTestFailed as failure:
+        if failure.report is not None:
+            typer.echo(smoke_table(failure.report), err=True)
+        if failure.log_tail:
+            typer.echo("--- server log (tail) ---\n" + failure.log_tail.rstrip(), err=True)
+        raise
+    lines = []
+    if result.smoke:
+        lines.append(smoke_table(result.smoke))
+    lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
+    out.result(result.to_dict(), "\n".join(lines))
+
+
+@app.command()
+@reports_errors
+def render(
+    output: Path = typer.Option(..., "--output", "-o", help="Folder for the Dockerfile and build context."),
+    backend: List[str] = BackendOpt,
+    repoagent: List[str] = RepoagentOpt,
+    cache: List[str] = CacheOpt,
+    version: Optional[str] = VersionOpt,
+    registry: str = RegistryOpt,
+    image: List[str] = ImageOpt,
+    custom_backend: List[str] = CustomOpt,
+    with_headers: bool = HeadersOpt,
+    tag: Optional[str] = TagOpt,
+    offline: bool = typer.Option(
+        False, "--offline", help="Do not ask an engine: check the selection against NGC's catalogued layout."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write the Dockerfile and build context only (no build)."""
+    from composer.pipeline import plan_from_catalog, plan_from_engine
+    from composer.render import write_context
+
+    out = Printer(as_json)
+    options = build_options(backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag)
+    catalog = Catalog.load()
+    if options.version:
+        catalog.release(options.version)
+    engine = None
+    if not offline:
+        try:
+            engine = _engine()
+        except EngineUnavailable:
+            if not options.version:
+                raise
+            out.step("no Docker engine answers: checking the selection against NGC's catalogued layout")
+    if engine is not None:
+        plan, _ = plan_from_engine(engine, options, catalog, on_line=out.step)
+    else:
+        plan = plan_from_catalog(options, catalog)
+    for note in plan.notes:
+        out.step(f"note: {note}")
+    context = write_context(plan, output)
+    out.result(
+        {"dockerfile": str(context.dockerfile), "context": str(context.directory), "tag": plan.tag,
+         "composition": plan.record()},
+        f"wrote {context.dockerfile} (build with: docker build -t {plan.tag} {context.directory})",
+    )
+
+
+@app.command("smoke-test")
+@reports_errors
+def smoke_test_command(
+    image_ref: str = typer.Argument(..., metavar="IMAGE", help="The image to smoke-test."),
+    model_repository: Optional[Path] = typer.Option(
+        None, "--model-repository", help="Serve these models instead of the samples: each must reach READY."
+    ),
+    backend: List[str] = typer.Option(
+        [], "--backend", "-b", help="Backends the image must hold (default: those its composition record names)."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Serve the samples (or your models) from IMAGE and check the answers."""
+    from composer.smoke import SmokeOptions, smoke_test
+
+    out = Printer(as_json)
+    engine = _engine()
+    info = engine.require_image(image_ref, on_line=out.step)
+    backends = tuple(backend) or tuple(b for b in info.labels.get("org.triton-composer.backends", "").split(",") if b)
+    if not backends:
+        raise UsageError(f"{image_ref} has no composition label: name its backends with --backend")
+    options = SmokeOptions(
+        backends=backends,
+        server_version=info.env.get("TRITON_SERVER_VERSION"),
+        model_repository=model_repository,
+    )
+    report = smoke_test(engine, info.id, options, on_line=out.step)
+    if not report.passed:
+        typer.echo(smoke_table(report), err=True)
+        if report.log_tail:
+            typer.echo("--- server log (tail) ---\n" + report.log_tail.rstrip(), err=True)
+        failed = ", ".join(r.subject for r in report.failures())
+        raise SmokeTestFailed(f"smoke test of {image_ref} failed ({failed})", report=report)
+    out.result(report.to_dict(), smoke_table(report))
+
+
+@app.command()
+@reports_errors
+def backends(
+    version: Optional[str] = VersionOpt,
+    registry: str = RegistryOpt,
+    image: List[str] = ImageOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """List what a full image offers (backends, repo agents, caches) with their sizes."""
+    from composer.contents import inspect_full
+    from composer.pipeline import base_refs
+
+    out = Printer(as_json)
+    options = build_options([], [], [], version, registry, image, [], False, None)
+    catalog = Catalog.load()
+    if options.version:
+        catalog.release(options.version)
+    engine = _engine()
+    full_ref, _ = base_refs(options, catalog, engine)
+    engine.require_image(full_ref, on_line=out.step)
+    contents = inspect_full(engine, full_ref)
+    rows = [("KIND", "NAME", "SIZE", "NOTE")]
+    payload = {"image": full_ref, "core_size": contents.core_size, "components": []}
+    for c in contents.components:
+        need_bytes = sum(n.size for n in c.needs)
+        note = "python-based" if c.python_based else ""
+        rows.append((c.kind, c.name, human_size(c.size), note))
+        payload["components"].append(
+            {"kind": c.kind, "name": c.name, "size": c.size, "python_based": c.python_based,
+             "needs_bytes": need_bytes}
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    table = "\n".join(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2].rjust(widths[2])}  {r[3]}" for r in rows)
+    out.result(payload, f"{full_ref}: core {human_size(contents.core_size)}\n{table}")
+
+
+@app.command()
+@reports_errors
+def standin(
+    version: str = typer.Option("24.09", "--version", "-v", help="Release to stand in for (24.07 ... 24.10)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the images are present."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Build local stand-ins of NGC's full and min images, with a real Triton server inside."""
+    from composer.standin import build_standins
+
+    out = Printer(as_json)
+    release = Catalog.load().release(version)
+    engine = _engine()
+    result = build_standins(engine, release, force=force, on_line=out.build_line)
+    payload = {"full": result.full_ref, "min": result.min_ref}
+    out.result(payload, f"{result.full_ref}\n{result.min_ref}")
+
+
+@app.command("version")
+@reports_errors
+def version_command() -> None:
+    """Print the composer's version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    app()
