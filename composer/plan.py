@@ -316,7 +316,7 @@ def _labels(release, full: BaseImage, minimal: BaseImage, backends, repoagents, 
     }
     if minimal.digest:
         labels["org.opencontainers.image.base.digest"] = minimal.digest
-    return tuple(sorted(labels.items()))
+    return tuple(sorted((key, value) for key, value in labels.items() if value))
 
 
 def _has_tag(ref: str) -> bool:

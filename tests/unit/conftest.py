@@ -1,0 +1,29 @@
+"""Unit-test fixtures: plans built from catalogued data, no engine."""
+
+import pytest
+
+from composer.catalog import Catalog
+from composer.plan import BaseImage, BuildOptions, Offer, make_plan
+
+FULL_DIGEST = "sha256:" + "f" * 64
+MIN_DIGEST = "sha256:" + "a" * 64
+
+
+@pytest.fixture(scope="session")
+def catalog():
+    return Catalog.load()
+
+
+@pytest.fixture
+def ngc_plan(catalog):
+    """A plan for NGC 24.09 images pinned by (made-up, fixed) digests."""
+
+    def make(*backends, **options):
+        release = catalog.release("24.09")
+        opts = BuildOptions(backends=tuple(backends), version="24.09", **options)
+        offer = Offer.from_layout(catalog, release)
+        full = BaseImage("full", release.full_ref(opts.registry), "sha256:" + "1" * 64, FULL_DIGEST)
+        minimal = BaseImage("min", release.min_ref(opts.registry), "sha256:" + "2" * 64, MIN_DIGEST)
+        return make_plan(opts, release, offer, catalog, full, minimal)
+
+    return make

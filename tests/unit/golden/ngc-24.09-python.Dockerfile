@@ -1,0 +1,47 @@
+# Rendered by triton-composer 0.1.0 from dockerfiles/compose.Dockerfile.j2; edit the composition, not this file.
+# Triton 24.09 (server 2.50.0): backends python
+
+FROM nvcr.io/nvidia/tritonserver@sha256:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff AS full
+
+FROM nvcr.io/nvidia/tritonserver@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa AS min
+
+# What the selected parts need at run time and the min image lacks (shared libraries, the
+# python the python backend stub was built for) is found from the files themselves by
+# collect.py, inside the full image: no package manager, no network.
+FROM full AS collect
+USER root
+COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
+COPY collect.py probe.py /composer/
+RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/python"]
+
+FROM min
+USER root
+COPY --chown=1000:1000 --from=full /opt/tritonserver/bin /opt/tritonserver/bin
+COPY --chown=1000:1000 --from=full /opt/tritonserver/lib /opt/tritonserver/lib
+COPY --chown=1000:1000 --from=full /opt/tritonserver/LICENSE /opt/tritonserver/LICENSE
+COPY --chown=1000:1000 --from=full /opt/tritonserver/TRITON_VERSION /opt/tritonserver/TRITON_VERSION
+COPY --chown=1000:1000 --from=full /opt/tritonserver/NVIDIA_Deep_Learning_Container_License.pdf /opt/tritonserver/NVIDIA_Deep_Learning_Container_License.pdf
+COPY --from=collect /composer/rootfs/ /
+COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/python /opt/tritonserver/backends/python
+COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
+# Register copied libraries with the loader; create the server's user as NGC images do.
+RUN ldconfig \
+ && (id -u triton-server >/dev/null 2>&1 \
+     || (groupadd --gid 1000 triton-server && useradd --uid 1000 --gid 1000 --shell /bin/bash --home-dir /home/triton-server --create-home triton-server))
+ENV \
+    TRITON_SERVER_VERSION="2.50.0" \
+    NVIDIA_TRITON_SERVER_VERSION="24.09" \
+    TRITON_SERVER_USER="triton-server" \
+    TRITON_SERVER_GPU_ENABLED="1" \
+    PATH="/opt/tritonserver/bin:${PATH}"
+WORKDIR /opt/tritonserver
+LABEL \
+    com.nvidia.tritonserver.version="2.50.0" \
+    org.opencontainers.image.base.digest="sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+    org.opencontainers.image.base.name="nvcr.io/nvidia/tritonserver:24.09-py3-min" \
+    org.opencontainers.image.title="Triton Inference Server (composed)" \
+    org.opencontainers.image.version="24.09" \
+    org.triton-composer.backends="python" \
+    org.triton-composer.full-image="nvcr.io/nvidia/tritonserver:24.09-py3" \
+    org.triton-composer.release="24.09" \
+    org.triton-composer.version="0.1.0"

@@ -1,0 +1,70 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from composer.render import render_dockerfile, write_context
+
+GOLDEN = Path(__file__).parent / "golden"
+SELECTIONS = {
+    "ngc-24.09-onnxruntime-python": ("onnxruntime", "python"),
+    "ngc-24.09-python": ("python",),
+    "ngc-24.09-onnxruntime-python-pytorch-tensorrt": ("onnxruntime", "python", "tensorrt", "pytorch"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SELECTIONS))
+def test_golden_dockerfiles(ngc_plan, name):
+    """Rendering is pinned: a change to the template shows up as a diff of these files.
+    Regenerate with UPDATE_GOLDEN=1 after reviewing the change."""
+    text = render_dockerfile(ngc_plan(*SELECTIONS[name]))
+    golden = GOLDEN / f"{name}.Dockerfile"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+def test_same_inputs_same_bytes(ngc_plan, tmp_path):
+    a = write_context(ngc_plan("python", "onnxruntime"), tmp_path / "a")
+    b = write_context(ngc_plan("onnxruntime", "python"), tmp_path / "b")
+    for name in ("Dockerfile", "composition.json", "collect.py", "probe.py"):
+        assert (a.directory / name).read_bytes() == (b.directory / name).read_bytes()
+
+
+def test_only_selected_backends_are_copied(ngc_plan):
+    text = render_dockerfile(ngc_plan("onnxruntime", "python"))
+    assert "/opt/tritonserver/backends/onnxruntime " in text
+    assert "/opt/tritonserver/backends/python " in text
+    for absent in ("tensorrt", "pytorch", "dali", "openvino", "tensorflow"):
+        assert f"backends/{absent}" not in text
+    assert "/opt/tritonserver/include" not in text
+
+
+def test_no_compilers_package_managers_or_network(ngc_plan):
+    text = render_dockerfile(ngc_plan("onnxruntime", "python", "pytorch", "tensorrt"))
+    for word in ("apt-get", "pip ", "curl", "wget", "clang", "-dev", "git "):
+        assert word not in text
+
+
+def test_with_headers(ngc_plan):
+    text = render_dockerfile(ngc_plan("python", with_headers=True))
+    assert "COPY --chown=1000:1000 --from=full /opt/tritonserver/include /opt/tritonserver/include" in text
+
+
+def test_env_and_labels(ngc_plan):
+    text = render_dockerfile(ngc_plan("pytorch"))
+    assert "TRITON_SERVER_VERSION=\"2.50.0\"" in text
+    assert "NVIDIA_TRITON_SERVER_VERSION=\"24.09\"" in text
+    assert "LD_LIBRARY_PATH" in text  # the pytorch backend's environment
+    assert 'org.opencontainers.image.version="24.09"' in text
+    assert 'org.triton-composer.backends="pytorch"' in text
+
+
+def test_custom_backend_is_copied(ngc_plan, tmp_path):
+    folder = tmp_path / "mybackend"
+    folder.mkdir()
+    (folder / "model.py").write_text("# custom\n")
+    plan = ngc_plan("python", custom_backends=(("mine", folder),))
+    context = write_context(plan, tmp_path / "ctx")
+    assert (context.directory / "custom-backends" / "mine" / "model.py").read_text() == "# custom\n"
+    assert "COPY --chown=1000:1000 custom-backends/mine /opt/tritonserver/backends/mine" in context.dockerfile.read_text()
