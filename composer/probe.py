@@ -427,6 +427,7 @@ def probe_core(resolver, root):
 
 def probe_components(resolver, root):
     core_stop = [os.path.join(root, "bin"), os.path.join(root, "lib")]
+    core_local = local_sonames(resolver, elf_files(resolver, core_stop))
     components = []
     for kind, dirname in KIND_DIRS:
         parent = os.path.join(root, dirname)
@@ -442,7 +443,7 @@ def probe_components(resolver, root):
             python_based = kind == "backend" and library is None and os.path.isfile(os.path.join(folder, "model.py"))
             files = elf_files(resolver, [folder])
             local = local_sonames(resolver, files)
-            local.update((k, v) for k, v in local_sonames(resolver, elf_files(resolver, core_stop)).items() if k not in local)
+            local.update((k, v) for k, v in core_local.items() if k not in local)
             needs, missing = resolver.closure(files, inside=[root], stop=core_stop, local=local)
             components.append({
                 "kind": kind,

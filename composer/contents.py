@@ -1,0 +1,364 @@
+"""What a full Triton image offers, what its parts need, and what a -min image already has.
+
+The full image is read by running composer/probe.py inside it (files, not package lists, are
+the truth); the min image has no python, so it is read with `ldconfig -p` and `ls`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from composer.errors import ComposerError, ImageNotFound
+
+PROBE_PATH = "/tmp/composer_probe.py"
+KINDS = ("backend", "cache", "repoagent")
+
+# Libraries the NVIDIA container runtime injects from the host driver: never copied.
+DRIVER_SONAMES = frozenset(
+    {
+        "libcuda.so.1",
+        "libnvidia-ml.so.1",
+        "libnvidia-ptxjitcompiler.so.1",
+        "libnvidia-nvvm.so.4",
+        "libnvidia-opencl.so.1",
+        "libnvcuvid.so.1",
+        "libnvidia-encode.so.1",
+    }
+)
+
+# Where the min image's own libraries live; listed as well as read from ldconfig's cache.
+MIN_LIB_DIRS = (
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib",
+    "/usr/lib",
+    "/lib64",
+    "/usr/lib64",
+)
+
+
+def is_driver_library(soname: str) -> bool:
+    """A library the GPU driver provides at run time; "missing" from an image is normal for it."""
+    return soname in DRIVER_SONAMES
+
+
+def probe_source() -> bytes:
+    """The probe script, copied into the full image as one file."""
+    return Path(__file__).with_name("probe.py").read_bytes()
+
+
+@dataclass(frozen=True)
+class LibraryNeed:
+    """A library file outside /opt/tritonserver that some part needs at run time."""
+
+    soname: str
+    path: str
+    realpath: str
+    size: int
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "LibraryNeed":
+        return cls(str(d["soname"]), str(d["path"]), str(d.get("realpath") or d["path"]), int(d.get("size") or 0))
+
+
+def _needs(items: Iterable[Mapping[str, Any]]) -> tuple[LibraryNeed, ...]:
+    return tuple(LibraryNeed.from_dict(i) for i in items or ())
+
+
+@dataclass(frozen=True)
+class Component:
+    """One folder of backends/, repoagents/ or caches/ in the full image."""
+
+    kind: str
+    name: str
+    path: str
+    size: int
+    library: str | None
+    python_based: bool
+    requires: tuple[str, ...]
+    needs: tuple[LibraryNeed, ...]
+    missing: tuple[str, ...]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Component":
+        python_based = bool(d.get("python_based"))
+        requires = d.get("requires")
+        if requires is None:
+            requires = ["python"] if python_based else []
+        return cls(
+            kind=str(d["kind"]),
+            name=str(d["name"]),
+            path=str(d["path"]),
+            size=int(d.get("size") or 0),
+            library=d.get("library"),
+            python_based=python_based,
+            requires=tuple(requires),
+            needs=_needs(d.get("needs")),
+            missing=tuple(d.get("missing") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class PythonRuntime:
+    """The python the python backend stub runs on, as found in the full image."""
+
+    version: str
+    executable: str
+    stdlib: str
+    numpy_version: str | None
+    numpy_paths: tuple[str, ...]
+    site_dirs: tuple[str, ...]
+    has_pip: bool
+    needs: tuple[LibraryNeed, ...]
+    missing: tuple[str, ...]
+    size: int
+    executable_realpath: str = ""
+    libpython: str = ""
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Files and folders that make up this runtime (besides its library needs)."""
+        exe = (self.executable,) + ((self.executable_realpath,) if self.executable_realpath not in ("", self.executable) else ())
+        return exe + (self.stdlib,) + self.numpy_paths
+
+    @classmethod
+    def from_probe(cls, d: Mapping[str, Any]) -> "PythonRuntime":
+        numpy = d.get("numpy") or {}
+        return cls(
+            version=str(d["version"]),
+            executable=str(d["executable"]),
+            stdlib=str(d["stdlib"]),
+            numpy_version=numpy.get("version"),
+            numpy_paths=tuple(numpy.get("paths") or ()),
+            site_dirs=tuple(d.get("site_dirs") or ()),
+            has_pip=bool(d.get("pip")),
+            needs=_needs(d.get("needs")),
+            missing=tuple(d.get("missing") or ()),
+            size=int(d.get("size") or 0),
+            executable_realpath=str(d.get("executable_realpath") or ""),
+            libpython=str(d.get("libpython") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class FullImageContents:
+    """What a full Triton image offers (see composer/probe.py for how it is found)."""
+
+    image: str
+    core_paths: tuple[str, ...]
+    core_size: int
+    include_size: int
+    core_needs: tuple[LibraryNeed, ...]
+    components: tuple[Component, ...]
+    python: PythonRuntime | None
+    stub_python: str | None
+    core_missing: tuple[str, ...] = ()
+    root: str = "/opt/tritonserver"
+    ld_library_path: tuple[str, ...] = field(default=())
+
+    def component(self, kind: str, name: str) -> Component | None:
+        for c in self.components:
+            if c.kind == kind and c.name == name:
+                return c
+        return None
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(c.name for c in self.components if c.kind == kind)
+
+    @property
+    def python_matches_stub(self) -> bool:
+        """True when the image's python is the one the python backend stub was built for."""
+        return self.python is not None and self.stub_python is not None and self.python.version == self.stub_python
+
+    def to_dict(self) -> dict:
+        def need(n: LibraryNeed) -> dict:
+            return {"soname": n.soname, "path": n.path, "realpath": n.realpath, "size": n.size}
+
+        python = None
+        if self.python is not None:
+            p = self.python
+            python = {
+                "version": p.version,
+                "executable": p.executable,
+                "executable_realpath": p.executable_realpath,
+                "stdlib": p.stdlib,
+                "libpython": p.libpython,
+                "numpy": None if p.numpy_version is None and not p.numpy_paths else {"version": p.numpy_version, "paths": list(p.numpy_paths)},
+                "site_dirs": list(p.site_dirs),
+                "pip": p.has_pip,
+                "needs": [need(n) for n in p.needs],
+                "missing": list(p.missing),
+                "size": p.size,
+            }
+        return {
+            "image": self.image,
+            "root": self.root,
+            "ld_library_path": list(self.ld_library_path),
+            "core": {
+                "paths": list(self.core_paths),
+                "size": self.core_size,
+                "include_size": self.include_size,
+                "needs": [need(n) for n in self.core_needs],
+                "missing": list(self.core_missing),
+            },
+            "components": [
+                {
+                    "kind": c.kind,
+                    "name": c.name,
+                    "path": c.path,
+                    "size": c.size,
+                    "library": c.library,
+                    "python_based": c.python_based,
+                    "requires": list(c.requires),
+                    "needs": [need(n) for n in c.needs],
+                    "missing": list(c.missing),
+                }
+                for c in self.components
+            ],
+            "python": python,
+            "stub_python": self.stub_python,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], image: str | None = None) -> "FullImageContents":
+        """Read to_dict() output, or the probe's own JSON (then `image` names the image)."""
+        core = d.get("core") or {}
+        components = sorted((Component.from_dict(c) for c in d.get("components") or ()), key=lambda c: (c.kind, c.name))
+        return cls(
+            image=str(image if image is not None else d.get("image", "")),
+            core_paths=tuple(core.get("paths") or ()),
+            core_size=int(core.get("size") or 0),
+            include_size=int(core.get("include_size") or 0),
+            core_needs=_needs(core.get("needs")),
+            components=tuple(components),
+            python=PythonRuntime.from_probe(d["python"]) if d.get("python") else None,
+            stub_python=d.get("stub_python"),
+            core_missing=tuple(core.get("missing") or ()),
+            root=str(d.get("root") or "/opt/tritonserver"),
+            ld_library_path=tuple(d.get("ld_library_path") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class MinImageContents:
+    """What a -min image already provides: library sonames and maybe a python."""
+
+    image: str
+    sonames: frozenset[str]
+    has_python: bool
+    python_version: str | None = None
+
+
+def _not_full(ref: str, why: str) -> ComposerError:
+    return ComposerError(f"{ref} does not look like a full Triton image: {why}")
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def inspect_full(engine, ref: str) -> FullImageContents:
+    """Run the probe inside the full image `ref` (no network) and read its report."""
+    engine.require_image(ref, pull=False)
+    try:
+        result = engine.run_once(
+            ref, ["python3", PROBE_PATH], entrypoint=[], files={PROBE_PATH: probe_source()}
+        )
+    except ComposerError:
+        raise
+    except Exception as exc:  # the engine refuses to start a missing executable
+        text = str(exc)
+        if "python3" in text and ("not found" in text or "no such file" in text.lower()):
+            raise _not_full(ref, "it has no python3 to run the probe") from exc
+        raise ComposerError(f"cannot probe {ref}: {_first_line(text)}") from exc
+    if result.exit_code in (126, 127) or (result.exit_code != 0 and "python3" in result.output and "not found" in result.output):
+        raise _not_full(ref, "it has no python3 to run the probe")
+    try:
+        doc = json.loads(result.output[result.output.index("{"):]) if "{" in result.output else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise ComposerError(f"cannot probe {ref}: {_first_line(result.output)}")
+    if "error" in doc:
+        raise _not_full(ref, str(doc["error"]))
+    if result.exit_code != 0:
+        raise ComposerError(f"cannot probe {ref}: {_first_line(result.output)}")
+    return FullImageContents.from_dict(doc, image=ref)
+
+
+_MIN_SCRIPT = """
+echo '@@ldconfig'
+(ldconfig -p || /sbin/ldconfig -p) 2>/dev/null
+echo '@@ls'
+for d in {dirs} $(echo "${{LD_LIBRARY_PATH:-}}" | tr ':' ' '); do [ -d "$d" ] && ls -1 "$d"; done 2>/dev/null
+echo '@@python'
+command -v python3 && python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
+exit 0
+"""
+
+_LDCONFIG_LINE = re.compile(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)")
+_SONAME_FILE = re.compile(r"^lib\S*\.so(\.\d+)*$")
+
+
+def parse_min_output(ref: str, output: str) -> MinImageContents:
+    """Parse the output of _MIN_SCRIPT (ldconfig cache, directory listings, python3)."""
+    section = ""
+    sonames: set[str] = set()
+    python_lines: list[str] = []
+    for line in output.splitlines():
+        if line.startswith("@@"):
+            section = line[2:].strip()
+            continue
+        if section == "ldconfig":
+            match = _LDCONFIG_LINE.match(line)
+            # 32-bit entries ("libc6" without a 64-bit tag) do not satisfy a 64-bit need.
+            if match and "64" in match.group(2):
+                sonames.add(match.group(1))
+        elif section == "ls":
+            name = line.strip()
+            if _SONAME_FILE.match(name):
+                sonames.add(name)
+        elif section == "python" and line.strip():
+            python_lines.append(line.strip())
+    has_python = bool(python_lines) and python_lines[0].startswith("/")
+    version = python_lines[1] if has_python and len(python_lines) > 1 and re.match(r"^\d+\.\d+$", python_lines[1]) else None
+    return MinImageContents(image=ref, sonames=frozenset(sonames), has_python=has_python, python_version=version)
+
+
+def inspect_min(engine, ref: str) -> MinImageContents:
+    """Read which libraries (and python) the -min image `ref` already has."""
+    engine.require_image(ref, pull=False)
+    script = _MIN_SCRIPT.format(dirs=" ".join(MIN_LIB_DIRS))
+    try:
+        result = engine.run_once(ref, ["sh", "-c", script], entrypoint=[])
+    except ComposerError:
+        raise
+    except Exception as exc:
+        raise ComposerError(f"cannot inspect {ref}: {_first_line(str(exc))}") from exc
+    if result.exit_code != 0 or "@@ldconfig" not in result.output:
+        raise ComposerError(f"cannot inspect {ref}: {_first_line(result.output)}")
+    return parse_min_output(ref, result.output)
+
+
+def runtime_files(
+    contents: FullImageContents, min_contents: MinImageContents, needs: Iterable[LibraryNeed]
+) -> list[LibraryNeed]:
+    """The needs the min image does not satisfy: what must be copied from the full image.
+
+    Matched by soname; deduplicated by path; sorted by path. Libraries under the Triton
+    root are never returned (the core and the components are copied whole).
+    """
+    root = contents.root.rstrip("/") + "/"
+    chosen: dict[str, LibraryNeed] = {}
+    for need in needs:
+        if need.soname in min_contents.sonames or need.path.startswith(root):
+            continue
+        chosen.setdefault(need.path, need)
+    return [chosen[p] for p in sorted(chosen)]

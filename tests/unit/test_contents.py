@@ -1,0 +1,203 @@
+"""Host side of image contents: parsing, JSON round trip, min-image parsing, runtime files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from composer import contents
+from composer.contents import (
+    Component,
+    FullImageContents,
+    LibraryNeed,
+    MinImageContents,
+    inspect_full,
+    inspect_min,
+    parse_min_output,
+    runtime_files,
+)
+from composer.engine import RunResult
+from composer.errors import ComposerError, ImageNotFound
+
+PROBE_DOC = {
+    "root": "/opt/tritonserver",
+    "machine": "x86_64",
+    "ld_library_path": ["/usr/local/cuda/compat/lib"],
+    "core": {
+        "paths": ["/opt/tritonserver/bin", "/opt/tritonserver/lib", "/opt/tritonserver/LICENSE",
+                  "/opt/tritonserver/TRITON_VERSION", "/opt/tritonserver/include"],
+        "size": 1000,
+        "include_size": 50,
+        "needs": [{"soname": "libz.so.1", "path": "/usr/lib/x86_64-linux-gnu/libz.so.1",
+                   "realpath": "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13", "size": 120000}],
+        "missing": [],
+    },
+    "components": [
+        {"kind": "repoagent", "name": "checksum", "path": "/opt/tritonserver/repoagents/checksum", "size": 5,
+         "library": "libtritonrepoagent_checksum.so", "python_based": False, "requires": [], "needs": [], "missing": []},
+        {"kind": "backend", "name": "python", "path": "/opt/tritonserver/backends/python", "size": 10,
+         "library": "libtriton_python.so", "python_based": False, "requires": [],
+         "needs": [{"soname": "libpython3.11.so.1.0", "path": "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0",
+                    "realpath": "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0", "size": 7000000}],
+         "missing": []},
+        {"kind": "backend", "name": "vllm", "path": "/opt/tritonserver/backends/vllm", "size": 3,
+         "library": None, "python_based": True, "requires": ["python"], "needs": [], "missing": []},
+        {"kind": "cache", "name": "local", "path": "/opt/tritonserver/caches/local", "size": 4,
+         "library": "libtritoncache_local.so", "python_based": False, "requires": [], "needs": [], "missing": []},
+    ],
+    "python": {
+        "version": "3.11", "executable": "/usr/bin/python3.11", "executable_realpath": "/usr/bin/python3.11",
+        "stdlib": "/usr/lib/python3.11", "libpython": "libpython3.11.so.1.0",
+        "numpy": {"version": "1.24.2", "paths": ["/usr/lib/python3/dist-packages/numpy",
+                                                  "/usr/lib/python3/dist-packages/numpy-1.24.2.egg-info"]},
+        "site_dirs": ["/usr/local/lib/python3.11/dist-packages", "/usr/lib/python3/dist-packages"],
+        "pip": False,
+        "needs": [{"soname": "libpython3.11.so.1.0", "path": "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0",
+                   "realpath": "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0", "size": 7000000},
+                  {"soname": "libz.so.1", "path": "/usr/lib/x86_64-linux-gnu/libz.so.1",
+                   "realpath": "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13", "size": 120000}],
+        "missing": [],
+        "size": 40000000,
+    },
+    "stub_python": "3.11",
+}
+
+
+@dataclass
+class FakeEngine:
+    """Stands in for composer.engine.Engine: answers run_once with canned results."""
+
+    result: RunResult | None = None
+    error: Exception | None = None
+    known: bool = True
+    calls: list = field(default_factory=list)
+
+    def require_image(self, ref, *, pull=True, on_line=None):
+        if not self.known:
+            raise ImageNotFound(f"image {ref} is not on the engine")
+        return None
+
+    def run_once(self, image, command, *, entrypoint=None, files=None, **_kw):
+        self.calls.append((image, command, entrypoint, files))
+        if self.error:
+            raise self.error
+        return self.result
+
+
+def full() -> FullImageContents:
+    return FullImageContents.from_dict(PROBE_DOC, image="standin:24.09-py3")
+
+
+def test_from_probe_document():
+    c = full()
+    assert c.image == "standin:24.09-py3"
+    assert c.names("backend") == ["python", "vllm"]
+    assert c.names("cache") == ["local"]
+    assert [(x.kind, x.name) for x in c.components] == [
+        ("backend", "python"), ("backend", "vllm"), ("cache", "local"), ("repoagent", "checksum")]
+    assert c.component("backend", "vllm").requires == ("python",)
+    assert c.component("backend", "nope") is None
+    assert c.python.numpy_version == "1.24.2"
+    assert c.python.numpy_paths[0].endswith("/numpy")
+    assert c.python_matches_stub
+    assert c.core_needs[0] == LibraryNeed("libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1",
+                                          "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13", 120000)
+
+
+def test_json_round_trip():
+    c = full()
+    again = FullImageContents.from_dict(json.loads(json.dumps(c.to_dict())))
+    assert again == c
+
+
+def test_round_trip_without_python():
+    doc = dict(PROBE_DOC, python=None, stub_python=None)
+    c = FullImageContents.from_dict(doc, image="x")
+    assert c.python is None and not c.python_matches_stub
+    assert FullImageContents.from_dict(c.to_dict()) == c
+
+
+def test_requires_defaults_from_python_based():
+    comp = Component.from_dict({"kind": "backend", "name": "vllm", "path": "/p", "python_based": True})
+    assert comp.requires == ("python",)
+
+
+def test_runtime_files_subtracts_by_soname_dedupes_and_sorts():
+    c = full()
+    min_image = MinImageContents("min", frozenset({"libz.so.1", "libc.so.6"}), has_python=False)
+    needs = list(c.python.needs) + list(c.core_needs) + list(c.component("backend", "python").needs)
+    needs.append(LibraryNeed("libtriton_x.so", "/opt/tritonserver/lib/libtriton_x.so", "/opt/tritonserver/lib/libtriton_x.so", 1))
+    needs.append(LibraryNeed("libb.so.1", "/usr/lib/b/libb.so.1", "/usr/lib/b/libb.so.1", 1))
+    files = runtime_files(c, min_image, needs)
+    assert [f.path for f in files] == ["/usr/lib/b/libb.so.1", "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"]
+
+
+def test_parse_min_output():
+    output = "\n".join([
+        "@@ldconfig",
+        "1234 libs found in cache `/etc/ld.so.cache'",
+        "\tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1",
+        "\tlibcudart.so.12 (libc6,x86-64) => /usr/local/cuda/lib64/libcudart.so.12",
+        "\tlibold32.so.1 (libc6) => /usr/lib32/libold32.so.1",
+        "\tlibarm.so.1 (libc6,AArch64) => /lib/aarch64-linux-gnu/libarm.so.1",
+        "@@ls",
+        "libnotincache.so.4",
+        "libnotincache.so.4.1.0",
+        "python3.11",
+        "README",
+        "@@python",
+    ])
+    m = parse_min_output("min", output)
+    assert {"libz.so.1", "libcudart.so.12", "libarm.so.1", "libnotincache.so.4"} <= m.sonames
+    assert "libold32.so.1" not in m.sonames and "README" not in m.sonames
+    assert not m.has_python and m.python_version is None
+    m2 = parse_min_output("min", output + "\n/usr/bin/python3\n3.10\n")
+    assert m2.has_python and m2.python_version == "3.10"
+
+
+def test_inspect_full_runs_the_probe_without_network():
+    engine = FakeEngine(RunResult(0, json.dumps(PROBE_DOC)))
+    c = inspect_full(engine, "ref:1")
+    assert c.image == "ref:1" and c.stub_python == "3.11"
+    image, command, entrypoint, files = engine.calls[0]
+    assert command == ["python3", "/tmp/composer_probe.py"] and entrypoint == []
+    assert files["/tmp/composer_probe.py"] == contents.probe_source()
+    assert b"def read_elf" in files["/tmp/composer_probe.py"]
+
+
+def test_inspect_full_without_tritonserver():
+    engine = FakeEngine(RunResult(2, json.dumps({"root": "/opt/tritonserver", "error": "/opt/tritonserver does not exist"})))
+    with pytest.raises(ComposerError, match=r"^ref does not look like a full Triton image: /opt/tritonserver does not exist$"):
+        inspect_full(engine, "ref")
+
+
+@pytest.mark.parametrize("engine", [
+    FakeEngine(RunResult(127, 'exec: "python3": executable file not found in $PATH')),
+    FakeEngine(error=RuntimeError('OCI runtime create failed: exec: "python3": executable file not found in $PATH: unknown')),
+])
+def test_inspect_full_without_python3(engine):
+    with pytest.raises(ComposerError, match="does not look like a full Triton image: it has no python3"):
+        inspect_full(engine, "ref")
+
+
+def test_inspect_full_garbage_and_unknown_image():
+    with pytest.raises(ComposerError, match="cannot probe ref: boom"):
+        inspect_full(FakeEngine(RunResult(1, "Traceback...\nboom\n")), "ref")
+    with pytest.raises(ImageNotFound):
+        inspect_full(FakeEngine(known=False), "ref")
+
+
+def test_inspect_min_uses_sh_and_parses():
+    engine = FakeEngine(RunResult(0, "@@ldconfig\n\tlibz.so.1 (libc6,x86-64) => /lib/x/libz.so.1\n@@ls\n@@python\n"))
+    m = inspect_min(engine, "min:1")
+    assert m == MinImageContents("min:1", frozenset({"libz.so.1"}), has_python=False)
+    _image, command, entrypoint, _files = engine.calls[0]
+    assert command[:2] == ["sh", "-c"] and entrypoint == []
+    assert "ldconfig -p" in command[2] and "command -v python3" in command[2]
+
+
+def test_driver_libraries():
+    assert contents.is_driver_library("libcuda.so.1")
+    assert not contents.is_driver_library("libz.so.1")
