@@ -104,6 +104,7 @@ def build_image(
     model_repository: Path | None = None,
     context_dir: Path | None = None,
     network: bool = False,
+    labels: dict[str, str] | None = None,
     on_line: LineSink = _quiet,
     on_smoke_line: LineSink | None = None,
 ) -> BuildResult:
@@ -119,6 +120,7 @@ def build_image(
         image_id = engine.build(
             context.directory,
             network_mode=None if network else "none",
+            labels=labels,
             on_line=on_line,
         )
     finally:
@@ -131,7 +133,7 @@ def build_image(
         options = SmokeOptions(
             backends=plan.all_backends, server_version=plan.release.server, model_repository=model_repository
         )
-        report = smoke_test(engine, image_id, options, on_line=on_smoke_line or on_line)
+        report = smoke_test(engine, image_id, options, on_line=on_smoke_line or on_line, labels=labels)
         if not report.passed:
             engine.discard_untagged(image_id)
             failed = ", ".join(f"{r.subject}{'/' + r.model if r.model else ''}" for r in report.failures())

@@ -1,0 +1,161 @@
+"""`composer build` end to end: the real engine, the stand-in images, a real Triton server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from composer.catalog import Catalog
+from composer.errors import SmokeTestFailed
+from composer.pipeline import build_image, plan_from_engine
+from composer.plan import BuildOptions
+
+pytestmark = pytest.mark.integration
+
+REGISTRY = "localhost/standin"
+TEST_LABEL = {"triton-composer.test": "1"}
+
+
+@pytest.fixture
+def test_tag(engine):
+    """A tag of this test's own; whatever it names at the end is removed."""
+    tag = f"triton-composer-test/tritonserver:{uuid.uuid4().hex[:10]}"
+    yield tag
+    engine.remove_image(tag, force=True)
+
+
+def composer(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "composer", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=1800,
+    )
+
+
+def test_build_onnxruntime_python_offline_and_smoke(engine, standin_images, test_tag):
+    options = BuildOptions(backends=("onnxruntime", "python"), version="24.09", registry=REGISTRY, tag=test_tag)
+    plan, contents = plan_from_engine(engine, options, Catalog.load())
+    assert {"identity", "pytorch"} <= set(contents.names("backend"))
+
+    result = build_image(engine, plan, network=False, labels=TEST_LABEL)  # no network in the build
+
+    assert result.tag == test_tag
+    assert engine.image(test_tag).id == result.image_id
+    assert result.smoke is not None and result.smoke.passed
+    statuses = {(row.subject, row.status) for row in result.smoke.rows}
+    assert ("onnxruntime", "PASS") in statuses and ("python", "PASS") in statuses
+    assert ("backends", "PASS") in statuses
+
+    listing = engine.run_once(test_tag, ["ls", "-1", "/opt/tritonserver/backends"], entrypoint=[])
+    assert sorted(listing.output.split()) == ["onnxruntime", "python"]  # pytorch, identity absent
+    record = json.loads(
+        engine.run_once(test_tag, ["cat", "/opt/tritonserver/composition.json"], entrypoint=[]).output
+    )
+    assert record["release"] == "24.09" and record["backends"] == ["onnxruntime", "python"]
+    assert record["base_images"]["full"]["id"] == standin_images.full_id
+    # Nothing to compile with, no package manager caches, no pip in the result.
+    probe = engine.run_once(
+        test_tag,
+        ["sh", "-c", "command -v gcc cc clang pip pip3; ls /var/cache/apt/archives/*.deb 2>/dev/null; "
+                     "python3 -c 'import pip' 2>/dev/null && echo pip-module; true"],
+        entrypoint=[],
+    )
+    assert probe.output.strip() == ""
+
+    composed = engine.image(test_tag).size
+    full = engine.image(standin_images.full_ref).size
+    assert composed < full
+
+
+def test_cli_build_python_only_json(engine, standin_images, test_tag):
+    run = composer("build", "--registry", REGISTRY, "--version", "24.09", "--backend", "python",
+                   "--tag", test_tag, "--json")
+    assert run.returncode == 0, run.stderr
+    payload = json.loads(run.stdout)
+    assert payload["tag"] == test_tag
+    assert payload["backends"] == ["python"]
+    assert payload["smoke_test"]["passed"] is True
+    assert payload["base_images"]["min"]["ref"] == f"{REGISTRY}/tritonserver:24.09-py3-min"
+    assert payload["size"] > 0
+
+
+def test_failed_smoke_test_keeps_previous_tag(engine, standin_images, test_tag, tmp_path):
+    catalog = Catalog.load()
+    good, _ = plan_from_engine(
+        engine, BuildOptions(backends=("identity",), version="24.09", registry=REGISTRY, tag=test_tag), catalog
+    )
+    before = build_image(engine, good, labels=TEST_LABEL).image_id
+
+    # An identity backend that answers wrong: the composition builds, but must not serve.
+    broken = tmp_path / "identity"
+    broken.mkdir()
+    (broken / "model.py").write_text(
+        "import numpy as np\n"
+        "import triton_python_backend_utils as pb_utils\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        out = []\n"
+        "        for r in requests:\n"
+        "            x = pb_utils.get_input_tensor_by_name(r, 'INPUT0').as_numpy()\n"
+        "            out.append(pb_utils.InferenceResponse([pb_utils.Tensor('OUTPUT0', x + 1)]))\n"
+        "        return out\n"
+    )
+    bad, _ = plan_from_engine(
+        engine,
+        BuildOptions(backends=("python",), custom_backends=(("identity", broken),), version="24.09",
+                     registry=REGISTRY, tag=test_tag),
+        catalog,
+    )
+    with pytest.raises(SmokeTestFailed) as failure:
+        build_image(engine, bad, labels=TEST_LABEL)
+    assert "identity" in failure.value.message
+    assert engine.image(test_tag).id == before
+
+
+def test_tensorrt_is_not_in_the_standin(standin_images):
+    run = composer("build", "--registry", REGISTRY, "--version", "24.09", "--backend", "tensorrt")
+    assert run.returncode != 0
+    lines = run.stderr.strip().splitlines()
+    assert "unknown backend 'tensorrt'" in lines[-1]
+    assert "localhost/standin/tritonserver:24.09-py3" in lines[-1]
+    assert "Traceback" not in run.stderr
+
+
+def test_unknown_backend_suggests(standin_images):
+    run = composer("render", "-o", "/tmp/unused-ctx", "--registry", REGISTRY, "--version", "24.09", "-b", "onnx")
+    assert run.returncode == 2
+    assert "did you mean 'onnxruntime'" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_engine_down_is_one_line(tmp_path):
+    run = composer("build", "--version", "24.09", "-b", "python",
+                   env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
+    assert run.returncode != 0
+    assert run.stderr.strip().count("\n") == 0, run.stderr
+    assert "no Docker engine answers" in run.stderr and "ensure-docker" in run.stderr
+
+
+def test_smoke_test_command_on_user_models(engine, standin_images, test_tag, tmp_path):
+    plan, _ = plan_from_engine(
+        engine, BuildOptions(backends=("python",), version="24.09", registry=REGISTRY, tag=test_tag), Catalog.load()
+    )
+    build_image(engine, plan, smoke=False, labels=TEST_LABEL)
+    repo = tmp_path / "models"
+    model = repo / "broken" / "1"
+    model.mkdir(parents=True)
+    (repo / "broken" / "config.pbtxt").write_text('backend: "python"\nmax_batch_size: 0\n'
+                                                   'input [{name: "X", data_type: TYPE_FP32, dims: [1]}]\n'
+                                                   'output [{name: "Y", data_type: TYPE_FP32, dims: [1]}]\n')
+    (model / "model.py").write_text("raise RuntimeError('cannot load')\n")
+    run = composer("smoke-test", test_tag, "--model-repository", str(repo))
+    assert run.returncode != 0
+    assert "broken" in run.stderr and "FAIL" in run.stderr
