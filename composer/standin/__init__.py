@@ -1,0 +1,250 @@
+"""Stand-ins for NGC's tritonserver full and -min images, for machines that cannot reach NGC.
+
+The full stand-in carries a real Triton server (from the nvidia-pytriton wheel of the same
+server version) laid out as in NGC's image, and CPU backends written as Python-based
+backends; the min stand-in holds the NGC environment and nothing of Triton.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Mapping
+
+import jinja2
+
+from composer.catalog import Release
+from composer.engine import Engine, ImageInfo
+from composer.errors import BuildFailed, UsageError
+from composer.standin import host
+
+LineSink = Callable[[str], None]
+
+REGISTRY = "localhost/standin"
+BASE_REF = f"{REGISTRY}/debian-minbase:{host.DEBIAN_SUITE}"
+
+# Container release -> the nvidia-pytriton wheel bundling that release's server.
+PYTRITON_FOR_RELEASE: Mapping[str, str] = {
+    "24.07": "0.5.10",
+    "24.08": "0.5.11",
+    "24.09": "0.5.12",
+    "24.10": "0.5.13",
+}
+
+# Python packages each Python-based backend carries in its own site-packages folder.
+# numpy is deliberately absent: the image's numpy<2 must not be shadowed.
+BACKEND_PACKAGES: Mapping[str, tuple[str, ...]] = {
+    "onnxruntime": ("onnxruntime==1.20.1",),
+    # import torch and torch.jit.load need only typing_extensions (checked in the image).
+    "pytorch": ("torch==2.13.0", "typing-extensions>=4.10.0"),
+    "identity": (),
+}
+
+LABEL_STANDIN = "org.triton-composer.standin"
+LABEL_WHEEL = "org.triton-composer.standin.wheel"
+LABEL_RECIPE = "org.triton-composer.standin.recipe"
+LABEL_SERVER = "org.triton-composer.standin.server-version"
+LABEL_PYTHON = "org.triton-composer.standin.python"
+
+
+@dataclass(frozen=True)
+class StandinResult:
+    """The two stand-in images of a release and whether this call built them."""
+
+    release: str
+    full_ref: str
+    min_ref: str
+    full_id: str
+    min_id: str
+    full_built: bool
+    min_built: bool
+    seconds: float
+
+
+def standin_releases() -> list[str]:
+    """Releases that have a stand-in recipe."""
+    return sorted(PYTRITON_FOR_RELEASE)
+
+
+def build_standins(engine: Engine, release: Release, *, force: bool = False, on_line: LineSink = print) -> StandinResult:
+    """Build (or reuse) localhost/standin/tritonserver:<release>-py3 and -py3-min."""
+    started = time.monotonic()
+    pytriton = PYTRITON_FOR_RELEASE.get(release.name)
+    if pytriton is None:
+        raise UsageError(
+            f"no stand-in recipe for release {release.name}; releases with one: {', '.join(standin_releases())}"
+        )
+    wheel = f"nvidia-pytriton=={pytriton}"
+    min_ref, full_ref = release.min_ref(REGISTRY), release.full_ref(REGISTRY)
+    templates = _templates()
+    labels = {
+        LABEL_STANDIN: "true",
+        LABEL_WHEEL: wheel,
+        LABEL_SERVER: release.server,
+        LABEL_PYTHON: host.PYTHON_VERSION,
+        LABEL_RECIPE: _recipe_digest(templates),
+    }
+    common = {
+        "release": release.name,
+        "server_version": release.server,
+        "build_id": f"standin-{pytriton}",
+        "build_ref": wheel,
+        "python_version": host.PYTHON_VERSION,
+        "wheel": wheel,
+    }
+
+    min_info = None if force else _current(engine, min_ref, labels)
+    min_built = min_info is None
+    if min_built:
+        base_id = _base_image(engine, force=force, on_line=on_line)
+        on_line(f"building {min_ref}")
+        with tempfile.TemporaryDirectory(prefix="standin-min-") as tmp:
+            context = Path(tmp)
+            (context / "Dockerfile").write_text(
+                templates.get_template("standin-min.Dockerfile.j2").render(
+                    base_ref=base_id, labels={**labels, "org.triton-composer.standin.flavour": "min"}, **common
+                )
+            )
+            (context / "nvidia_entrypoint.sh").write_bytes(_standin_file("nvidia_entrypoint.sh").read_bytes())
+            engine.build(context, tag=min_ref, nocache=force, on_line=on_line)
+        min_info = _require(engine, min_ref)
+    else:
+        on_line(f"reusing {min_ref} ({min_info.id[:19]})")
+
+    full_info = None if (force or min_built) else _current(engine, full_ref, labels)
+    full_built = full_info is None
+    if full_built:
+        on_line(f"building {full_ref} from {wheel}")
+        tree = host.pytriton_tree(pytriton, on_line)
+        with tempfile.TemporaryDirectory(prefix="standin-full-", dir=_context_parent()) as tmp:
+            context = Path(tmp)
+            libtritonserver = _lay_out_server(tree, context / "tritonserver", release, on_line)
+            (context / "Dockerfile").write_text(
+                templates.get_template("standin-full.Dockerfile.j2").render(
+                    min_ref=min_info.id,
+                    relink_two_up=[
+                        "backends/python/libtriton_python.so",
+                        "backends/python/triton_python_backend_stub",
+                        "caches/local/libtritoncache_local.so",
+                    ],
+                    libtritonserver=libtritonserver,
+                    labels={**labels, "org.triton-composer.standin.flavour": "full"},
+                    **common,
+                )
+            )
+            engine.build(context, tag=full_ref, nocache=force, on_line=on_line)
+        full_info = _require(engine, full_ref)
+    else:
+        on_line(f"reusing {full_ref} ({full_info.id[:19]})")
+
+    return StandinResult(
+        release=release.name,
+        full_ref=full_ref,
+        min_ref=min_ref,
+        full_id=full_info.id,
+        min_id=min_info.id,
+        full_built=full_built,
+        min_built=min_built,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _templates() -> jinja2.Environment:
+    folder = resources.files("composer.dockerfiles")
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(lambda name: folder.joinpath(name).read_text()),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def _standin_file(*parts: str) -> Path:
+    return Path(str(resources.files("composer.standin").joinpath(*parts)))
+
+
+def _backend_sources() -> list[Path]:
+    root = _standin_file("backends")
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _recipe_digest(templates: jinja2.Environment) -> str:
+    """A digest of everything that shapes the images, so a changed recipe rebuilds them."""
+    digest = hashlib.sha256()
+    for name in ("standin-min.Dockerfile.j2", "standin-full.Dockerfile.j2"):
+        digest.update(resources.files("composer.dockerfiles").joinpath(name).read_bytes())
+    digest.update(_standin_file("nvidia_entrypoint.sh").read_bytes())
+    digest.update(repr(sorted(BACKEND_PACKAGES.items())).encode())
+    for path in _backend_sources():
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _current(engine: Engine, ref: str, labels: Mapping[str, str]) -> ImageInfo | None:
+    """The image `ref` if it exists and was made by this recipe, else None."""
+    info = engine.image(ref)
+    if info is None:
+        return None
+    if any(info.labels.get(key) != value for key, value in labels.items()):
+        return None
+    return info
+
+
+def _require(engine: Engine, ref: str) -> ImageInfo:
+    info = engine.image(ref)
+    if info is None:
+        raise BuildFailed(f"the engine reported no image {ref} after building it")
+    return info
+
+
+def _base_image(engine: Engine, *, force: bool, on_line: LineSink) -> str:
+    """The Debian minbase image, imported from the cached debootstrap root."""
+    info = engine.image(BASE_REF)
+    if info is not None and not force:
+        return info.id
+    tarball = host.debian_rootfs(on_line)
+    on_line(f"importing {tarball.name} as {BASE_REF}")
+    return engine.import_rootfs(tarball, BASE_REF, changes=['CMD ["/bin/bash"]'])
+
+
+def _context_parent() -> Path:
+    """Build contexts go next to the cache, so hard links to cached files work."""
+    parent = host.cache_dir() / "contexts"
+    parent.mkdir(parents=True, exist_ok=True)
+    return parent
+
+
+def _lay_out_server(tree: Path, dest: Path, release: Release, on_line: LineSink) -> str:
+    """Lay /opt/tritonserver out from the unpacked wheel; returns the libtritonserver file name."""
+    server = tree / "pytriton" / "tritonserver"
+    libs = tree / "nvidia_pytriton.libs"
+    stub = server / "python_backend_stubs" / host.PYTHON_VERSION / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise BuildFailed(f"the nvidia-pytriton wheel has no python backend stub for python {host.PYTHON_VERSION}")
+    candidates = sorted(libs.glob("libtritonserver*.so*"))
+    if not candidates:
+        raise BuildFailed(f"the nvidia-pytriton wheel has no libtritonserver in {libs.name}")
+    host.link_tree(server / "bin", dest / "bin")
+    host.link_tree(libs, dest / "lib")
+    host.link_tree(server / "backends" / "python", dest / "backends" / "python")
+    host.link_tree(stub.parent, dest / "backends" / "python")
+    host.link_tree(server / "caches", dest / "caches")
+    licence = next(tree.glob("nvidia_pytriton-*.dist-info/LICENSE"), None)
+    if licence is not None:
+        shutil.copy2(licence, dest / "LICENSE")
+    (dest / "TRITON_VERSION").write_text(release.server + "\n")
+
+    backends = _standin_file("backends")
+    for name, requirements in BACKEND_PACKAGES.items():
+        folder = dest / "backends" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "model.py").write_bytes((backends / name / "model.py").read_bytes())
+        if requirements:
+            host.link_tree(host.site_packages(name, requirements, on_line), folder / "site-packages")
+            (folder / "site-packages" / ".requirements").unlink(missing_ok=True)
+    return candidates[0].name

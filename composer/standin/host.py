@@ -1,0 +1,169 @@
+"""Host-side steps of the stand-in build: a Debian root, wheel downloads, the build context.
+
+These run on the host (containers cannot reach PyPI) and cache their results under
+cache_dir(), so a machine does each download once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+from composer.errors import BuildFailed
+
+LineSink = Callable[[str], None]
+
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+# The python the stand-in's Debian ships, and so the stub and wheels it needs.
+PYTHON_VERSION = "3.11"
+PIP_PLATFORM = "manylinux_2_28_x86_64"
+
+
+def cache_dir() -> Path:
+    """Where downloads and the Debian root are kept between runs."""
+    root = os.environ.get("COMPOSER_CACHE_DIR") or str(Path.home() / ".cache" / "triton-composer")
+    return Path(root)
+
+
+def _run(command: Sequence[str], what: str, on_line: LineSink, *, keep: int = 30) -> None:
+    """Run a host command, streaming its output; a failure is BuildFailed with the tail."""
+    tail: list[str] = []
+    try:
+        proc = subprocess.Popen(
+            list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        )
+    except FileNotFoundError as exc:
+        raise BuildFailed(f"{what} failed: {command[0]} is not installed (run scripts/bootstrap)") from exc
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip()
+        if line:
+            tail = (tail + [line])[-keep:]
+            on_line(line)
+    code = proc.wait()
+    if code != 0:
+        last = tail[-1] if tail else "no output"
+        raise BuildFailed(f"{what} failed (exit {code}): {last}", log_tail="\n".join(tail))
+
+
+def debian_rootfs(on_line: LineSink) -> Path:
+    """A tarball of a Debian minbase root, made with debootstrap once per machine."""
+    target = cache_dir() / "rootfs" / f"debian-{DEBIAN_SUITE}-minbase.tar"
+    if target.is_file():
+        on_line(f"using cached Debian root {target}")
+        return target
+    if shutil.which("debootstrap") is None:
+        raise BuildFailed("cannot make the Debian root: debootstrap is not installed (run scripts/bootstrap)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="debootstrap-", dir=target.parent))
+    try:
+        root = work / "root"
+        on_line(f"debootstrap --variant=minbase {DEBIAN_SUITE} (about a minute, once per machine)")
+        _run(
+            ["debootstrap", "--variant=minbase", DEBIAN_SUITE, str(root), DEBIAN_MIRROR],
+            "debootstrap",
+            on_line,
+        )
+        # Downloaded .debs and package lists are not part of a base image.
+        for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for entry in (root / leftover).glob("*"):
+                if entry.is_file():
+                    entry.unlink()
+        partial = work / "rootfs.tar"
+        _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], "packing the Debian root", on_line)
+        partial.replace(target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _pip(args: Sequence[str], what: str, on_line: LineSink) -> None:
+    _run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], what, on_line)
+
+
+def pytriton_tree(version: str, on_line: LineSink) -> Path:
+    """The unpacked nvidia-pytriton wheel `version` (downloaded on the host, cached)."""
+    base = cache_dir() / "pytriton"
+    tree = base / version
+    if (tree / "pytriton" / "tritonserver" / "bin" / "tritonserver").is_file():
+        return tree
+    downloads = base / "wheels"
+    downloads.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(downloads.glob(f"nvidia_pytriton-{version}-*.whl"))
+    if not wheels:
+        on_line(f"downloading nvidia-pytriton=={version}")
+        _pip(
+            ["download", "--no-deps", "--only-binary=:all:", "--dest", str(downloads), f"nvidia-pytriton=={version}"],
+            f"downloading nvidia-pytriton=={version}",
+            on_line,
+        )
+        wheels = sorted(downloads.glob(f"nvidia_pytriton-{version}-*.whl"))
+        if not wheels:
+            raise BuildFailed(f"downloading nvidia-pytriton=={version} gave no wheel in {downloads}")
+    partial = Path(tempfile.mkdtemp(prefix=f"{version}-", dir=base))
+    try:
+        with zipfile.ZipFile(wheels[-1]) as wheel:
+            wheel.extractall(partial)
+        shutil.rmtree(tree, ignore_errors=True)
+        partial.replace(tree)
+    except (zipfile.BadZipFile, OSError) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise BuildFailed(f"cannot unpack {wheels[-1].name}: {exc}") from exc
+    return tree
+
+
+def site_packages(name: str, requirements: Sequence[str], on_line: LineSink) -> Path:
+    """A folder holding `requirements` for the stand-in's python (no dependency resolution:
+    the list is complete on purpose, so numpy stays the system's)."""
+    if not requirements:
+        raise ValueError("no requirements")
+    key = "-".join(r.replace("==", "-") for r in requirements[:1])
+    folder = cache_dir() / "site-packages" / f"{name}-{key}-cp{PYTHON_VERSION.replace('.', '')}"
+    stamp = folder / ".requirements"
+    wanted = "\n".join(requirements)
+    if stamp.is_file() and stamp.read_text() == wanted:
+        return folder
+    partial = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=folder.parent if folder.parent.exists() else _mk(folder.parent)))
+    try:
+        on_line(f"downloading for the {name} backend: {' '.join(requirements)}")
+        _pip(
+            [
+                "install", "--quiet", "--no-deps", "--only-binary=:all:", "--no-compile",
+                "--target", str(partial), "--python-version", PYTHON_VERSION,
+                "--implementation", "cp", "--platform", PIP_PLATFORM, *requirements,
+            ],
+            f"downloading the {name} backend's packages",
+            on_line,
+        )
+        # Console scripts are useless inside a backend folder.
+        shutil.rmtree(partial / "bin", ignore_errors=True)
+        (partial / ".requirements").write_text(wanted)
+        shutil.rmtree(folder, ignore_errors=True)
+        partial.replace(folder)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
+def _mk(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def link_tree(src: Path, dst: Path) -> None:
+    """Copy a folder into a build context, hard-linking when the filesystem allows."""
+
+    def link_or_copy(s: str, d: str) -> None:
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, copy_function=link_or_copy, symlinks=True, dirs_exist_ok=True)
