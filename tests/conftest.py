@@ -1,0 +1,49 @@
+"""Shared fixtures: the Docker engine, the 24.09 stand-in images, cleanup of test containers."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from composer.catalog import Catalog
+from composer.engine import Engine
+from composer.errors import EngineUnavailable
+
+# Every container (and image) a test makes carries this label, so the session can sweep them.
+TEST_LABEL_KEY = "triton-composer.test"
+TEST_LABEL = {TEST_LABEL_KEY: "1"}
+STANDIN_RELEASE = "24.09"
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    """The Docker engine; on CI (env CI set) a missing engine fails the run instead of skipping."""
+    try:
+        connected = Engine.connect(timeout=600)
+    except EngineUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and no Docker engine answers: {exc.message}", pytrace=False)
+        pytest.skip(f"no Docker engine: {exc.message}")
+    yield connected
+    _remove_test_containers(connected)
+
+
+def _remove_test_containers(engine: Engine) -> None:
+    import docker.errors
+
+    for cid in engine.containers_labelled(f"{TEST_LABEL_KEY}=1"):
+        try:
+            engine.client.api.remove_container(cid, force=True, v=True)
+        except docker.errors.APIError:
+            pass
+
+
+@pytest.fixture(scope="session")
+def standin_images(engine: Engine):
+    """The 24.09 stand-in images (built once per machine; seconds when present)."""
+    from composer.standin import build_standins
+
+    lines: list[str] = []
+    result = build_standins(engine, Catalog.load().release(STANDIN_RELEASE), on_line=lines.append)
+    return result

@@ -1,0 +1,92 @@
+"""The stand-in images: the full one really serves every sample, the min one holds no Triton."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from composer.catalog import Catalog
+from composer.samples import load_samples, models_dir
+from composer.standin import build_standins
+from composer.triton_client import TritonHTTP
+pytestmark = pytest.mark.integration
+
+STANDIN_RELEASE = "24.09"  # the release the standin_images fixture builds
+TEST_LABEL = {"triton-composer.test": "1"}  # swept by the engine fixture at session end
+
+
+def test_full_standin_serves_every_sample(engine, standin_images):
+    samples = load_samples()
+    assert {s.backend for s in samples} == {"python", "onnxruntime", "pytorch", "identity"}
+    container = engine.start(
+        standin_images.full_ref,
+        ["tritonserver", "--model-repository=/models"],
+        ports=[8000],
+        files={"/models": models_dir()},
+        labels=TEST_LABEL,
+        shm_size="256m",
+    )
+    try:
+        client = TritonHTTP(f"http://127.0.0.1:{container.host_port(8000)}")
+        ready = client.wait_ready(120, is_alive=container.running)
+        assert ready, "server not ready:\n" + container.logs(tail=60)
+        assert client.server_metadata()["version"] == "2.50.0"
+        index = {m["name"]: m.get("state") for m in client.model_index()}
+        for sample in samples:
+            assert index.get(sample.model) == "READY", (sample.model, index, container.logs(tail=60))
+            assert client.model_ready(sample.model)
+            problem = sample.check(client.infer(sample.model, sample.inputs))
+            assert problem is None, problem
+    finally:
+        container.remove()
+
+
+def test_full_standin_layout_and_env(engine, standin_images):
+    info = engine.image(standin_images.full_ref)
+    assert info.env["TRITON_SERVER_VERSION"] == "2.50.0"
+    assert info.env["NVIDIA_TRITON_SERVER_VERSION"] == STANDIN_RELEASE
+    assert "/opt/tritonserver/bin" in info.env["PATH"]
+    assert info.labels["com.nvidia.tritonserver.version"] == "2.50.0"
+    assert info.labels["org.triton-composer.standin.wheel"] == "nvidia-pytriton==0.5.12"
+    probe = engine.run_once(
+        standin_images.full_ref,
+        ["sh", "-c", "cat /opt/tritonserver/TRITON_VERSION; ls /opt/tritonserver/backends; "
+                     "stat -c %u:%g /opt/tritonserver/bin/tritonserver; id -u triton-server"],
+        entrypoint=[],
+        labels=TEST_LABEL,
+    )
+    assert probe.exit_code == 0, probe.output
+    lines = probe.output.split()
+    assert lines[0] == "2.50.0"
+    assert {"identity", "onnxruntime", "python", "pytorch"} <= set(lines)
+    assert lines[-2:] == ["1000:1000", "1000"]
+
+
+def test_min_standin_has_no_triton_and_no_python(engine, standin_images):
+    probe = engine.run_once(
+        standin_images.min_ref,
+        ["sh", "-c", "test -e /opt/tritonserver/bin/tritonserver && echo has-tritonserver; "
+                     "command -v python3 >/dev/null && echo has-python; echo checked"],
+        entrypoint=[],
+        labels=TEST_LABEL,
+    )
+    assert probe.exit_code == 0, probe.output
+    assert probe.output.split() == ["checked"]
+    info = engine.image(standin_images.min_ref)
+    assert info.env["TRITON_SERVER_VERSION"] == "2.50.0"
+    assert info.labels["org.triton-composer.standin"] == "true"
+
+
+def test_min_standin_entrypoint_prints_banner_and_execs(engine, standin_images):
+    result = engine.run_once(standin_images.min_ref, ["echo", "hello"], labels=TEST_LABEL)
+    assert result.exit_code == 0
+    assert result.output.strip() == "hello"  # the banner goes to stderr
+
+
+def test_second_build_reuses_and_is_fast(engine, standin_images):
+    started = time.monotonic()
+    again = build_standins(engine, Catalog.load().release(STANDIN_RELEASE), on_line=lambda _line: None)
+    assert time.monotonic() - started < 15
+    assert not again.full_built and not again.min_built
+    assert (again.full_id, again.min_id) == (standin_images.full_id, standin_images.min_id)
