@@ -19,7 +19,7 @@ import typer
 from composer import __version__
 from composer.catalog import Catalog
 from composer.errors import BuildFailed, ComposerError, EngineUnavailable, SmokeTestFailed, UsageError
-from composer.plan import DEFAULT_REGISTRY, BuildOptions
+from composer.plan import DEFAULT_REGISTRY, BuildOptions, PackageOptions
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -129,8 +129,31 @@ def _pairs(values: List[str], option: str) -> dict[str, str]:
     return result
 
 
+def package_options(pip, requirements, index_url, extra_index_url, trusted_host, wheelhouse, ca_cert) -> PackageOptions:
+    from composer.packages import read_requirements
+
+    specs = list(pip)
+    for path in requirements:
+        specs += read_requirements(path)
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        raise UsageError(f"--wheelhouse {wheelhouse}: no such folder")
+    if ca_cert is not None and not ca_cert.is_file():
+        raise UsageError(f"--ca-cert {ca_cert}: no such file")
+    if (wheelhouse or index_url or extra_index_url or ca_cert) and not specs:
+        raise UsageError("package sources were given but no package: add --pip SPEC or --requirements FILE")
+    return PackageOptions(
+        specs=tuple(specs),
+        index_url=index_url,
+        extra_index_urls=tuple(extra_index_url),
+        trusted_hosts=tuple(trusted_host),
+        wheelhouse=wheelhouse.resolve() if wheelhouse else None,
+        ca_cert=ca_cert.resolve() if ca_cert else None,
+    )
+
+
 def build_options(
-    backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag
+    backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag,
+    packages: PackageOptions = PackageOptions(),
 ) -> BuildOptions:
     images = _pairs(image, "--image")
     unknown = sorted(set(images) - {"full", "min"})
@@ -148,6 +171,7 @@ def build_options(
         custom_backends=tuple((name, Path(path)) for name, path in sorted(customs.items())),
         with_headers=with_headers,
         tag=tag,
+        packages=packages,
     )
 
 
@@ -169,6 +193,16 @@ CustomOpt = typer.Option([], "--custom-backend", help="Copy a local backend fold
 HeadersOpt = typer.Option(False, "--with-headers", help="Include /opt/tritonserver/include.")
 TagOpt = typer.Option(None, "--tag", "-t", help="Tag for the composed image (default names release and backends).")
 JsonOpt = typer.Option(False, "--json", help="Print a machine-readable result on stdout.")
+PipOpt = typer.Option([], "--pip", help="A python package for python models, pip requirement syntax (repeatable).")
+RequirementsOpt = typer.Option([], "--requirements", "-r", help="A requirements file (repeatable).")
+IndexOpt = typer.Option(
+    None, "--pip-index-url", envvar="COMPOSER_PIP_INDEX_URL",
+    help="Package index (may hold credentials: never written anywhere; env COMPOSER_PIP_INDEX_URL).",
+)
+ExtraIndexOpt = typer.Option([], "--pip-extra-index-url", help="Extra package index (repeatable).")
+TrustedOpt = typer.Option([], "--pip-trusted-host", help="Host pip may reach without valid TLS (repeatable).")
+WheelhouseOpt = typer.Option(None, "--wheelhouse", help="Install from this folder of wheels only, no index.")
+CaOpt = typer.Option(None, "--ca-cert", help="CA certificate trusted by the install step only.")
 
 
 # -- commands -------------------------------------------------------------------
@@ -186,6 +220,13 @@ def build(
     custom_backend: List[str] = CustomOpt,
     with_headers: bool = HeadersOpt,
     tag: Optional[str] = TagOpt,
+    pip: List[str] = PipOpt,
+    requirements: List[Path] = RequirementsOpt,
+    pip_index_url: Optional[str] = IndexOpt,
+    pip_extra_index_url: List[str] = ExtraIndexOpt,
+    pip_trusted_host: List[str] = TrustedOpt,
+    wheelhouse: Optional[Path] = WheelhouseOpt,
+    ca_cert: Optional[Path] = CaOpt,
     no_smoke_test: bool = typer.Option(False, "--no-smoke-test", help="Tag without serving the samples first."),
     model_repository: Optional[Path] = typer.Option(
         None, "--model-repository", help="Smoke-test these models instead of the samples: each must reach READY."
@@ -196,7 +237,10 @@ def build(
     from composer.pipeline import build_image, plan_from_engine
 
     out = Printer(as_json)
-    options = build_options(backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag)
+    packages = package_options(pip, requirements, pip_index_url, pip_extra_index_url, pip_trusted_host, wheelhouse, ca_cert)
+    options = build_options(
+        backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag, packages
+    )
     catalog = Catalog.load()
     if not options.version and not options.full_image:
         raise UsageError("give --version YY.MM (or --image full=REF)")
@@ -242,6 +286,13 @@ def render(
     custom_backend: List[str] = CustomOpt,
     with_headers: bool = HeadersOpt,
     tag: Optional[str] = TagOpt,
+    pip: List[str] = PipOpt,
+    requirements: List[Path] = RequirementsOpt,
+    pip_index_url: Optional[str] = IndexOpt,
+    pip_extra_index_url: List[str] = ExtraIndexOpt,
+    pip_trusted_host: List[str] = TrustedOpt,
+    wheelhouse: Optional[Path] = WheelhouseOpt,
+    ca_cert: Optional[Path] = CaOpt,
     offline: bool = typer.Option(
         False, "--offline", help="Do not ask an engine: check the selection against NGC's catalogued layout."
     ),
@@ -252,7 +303,10 @@ def render(
     from composer.render import write_context
 
     out = Printer(as_json)
-    options = build_options(backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag)
+    packages = package_options(pip, requirements, pip_index_url, pip_extra_index_url, pip_trusted_host, wheelhouse, ca_cert)
+    options = build_options(
+        backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag, packages
+    )
     catalog = Catalog.load()
     if options.version:
         catalog.release(options.version)
@@ -271,6 +325,9 @@ def render(
     for note in plan.notes:
         out.step(f"note: {note}")
     context = write_context(plan, output)
+    if packages.build_args():
+        names = " ".join(f"--build-arg {name}" for name in sorted(packages.build_args()))
+        out.step(f"note: pass the package index at build time: docker build {names} ... (values from your environment)")
     out.result(
         {"dockerfile": str(context.dockerfile), "context": str(context.directory), "tag": plan.tag,
          "composition": plan.record()},
@@ -348,6 +405,46 @@ def backends(
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     table = "\n".join(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2].rjust(widths[2])}  {r[3]}" for r in rows)
     out.result(payload, f"{full_ref}: core {human_size(contents.core_size)}\n{table}")
+
+
+@app.command()
+@reports_errors
+def wheels(
+    output: Path = typer.Option(..., "--output", "-o", help="Folder to fill with wheels (the wheelhouse)."),
+    backend: List[str] = BackendOpt,
+    version: Optional[str] = VersionOpt,
+    registry: str = RegistryOpt,
+    image: List[str] = ImageOpt,
+    pip: List[str] = PipOpt,
+    requirements: List[Path] = RequirementsOpt,
+    pip_index_url: Optional[str] = IndexOpt,
+    pip_extra_index_url: List[str] = ExtraIndexOpt,
+    pip_trusted_host: List[str] = TrustedOpt,
+    ca_cert: Optional[Path] = CaOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Download on this machine the wheels a build's packages need, so the build runs offline."""
+    from composer.packages import download_wheels, python_target
+    from composer.pipeline import plan_from_engine
+
+    out = Printer(as_json)
+    packages = package_options(pip, requirements, pip_index_url, pip_extra_index_url, pip_trusted_host, None, ca_cert)
+    if not packages:
+        raise UsageError("name the packages with --pip SPEC or --requirements FILE")
+    options = build_options(backend or ["python"], [], [], version, registry, image, [], False, None, packages)
+    catalog = Catalog.load()
+    if options.version:
+        catalog.release(options.version)
+    engine = _engine()
+    plan, contents = plan_from_engine(engine, options, catalog, on_line=out.step)
+    target = python_target(engine, plan.full.ref, contents.python.version)
+    out.step(f"wheels for python {target.version} on {target.platform}, pins: {', '.join(plan.constraints) or 'none'}")
+    files = download_wheels(target, packages, plan.constraints, output, on_line=out.step)
+    out.result(
+        {"wheelhouse": str(output), "python": target.version, "platform": target.platform,
+         "wheels": [f.name for f in files]},
+        f"{len(files)} wheels in {output} (build with --wheelhouse {output})",
+    )
 
 
 @app.command()

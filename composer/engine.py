@@ -229,9 +229,13 @@ class Engine:
         network_mode: str | None = None,
         buildargs: Mapping[str, str] | None = None,
         nocache: bool = False,
+        redact: Callable[[str], str] = lambda line: line,
         on_line: LineSink = _quiet,
     ) -> str:
-        """Build `context` and return the image id; on failure the output tail is kept."""
+        """Build `context` and return the image id; on failure the output tail is kept.
+
+        `redact` scrubs every line before it is shown or kept (build arguments may hold secrets).
+        """
         tail: list[str] = []
         image_id = None
         progress = _Progress(on_line)
@@ -250,19 +254,20 @@ class Engine:
             )
             for event in stream:
                 if "stream" in event:
-                    for line in event["stream"].splitlines():
+                    for line in redact(event["stream"]).splitlines():
                         if line.strip():
                             tail = (tail + [line])[-40:]
                             on_line(line)
                 elif "aux" in event and "ID" in event["aux"]:
                     image_id = event["aux"]["ID"]
                 elif "error" in event:
-                    message = event["error"].strip().splitlines()[-1] if event["error"].strip() else "unknown error"
+                    error = redact(event["error"]).strip()
+                    message = error.splitlines()[-1] if error else "unknown error"
                     raise BuildFailed(f"image build failed: {message}", log_tail="\n".join(tail))
                 else:
                     progress(event)
         except docker.errors.APIError as exc:
-            raise BuildFailed(f"image build failed: {_explain(exc)}", log_tail="\n".join(tail)) from exc
+            raise BuildFailed(f"image build failed: {redact(_explain(exc))}", log_tail="\n".join(tail)) from exc
         except requests.exceptions.RequestException as exc:
             raise EngineUnavailable(f"lost the Docker engine during the build: {exc}") from exc
         if image_id is None:

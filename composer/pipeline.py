@@ -14,7 +14,8 @@ from typing import Callable
 from composer.catalog import Catalog
 from composer.contents import FullImageContents, inspect_full
 from composer.engine import Engine
-from composer.errors import SmokeTestFailed, UsageError
+from composer.errors import BuildFailed, SmokeTestFailed, UsageError
+from composer.packages import check_wheelhouse, explain_pip_failure, python_target, redactor, secrets_of
 from composer.plan import BaseImage, BuildOptions, CompositionPlan, Offer, image_refs, make_plan, resolve_release
 from composer.render import BuildContext, write_context
 from composer.smoke import SmokeOptions, SmokeReport, smoke_test
@@ -83,6 +84,11 @@ def plan_from_engine(
     full = BaseImage("full", full_ref, full_info.id, full_info.digest)
     minimal = BaseImage("min", min_ref, min_info.id, min_info.digest)
     plan = make_plan(options, release, Offer.from_contents(contents), catalog, full, minimal, full_info.env)
+    if plan.packages.wheelhouse is not None:
+        # Fail before the build, on the host, if the wheelhouse cannot satisfy the requirements.
+        target = python_target(engine, full_ref, contents.python.version)
+        for name, version in check_wheelhouse(target, plan.packages, plan.constraints):
+            on_line(f"wheelhouse: {name} {version}")
     return plan, contents
 
 
@@ -114,6 +120,10 @@ def build_image(
     and discarded if it does not serve.
     """
     workdir = Path(tempfile.mkdtemp(prefix="triton-composer-")) if context_dir is None else context_dir
+    packages = plan.packages
+    # Only an install from an index needs the network; everything else comes from the images.
+    network = network or (bool(packages) and packages.wheelhouse is None)
+    redact = redactor(secrets_of(packages))
     try:
         context: BuildContext = write_context(plan, workdir)
         on_line(f"build context: {context.directory}")
@@ -121,8 +131,18 @@ def build_image(
             context.directory,
             network_mode=None if network else "none",
             labels=labels,
+            buildargs=packages.build_args(),
+            redact=redact,
             on_line=on_line,
         )
+    except BuildFailed as failure:
+        if packages and "pip" in failure.log_tail:
+            where = f"the wheelhouse {packages.wheelhouse}" if packages.wheelhouse else "the index"
+            raise BuildFailed(
+                "installing python packages failed: " + explain_pip_failure(failure.log_tail, plan.constraints, where),
+                log_tail=failure.log_tail,
+            ) from failure
+        raise
     finally:
         if context_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)

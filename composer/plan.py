@@ -18,6 +18,7 @@ from composer.errors import UsageError
 
 DEFAULT_REGISTRY = "nvcr.io/nvidia"
 ROOT = "/opt/tritonserver"
+PACKAGES_DIR = "/opt/tritonserver/python-packages"
 KINDS = ("backend", "repoagent", "cache")
 FOLDERS = {"backend": "backends", "repoagent": "repoagents", "cache": "caches"}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -33,6 +34,7 @@ class Offer:
     components: Mapping[str, tuple[str, ...]]  # kind -> names
     python_based: frozenset[str] = frozenset()  # backends served through the python backend
     sizes: Mapping[str, int] = field(default_factory=dict)  # "backend/onnxruntime" -> bytes
+    has_pip: bool = True  # whether the python of the full image has pip
 
     @classmethod
     def from_layout(cls, catalog: Catalog, release: Release) -> "Offer":
@@ -56,6 +58,7 @@ class Offer:
             components=names,
             python_based=frozenset(c.name for c in contents.components if c.kind == "backend" and c.python_based),
             sizes={f"{c.kind}/{c.name}": c.size for c in contents.components},
+            has_pip=bool(contents.python and contents.python.has_pip),
         )
 
 
@@ -88,6 +91,36 @@ class CustomBackend:
 
 
 @dataclass(frozen=True)
+class PackageOptions:
+    """Python packages for python-backend models, and where pip may get them.
+
+    Index URLs may carry credentials: they go to pip through build arguments and never into
+    the rendered Dockerfile, the composition record or any output.
+    """
+
+    specs: tuple[str, ...] = ()  # from --pip and --requirements
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    trusted_hosts: tuple[str, ...] = ()
+    wheelhouse: Path | None = None
+    ca_cert: Path | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.specs)
+
+    def build_args(self) -> dict[str, str]:
+        """pip's own environment variables, handed to the install step only."""
+        args = {}
+        if self.index_url:
+            args["PIP_INDEX_URL"] = self.index_url
+        if self.extra_index_urls:
+            args["PIP_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
+        if self.trusted_hosts:
+            args["PIP_TRUSTED_HOST"] = " ".join(self.trusted_hosts)
+        return args
+
+
+@dataclass(frozen=True)
 class BuildOptions:
     """What the user asked for, before anything is checked."""
 
@@ -101,6 +134,7 @@ class BuildOptions:
     custom_backends: tuple[tuple[str, Path], ...] = ()
     with_headers: bool = False
     tag: str | None = None
+    packages: PackageOptions = PackageOptions()
 
 
 @dataclass(frozen=True)
@@ -120,6 +154,9 @@ class CompositionPlan:
     labels: tuple[tuple[str, str], ...]
     tag: str
     notes: tuple[str, ...] = ()
+    packages: PackageOptions = PackageOptions()
+    constraints: tuple[str, ...] = ()  # release pins pip must hold (numpy<2)
+    pip_in_image: bool = True  # the full image's python has pip (else it must come from the wheelhouse)
     composer_version: str = __version__
 
     @property
@@ -146,6 +183,7 @@ class CompositionPlan:
             "caches": list(self.caches),
             "with_headers": self.with_headers,
             "base_images": {"full": self.full.record(), "min": self.min.record()},
+            "requested_packages": list(self.packages.specs),
         }
 
 
@@ -215,7 +253,11 @@ def make_plan(
         raise UsageError(f"--with-headers: {offer.source} has no /opt/tritonserver/include")
 
     all_backends = sorted(set(backends) | custom_names)
-    env = _environment(release, catalog, all_backends, full_env)
+    packages = options.packages
+    if packages:
+        if "python" not in all_backends:
+            raise UsageError("--pip/--requirements add packages for python models: select --backend python too")
+    env = _environment(release, catalog, all_backends, full_env, bool(packages))
     tag = options.tag or default_tag(release, all_backends, repoagents, caches)
     labels = _labels(release, full, minimal, all_backends, repoagents, caches)
     return CompositionPlan(
@@ -232,6 +274,9 @@ def make_plan(
         labels=labels,
         tag=tag,
         notes=tuple(notes),
+        packages=packages,
+        constraints=(release.numpy,) if release.numpy and packages else (),
+        pip_in_image=offer.has_pip,
     )
 
 
@@ -286,7 +331,7 @@ def _custom_backends(pairs: tuple[tuple[str, Path], ...]) -> tuple[CustomBackend
     return tuple(sorted(result, key=lambda c: c.name))
 
 
-def _environment(release: Release, catalog: Catalog, backends, full_env) -> tuple[tuple[str, str], ...]:
+def _environment(release: Release, catalog: Catalog, backends, full_env, packages=False) -> tuple[tuple[str, str], ...]:
     """The environment of an NGC image, plus what the selected backends need."""
     full_env = full_env or {}
     env = {
@@ -298,6 +343,10 @@ def _environment(release: Release, catalog: Catalog, backends, full_env) -> tupl
     }
     for backend in backends:
         env.update(catalog.backend_env.get(backend, {}))
+    if packages:
+        # Ahead of the system's site-packages, so an added package's numpy (held to the
+        # release pin) is the one its compiled parts were built against.
+        env["PYTHONPATH"] = f"{PACKAGES_DIR}${{PYTHONPATH:+:${{PYTHONPATH}}}}"
     return tuple(env.items())
 
 

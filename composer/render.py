@@ -15,10 +15,42 @@ from pathlib import Path
 import jinja2
 
 from composer.errors import UsageError
-from composer.plan import ROOT, CompositionPlan
+from composer.plan import PACKAGES_DIR, ROOT, CompositionPlan
 
-# Scripts that run inside the build (collect stage), copied into every context.
-BUILD_SCRIPTS = ("collect.py", "probe.py")
+# Scripts that run inside the build (collect and packages stages), copied into every context.
+BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py")
+
+
+@dataclass(frozen=True)
+class PipStep:
+    """How the packages stage runs pip: the image's own, or the one from the wheelhouse."""
+
+    command: tuple[str, ...]
+    build_args: tuple[str, ...]  # names only: the values never enter the Dockerfile
+
+
+def pip_step(plan: CompositionPlan) -> PipStep | None:
+    packages = plan.packages
+    if not packages:
+        return None
+    command: tuple[str, ...] = ("python3", "-m", "pip")
+    if packages.wheelhouse is None and not plan.pip_in_image:
+        raise UsageError(
+            f"{plan.full.ref} has no pip: give --wheelhouse DIR (composer wheels -o DIR fills one, pip included)"
+        )
+    if packages.wheelhouse is not None:
+        if not packages.wheelhouse.is_dir():
+            raise UsageError(f"--wheelhouse {packages.wheelhouse}: no such folder")
+        pips = sorted(packages.wheelhouse.glob("pip-*.whl"))
+        if pips:
+            # pip runs straight from its wheel: the image needs no pip of its own.
+            command = ("python3", f"/composer/packages/wheelhouse/{pips[-1].name}/pip")
+        elif not plan.pip_in_image:
+            raise UsageError(
+                f"--wheelhouse {packages.wheelhouse} holds no pip wheel and the full image has no pip "
+                "(composer wheels puts one in)"
+            )
+    return PipStep(command=command, build_args=tuple(sorted(packages.build_args())))
 
 
 @dataclass(frozen=True)
@@ -42,7 +74,7 @@ def render_dockerfile(plan: CompositionPlan) -> str:
     collect_paths = list(plan.core) + plan.component_paths()
     collect_paths += [f"backends/{c.name}" for c in plan.custom_backends]
     text = templates().get_template("compose.Dockerfile.j2").render(
-        plan=plan, root=ROOT, collect_paths=collect_paths
+        plan=plan, root=ROOT, collect_paths=collect_paths, pip=pip_step(plan), packages_dir=PACKAGES_DIR
     )
     return text.rstrip("\n") + "\n"
 
@@ -63,9 +95,31 @@ def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
     package = resources.files("composer")
     for script in BUILD_SCRIPTS:
         (directory / script).write_bytes(package.joinpath(script).read_bytes())
+    _write_packages(plan, directory / "packages")
     customs = directory / "custom-backends"
     if customs.exists():
         shutil.rmtree(customs)
     for custom in plan.custom_backends:
         shutil.copytree(custom.source, customs / custom.name, symlinks=True)
     return BuildContext(directory=directory, dockerfile=dockerfile)
+
+
+def _write_packages(plan: CompositionPlan, folder: Path) -> None:
+    """requirements, the release's constraints, the wheelhouse and the CA for the packages stage."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    packages = plan.packages
+    if not packages:
+        return
+    folder.mkdir(parents=True)
+    (folder / "requirements.txt").write_text("".join(f"{spec}\n" for spec in packages.specs))
+    (folder / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.constraints))
+    if packages.wheelhouse is not None:
+        wheels = folder / "wheelhouse"
+        wheels.mkdir()
+        for wheel in sorted(packages.wheelhouse.glob("*.whl")):
+            shutil.copy2(wheel, wheels / wheel.name)
+    if packages.ca_cert is not None:
+        if not packages.ca_cert.is_file():
+            raise UsageError(f"--ca-cert {packages.ca_cert}: no such file")
+        shutil.copy2(packages.ca_cert, folder / "ca.pem")

@@ -6,6 +6,7 @@ published on 127.0.0.1 only and is removed in every case, Ctrl-C included.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,6 +138,7 @@ def _check_server(container: Container, image, options, samples, rows, on_line) 
             reason = NO_SAMPLE.get(backend, NO_SAMPLE_DEFAULT)
             rows.append(SmokeRow(backend, "SKIP", reason))
 
+    rows += _package_rows(container)
     report_rows = tuple(rows)
     failed = any(r.status == "FAIL" for r in report_rows)
     return SmokeReport(image, report_rows, version, log_tail=container.logs(tail=40) if failed else "")
@@ -161,6 +163,28 @@ def _sample_rows(client: TritonHTTP, samples: list[Sample], index: dict, on_line
         else:
             on_line(f"{sample.model}: correct answer")
             rows.append(SmokeRow(sample.backend, "PASS", "ready, correct answer", sample.model))
+    return rows
+
+
+def _package_rows(container: Container) -> list[SmokeRow]:
+    """Each added package must import in the server's python, as a model would import it."""
+    record = container.exec(["cat", "/opt/tritonserver/composition.json"])
+    try:
+        packages = json.loads(record.output).get("packages") or [] if record.exit_code == 0 else []
+    except ValueError:
+        packages = []
+    rows = []
+    for package in packages:
+        modules = package.get("modules") or []
+        if not modules:
+            continue
+        check = container.exec(["python3", "-c", "".join(f"import {m}\n" for m in modules)])
+        label = f"{package['name']} {package['version']}"
+        if check.exit_code == 0:
+            rows.append(SmokeRow("package", "PASS", f"{label}: import {', '.join(modules)}", package["name"]))
+        else:
+            last = (check.output.strip().splitlines() or ["import failed"])[-1]
+            rows.append(SmokeRow("package", "FAIL", f"{label}: {last}", package["name"]))
     return rows
 
 
