@@ -61,10 +61,21 @@ class LibraryNeed:
     path: str
     realpath: str
     size: int
+    # Symlinks from `path` to `realpath` in order (path first when it is one); copy them too.
+    links: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LibraryNeed":
-        return cls(str(d["soname"]), str(d["path"]), str(d.get("realpath") or d["path"]), int(d.get("size") or 0))
+        return cls(
+            str(d["soname"]),
+            str(d["path"]),
+            str(d.get("realpath") or d["path"]),
+            int(d.get("size") or 0),
+            tuple(d.get("links") or ()),
+        )
+
+    def to_dict(self) -> dict:
+        return {"soname": self.soname, "path": self.path, "realpath": self.realpath, "size": self.size, "links": list(self.links)}
 
 
 def _needs(items: Iterable[Mapping[str, Any]]) -> tuple[LibraryNeed, ...]:
@@ -177,9 +188,7 @@ class FullImageContents:
         return self.python is not None and self.stub_python is not None and self.python.version == self.stub_python
 
     def to_dict(self) -> dict:
-        def need(n: LibraryNeed) -> dict:
-            return {"soname": n.soname, "path": n.path, "realpath": n.realpath, "size": n.size}
-
+        need = LibraryNeed.to_dict
         python = None
         if self.python is not None:
             p = self.python

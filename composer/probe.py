@@ -271,7 +271,9 @@ class Resolver(object):
                 candidate = os.path.join(directory, name)
                 info = self.elf(candidate)
                 if info is not None and info.machine == machine:
-                    return candidate
+                    # Name the file through its real folder (/lib -> /usr/lib on merged-/usr
+                    # systems) but keep a symlinked file name: that name is what is opened.
+                    return os.path.join(os.path.realpath(directory), name)
         return None
 
     def deps(self, path):
@@ -330,7 +332,21 @@ class Resolver(object):
             size = os.stat(real).st_size
         except OSError:
             size = 0
-        return {"soname": soname, "path": path, "realpath": real, "size": size}
+        return {"soname": soname, "path": path, "realpath": real, "size": size, "links": symlink_chain(path)}
+
+
+def symlink_chain(path):
+    """The symlinks between `path` and its real file (e.g. through /etc/alternatives), in order.
+
+    A copy into another image must recreate each of them for `path` to keep working.
+    """
+    chain = []
+    current = path
+    while os.path.islink(current) and current not in chain and len(chain) < 40:
+        chain.append(current)
+        target = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
+        current = os.path.join(os.path.realpath(os.path.dirname(target)), os.path.basename(target))
+    return chain
 
 
 def walk_files(top, skip=()):

@@ -114,6 +114,17 @@ def test_expand_origin():
     assert probe.expand_origin("$PLATFORM/x", "/a") is None
 
 
+def test_symlink_chain_through_an_alternatives_folder(tmp_path):
+    make_elf(tmp_path / "real" / "libblas.so.3.11.0")
+    (tmp_path / "alt").mkdir()
+    (tmp_path / "alt" / "libblas.so.3").symlink_to(tmp_path / "real" / "libblas.so.3.11.0")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libblas.so.3").symlink_to("../alt/libblas.so.3")
+    assert probe.symlink_chain(str(tmp_path / "lib" / "libblas.so.3")) == [
+        str(tmp_path / "lib" / "libblas.so.3"), str(tmp_path / "alt" / "libblas.so.3")]
+    assert probe.symlink_chain(str(tmp_path / "real" / "libblas.so.3.11.0")) == []
+
+
 def test_loader_and_vdso_are_not_needs():
     assert probe.is_loader("ld-linux-x86-64.so.2")
     assert probe.is_loader("/lib64/ld-linux-x86-64.so.2")
@@ -232,6 +243,7 @@ def test_components_are_listed_sorted_with_their_needs(fake_image):
     assert ort["missing"] == ["libnothere.so.7"]
     foo = next(n for n in ort["needs"] if n["soname"] == "libfoo.so.2")
     assert foo["path"] == str(system / "libfoo.so.2") and foo["realpath"] == str(system / "libfoo.so.2.0.1")
+    assert foo["links"] == [str(system / "libfoo.so.2")]
     vllm = comps["vllm"]
     assert vllm["python_based"] and vllm["library"] is None and vllm["requires"] == ["python"]
     assert comps["local"]["library"] == "libtritoncache_local.so"
