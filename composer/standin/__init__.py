@@ -38,11 +38,12 @@ PYTRITON_FOR_RELEASE: Mapping[str, str] = {
 
 # Python packages each Python-based backend carries in its own site-packages folder.
 # numpy is deliberately absent: the image's numpy<2 must not be shadowed.
-BACKEND_PACKAGES: Mapping[str, tuple[str, ...]] = {
-    "onnxruntime": ("onnxruntime==1.20.1",),
+# Backend -> (the module the build imports to prove the folder is complete, its packages).
+BACKEND_PACKAGES: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    "onnxruntime": ("onnxruntime", ("onnxruntime==1.20.1",)),
     # import torch and torch.jit.load need only typing_extensions (checked in the image).
-    "pytorch": ("torch==2.13.0", "typing-extensions>=4.10.0"),
-    "identity": (),
+    "pytorch": ("torch", ("torch==2.13.0", "typing-extensions>=4.10.0")),
+    "identity": ("", ()),
 }
 
 LABEL_STANDIN = "org.triton-composer.standin"
@@ -123,7 +124,8 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
         tree = host.pytriton_tree(pytriton, on_line)
         with tempfile.TemporaryDirectory(prefix="standin-full-", dir=_context_parent()) as tmp:
             context = Path(tmp)
-            libtritonserver = _lay_out_server(tree, context / "tritonserver", release, on_line)
+            libtritonserver = _lay_out_server(tree, context / "server", release)
+            _lay_out_backends(context / "backends", on_line)
             (context / "Dockerfile").write_text(
                 templates.get_template("standin-full.Dockerfile.j2").render(
                     min_ref=min_info.id,
@@ -133,6 +135,7 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
                         "caches/local/libtritoncache_local.so",
                     ],
                     libtritonserver=libtritonserver,
+                    bundled_backends={name: module for name, (module, packages) in BACKEND_PACKAGES.items() if packages},
                     labels={**labels, "org.triton-composer.standin.flavour": "full"},
                     **common,
                 )
@@ -219,7 +222,7 @@ def _context_parent() -> Path:
     return parent
 
 
-def _lay_out_server(tree: Path, dest: Path, release: Release, on_line: LineSink) -> str:
+def _lay_out_server(tree: Path, dest: Path, release: Release) -> str:
     """Lay /opt/tritonserver out from the unpacked wheel; returns the libtritonserver file name."""
     server = tree / "pytriton" / "tritonserver"
     libs = tree / "nvidia_pytriton.libs"
@@ -238,13 +241,16 @@ def _lay_out_server(tree: Path, dest: Path, release: Release, on_line: LineSink)
     if licence is not None:
         shutil.copy2(licence, dest / "LICENSE")
     (dest / "TRITON_VERSION").write_text(release.server + "\n")
+    return candidates[0].name
 
+
+def _lay_out_backends(dest: Path, on_line: LineSink) -> None:
+    """The Python-based backends, each folder self-contained (model.py + site-packages)."""
     backends = _standin_file("backends")
-    for name, requirements in BACKEND_PACKAGES.items():
-        folder = dest / "backends" / name
+    for name, (_module, requirements) in BACKEND_PACKAGES.items():
+        folder = dest / name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "model.py").write_bytes((backends / name / "model.py").read_bytes())
         if requirements:
             host.link_tree(host.site_packages(name, requirements, on_line), folder / "site-packages")
             (folder / "site-packages" / ".requirements").unlink(missing_ok=True)
-    return candidates[0].name

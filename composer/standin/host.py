@@ -6,6 +6,7 @@ cache_dir(), so a machine does each download once.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -92,7 +93,11 @@ def pytriton_tree(version: str, on_line: LineSink) -> Path:
     """The unpacked nvidia-pytriton wheel `version` (downloaded on the host, cached)."""
     base = cache_dir() / "pytriton"
     tree = base / version
-    if (tree / "pytriton" / "tritonserver" / "bin" / "tritonserver").is_file():
+
+    def complete(folder: Path) -> bool:
+        return (folder / "pytriton" / "tritonserver" / "bin" / "tritonserver").is_file()
+
+    if complete(tree):
         return tree
     downloads = base / "wheels"
     downloads.mkdir(parents=True, exist_ok=True)
@@ -107,16 +112,28 @@ def pytriton_tree(version: str, on_line: LineSink) -> Path:
         wheels = sorted(downloads.glob(f"nvidia_pytriton-{version}-*.whl"))
         if not wheels:
             raise BuildFailed(f"downloading nvidia-pytriton=={version} gave no wheel in {downloads}")
-    partial = Path(tempfile.mkdtemp(prefix=f"{version}-", dir=base))
+    partial = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=base))
     try:
         with zipfile.ZipFile(wheels[-1]) as wheel:
             wheel.extractall(partial)
-        shutil.rmtree(tree, ignore_errors=True)
-        partial.replace(tree)
+        _publish(partial, tree, complete)
     except (zipfile.BadZipFile, OSError) as exc:
-        shutil.rmtree(partial, ignore_errors=True)
         raise BuildFailed(f"cannot unpack {wheels[-1].name}: {exc}") from exc
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     return tree
+
+
+def _publish(partial: Path, final: Path, complete: Callable[[Path], bool]) -> None:
+    """Move a finished folder into the cache; a concurrent run may have got there first."""
+    if final.exists() and complete(final):
+        return
+    shutil.rmtree(final, ignore_errors=True)  # a stale, incomplete leftover
+    try:
+        partial.replace(final)
+    except OSError:
+        if not (final.exists() and complete(final)):
+            raise
 
 
 def site_packages(name: str, requirements: Sequence[str], on_line: LineSink) -> Path:
@@ -124,13 +141,18 @@ def site_packages(name: str, requirements: Sequence[str], on_line: LineSink) -> 
     the list is complete on purpose, so numpy stays the system's)."""
     if not requirements:
         raise ValueError("no requirements")
-    key = "-".join(r.replace("==", "-") for r in requirements[:1])
-    folder = cache_dir() / "site-packages" / f"{name}-{key}-cp{PYTHON_VERSION.replace('.', '')}"
-    stamp = folder / ".requirements"
-    wanted = "\n".join(requirements)
-    if stamp.is_file() and stamp.read_text() == wanted:
+    wanted = "\n".join([f"# {PIP_PLATFORM} cp{PYTHON_VERSION}", *requirements])
+    key = hashlib.sha256(wanted.encode()).hexdigest()[:12]
+    folder = cache_dir() / "site-packages" / f"{name}-{key}"
+
+    def complete(candidate: Path) -> bool:
+        stamp = candidate / ".requirements"
+        return stamp.is_file() and stamp.read_text() == wanted
+
+    if complete(folder):
         return folder
-    partial = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=folder.parent if folder.parent.exists() else _mk(folder.parent)))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
         on_line(f"downloading for the {name} backend: {' '.join(requirements)}")
         _pip(
@@ -145,16 +167,10 @@ def site_packages(name: str, requirements: Sequence[str], on_line: LineSink) -> 
         # Console scripts are useless inside a backend folder.
         shutil.rmtree(partial / "bin", ignore_errors=True)
         (partial / ".requirements").write_text(wanted)
-        shutil.rmtree(folder, ignore_errors=True)
-        partial.replace(folder)
+        _publish(partial, folder, complete)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return folder
-
-
-def _mk(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def link_tree(src: Path, dst: Path) -> None:
