@@ -90,3 +90,36 @@ def test_second_build_reuses_and_is_fast(engine, standin_images):
     assert time.monotonic() - started < 15
     assert not again.full_built and not again.min_built
     assert (again.full_id, again.min_id) == (standin_images.full_id, standin_images.min_id)
+
+
+def test_backend_folders_are_self_contained_and_bundle_no_numpy(engine, standin_images):
+    """Each Python-based backend runs from its own folder plus the image's numpy<2."""
+    script = (
+        "import sys, glob; "
+        "assert not glob.glob('/opt/tritonserver/backends/*/site-packages/numpy*'), 'numpy bundled'; "
+        "sys.path.insert(0, '/opt/tritonserver/backends/onnxruntime/site-packages'); "
+        "import numpy, onnxruntime; "
+        "s = onnxruntime.InferenceSession('/s/model.onnx', providers=['CPUExecutionProvider']); "
+        "print(numpy.__version__, s.run(None, {'INPUT0': numpy.arange(4, dtype=numpy.float32)})[0].tolist())"
+    )
+    from composer.samples import models_dir
+
+    result = engine.run_once(
+        standin_images.full_ref,
+        ["python3", "-I", "-c", script],
+        entrypoint=[],
+        files={"/s/model.onnx": (models_dir() / "onnx_affine" / "1" / "model.onnx").read_bytes()},
+        labels=TEST_LABEL,
+    )
+    assert result.exit_code == 0, result.output
+    numpy_version, values = result.output.strip().split(" ", 1)
+    assert numpy_version.startswith("1.")
+    assert values == "[1.0, 3.0, 5.0, 7.0]"
+
+
+def test_release_without_recipe_is_a_usage_error(engine):
+    from composer.errors import UsageError
+
+    with pytest.raises(UsageError) as caught:
+        build_standins(engine, Catalog.load().release("23.07"), on_line=lambda _line: None)
+    assert "24.09" in caught.value.message and "\n" not in caught.value.message
