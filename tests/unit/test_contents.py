@@ -201,3 +201,39 @@ def test_inspect_min_uses_sh_and_parses():
 def test_driver_libraries():
     assert contents.is_driver_library("libcuda.so.1")
     assert not contents.is_driver_library("libz.so.1")
+
+
+# -- against the stand-in images, when the engine has them ------------------------
+
+STANDIN_FULL = "localhost/standin/tritonserver:24.09-py3"
+STANDIN_MIN = "localhost/standin/tritonserver:24.09-py3-min"
+
+
+@pytest.fixture(scope="module")
+def standin_engine():
+    from composer.engine import Engine
+
+    try:
+        engine = Engine.connect(timeout=60)
+    except ComposerError:
+        pytest.skip("no Docker engine")
+    if engine.image(STANDIN_FULL) is None or engine.image(STANDIN_MIN) is None:
+        pytest.skip("stand-in images are not built (composer standin)")
+    return engine
+
+
+@pytest.mark.integration
+def test_standin_full_and_min(standin_engine):
+    c = inspect_full(standin_engine, STANDIN_FULL)
+    assert c.stub_python == "3.11" and c.python_matches_stub
+    assert {"identity", "onnxruntime", "python", "pytorch"} <= set(c.names("backend"))
+    assert "local" in c.names("cache")
+    assert c.python.numpy_version and c.python.numpy_version.startswith("1.")
+    assert any(p.endswith("/numpy") for p in c.python.numpy_paths)
+    assert "libpython3.11.so.1.0" in {n.soname for n in c.python.needs}
+    assert not c.component("backend", "python").missing
+    m = inspect_min(standin_engine, STANDIN_MIN)
+    assert not m.has_python and "libc.so.6" in m.sonames
+    files = runtime_files(c, m, list(c.python.needs) + list(c.component("backend", "python").needs))
+    assert "libpython3.11.so.1.0" in {f.soname for f in files}
+    assert "libc.so.6" not in {f.soname for f in files}
