@@ -33,15 +33,27 @@ class PythonTarget:
     version: str  # "3.11"
     platform: str  # "manylinux_2_36_x86_64"
 
+    def platforms(self) -> list[str]:
+        """Every manylinux tag this C library runs, newest first (pip does not expand them)."""
+        match = re.match(r"^manylinux_(\d+)_(\d+)_(\w+)$", self.platform)
+        if not match:
+            return [self.platform]
+        major, minor, arch = int(match.group(1)), int(match.group(2)), match.group(3)
+        tags = [f"manylinux_{major}_{m}_{arch}" for m in range(minor, 16, -1)]
+        if minor >= 17:
+            tags.append(f"manylinux2014_{arch}")
+        if minor >= 12 and arch in ("x86_64", "i686"):
+            tags.append(f"manylinux2010_{arch}")
+        if minor >= 5 and arch in ("x86_64", "i686"):
+            tags.append(f"manylinux1_{arch}")
+        return tags
+
     def pip_args(self) -> list[str]:
         nodot = self.version.replace(".", "")
-        return [
-            "--only-binary=:all:",
-            "--python-version", self.version,
-            "--implementation", "cp",
-            "--abi", f"cp{nodot}",
-            "--platform", self.platform,
-        ]
+        args = ["--only-binary=:all:", "--python-version", self.version, "--implementation", "cp", "--abi", f"cp{nodot}"]
+        for tag in self.platforms():
+            args += ["--platform", tag]
+        return args
 
 
 def read_requirements(path: Path) -> list[str]:
@@ -131,7 +143,8 @@ def check_wheelhouse(
         requirements, constraint_file = _files(Path(tmp), packages.specs, constraints)
         report = Path(tmp) / "report.json"
         _pip(
-            ["install", "--dry-run", "--ignore-installed", "--no-index", "--find-links", str(packages.wheelhouse),
+            ["install", "--dry-run", "--ignore-installed", "--target", str(Path(tmp) / "target"),
+             "--no-index", "--find-links", str(packages.wheelhouse),
              *target.pip_args(), "--report", str(report),
              "--requirement", str(requirements), "--constraint", str(constraint_file)],
             constraints, redactor([]), on_line, isolated=True, where=f"the wheelhouse {packages.wheelhouse}",
