@@ -51,6 +51,7 @@ LABEL_WHEEL = "org.triton-composer.standin.wheel"
 LABEL_RECIPE = "org.triton-composer.standin.recipe"
 LABEL_SERVER = "org.triton-composer.standin.server-version"
 LABEL_PYTHON = "org.triton-composer.standin.python"
+LABEL_MIN_ID = "org.triton-composer.standin.min-id"
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,9 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
     else:
         on_line(f"reusing {min_ref} ({min_info.id[:19]})")
 
-    full_info = None if (force or min_built) else _current(engine, full_ref, labels)
+    # The full image must sit on this min image, not on one an earlier recipe made.
+    full_labels = {**labels, LABEL_MIN_ID: min_info.id}
+    full_info = None if (force or min_built) else _current(engine, full_ref, full_labels)
     full_built = full_info is None
     if full_built:
         on_line(f"building {full_ref} from {wheel}")
@@ -136,7 +139,7 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
                     ],
                     libtritonserver=libtritonserver,
                     bundled_backends={name: module for name, (module, packages) in BACKEND_PACKAGES.items() if packages},
-                    labels={**labels, "org.triton-composer.standin.flavour": "full"},
+                    labels={**full_labels, "org.triton-composer.standin.flavour": "full"},
                     **common,
                 )
             )
