@@ -81,8 +81,29 @@ def debian_rootfs(on_line: LineSink) -> Path:
         _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], "packing the Debian root", on_line)
         partial.replace(target)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if _release_mounts(work):
+            shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+def _release_mounts(folder: Path) -> bool:
+    """Unmount what a failed debootstrap left mounted (proc, sys) under `folder`.
+
+    True when nothing stays mounted, so deleting the folder cannot reach the host's /proc.
+    """
+    prefix = str(folder.resolve()) + "/"
+
+    def mounted() -> list[str]:
+        try:
+            lines = Path("/proc/self/mounts").read_text().splitlines()
+        except OSError:
+            return []
+        points = [line.split()[1].replace("\\040", " ") for line in lines if len(line.split()) > 1]
+        return sorted((p for p in points if p.startswith(prefix)), reverse=True)
+
+    for point in mounted():
+        subprocess.run(["umount", "-l", point], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return not mounted()
 
 
 def _pip(args: Sequence[str], what: str, on_line: LineSink) -> None:
