@@ -306,7 +306,10 @@ class Engine:
         try:
             if files:
                 api.put_archive(cid, "/", tar_of({k.lstrip("/"): v for k, v in files.items()}))
-            api.start(cid)
+            try:
+                api.start(cid)
+            except docker.errors.APIError as exc:  # e.g. the command does not exist in the image
+                return RunResult(127, _explain(exc))
             status = api.wait(cid, timeout=timeout)
             stdout = api.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace")
             stderr = api.logs(cid, stdout=False, stderr=True).decode("utf-8", "replace")

@@ -18,7 +18,6 @@ from composer.errors import UsageError
 
 DEFAULT_REGISTRY = "nvcr.io/nvidia"
 ROOT = "/opt/tritonserver"
-PACKAGES_DIR = "/opt/tritonserver/python-packages"
 KINDS = ("backend", "repoagent", "cache")
 FOLDERS = {"backend": "backends", "repoagent": "repoagents", "cache": "caches"}
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -35,6 +34,7 @@ class Offer:
     python_based: frozenset[str] = frozenset()  # backends served through the python backend
     sizes: Mapping[str, int] = field(default_factory=dict)  # "backend/onnxruntime" -> bytes
     has_pip: bool = True  # whether the python of the full image has pip
+    python: str | None = None  # the python the python backend stub runs on, e.g. "3.11"
 
     @classmethod
     def from_layout(cls, catalog: Catalog, release: Release) -> "Offer":
@@ -44,6 +44,7 @@ class Offer:
             core=layout.core,
             has_include=True,
             components={"backend": layout.backends, "repoagent": layout.repoagents, "cache": layout.caches},
+            python=release.python,
         )
 
     @classmethod
@@ -59,6 +60,7 @@ class Offer:
             python_based=frozenset(c.name for c in contents.components if c.kind == "backend" and c.python_based),
             sizes={f"{c.kind}/{c.name}": c.size for c in contents.components},
             has_pip=bool(contents.python and contents.python.has_pip),
+            python=contents.stub_python or (contents.python.version if contents.python else None),
         )
 
 
@@ -157,6 +159,9 @@ class CompositionPlan:
     packages: PackageOptions = PackageOptions()
     constraints: tuple[str, ...] = ()  # release pins pip must hold (numpy<2)
     pip_in_image: bool = True  # the full image's python has pip (else it must come from the wheelhouse)
+    # Where added packages go: a folder the stub's python puts on sys.path by itself (the stub
+    # ignores PYTHONPATH), ahead of the system's numpy.
+    site_packages: str | None = None
     composer_version: str = __version__
 
     @property
@@ -257,7 +262,7 @@ def make_plan(
     if packages:
         if "python" not in all_backends:
             raise UsageError("--pip/--requirements add packages for python models: select --backend python too")
-    env = _environment(release, catalog, all_backends, full_env, bool(packages))
+    env = _environment(release, catalog, all_backends, full_env)
     tag = options.tag or default_tag(release, all_backends, repoagents, caches)
     labels = _labels(release, full, minimal, all_backends, repoagents, caches)
     return CompositionPlan(
@@ -277,6 +282,7 @@ def make_plan(
         packages=packages,
         constraints=(release.numpy,) if release.numpy and packages else (),
         pip_in_image=offer.has_pip,
+        site_packages=f"/usr/local/lib/python{offer.python or release.python}/dist-packages" if packages else None,
     )
 
 
@@ -331,7 +337,7 @@ def _custom_backends(pairs: tuple[tuple[str, Path], ...]) -> tuple[CustomBackend
     return tuple(sorted(result, key=lambda c: c.name))
 
 
-def _environment(release: Release, catalog: Catalog, backends, full_env, packages=False) -> tuple[tuple[str, str], ...]:
+def _environment(release: Release, catalog: Catalog, backends, full_env) -> tuple[tuple[str, str], ...]:
     """The environment of an NGC image, plus what the selected backends need."""
     full_env = full_env or {}
     env = {
@@ -343,10 +349,6 @@ def _environment(release: Release, catalog: Catalog, backends, full_env, package
     }
     for backend in backends:
         env.update(catalog.backend_env.get(backend, {}))
-    if packages:
-        # Ahead of the system's site-packages, so an added package's numpy (held to the
-        # release pin) is the one its compiled parts were built against.
-        env["PYTHONPATH"] = f"{PACKAGES_DIR}${{PYTHONPATH:+:${{PYTHONPATH}}}}"
     return tuple(env.items())
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 
 from composer.errors import UsageError
-from composer.plan import PACKAGES_DIR, ROOT, CompositionPlan
+from composer.plan import ROOT, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
 BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py")
@@ -74,7 +74,7 @@ def render_dockerfile(plan: CompositionPlan) -> str:
     collect_paths = list(plan.core) + plan.component_paths()
     collect_paths += [f"backends/{c.name}" for c in plan.custom_backends]
     text = templates().get_template("compose.Dockerfile.j2").render(
-        plan=plan, root=ROOT, collect_paths=collect_paths, pip=pip_step(plan), packages_dir=PACKAGES_DIR
+        plan=plan, root=ROOT, collect_paths=collect_paths, pip=pip_step(plan)
     )
     return text.rstrip("\n") + "\n"
 
