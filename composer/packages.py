@@ -166,8 +166,12 @@ def explain_pip_failure(output: str, constraints: Iterable[str], where: str = "t
         if match and constraints:
             return (f"the requested {match.group(1)} conflicts with this release's pin {', '.join(constraints)} "
                     "(the python backend breaks with numpy 2)")
+    unreachable = re.search(r"(Failed to establish a new connection|Could not fetch URL|ProxyError|"
+                            r"Name or service not known|SSLError)", output)
     for line in output.splitlines():
         match = re.search(r"No matching distribution found for (\S+)", line)
+        if match and unreachable:
+            return f"cannot reach {where} for {match.group(1)} ({unreachable.group(1)})"
         if match:
             return f"{where} has no wheel for {match.group(1)} that fits the image's python"
     errors = [line.strip() for line in output.splitlines() if line.strip().startswith("ERROR")]
