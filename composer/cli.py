@@ -153,13 +153,14 @@ def package_options(pip, requirements, index_url, extra_index_url, trusted_host,
 
 def build_options(
     backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag,
-    packages: PackageOptions = PackageOptions(),
+    packages: PackageOptions = PackageOptions(), backend_image=(),
 ) -> BuildOptions:
     images = _pairs(image, "--image")
     unknown = sorted(set(images) - {"full", "min"})
     if unknown:
         raise UsageError(f"--image takes full=REF or min=REF, not {unknown[0]}=...")
     customs = _pairs(custom_backend, "--custom-backend")
+    foreign = _pairs(list(backend_image), "--backend-image")
     return BuildOptions(
         backends=tuple(backend),
         repoagents=tuple(repoagent),
@@ -169,6 +170,7 @@ def build_options(
         full_image=images.get("full"),
         min_image=images.get("min"),
         custom_backends=tuple((name, Path(path)) for name, path in sorted(customs.items())),
+        backend_images=tuple(sorted(foreign.items())),
         with_headers=with_headers,
         tag=tag,
         packages=packages,
@@ -190,6 +192,9 @@ RegistryOpt = typer.Option(
 )
 ImageOpt = typer.Option([], "--image", help="Name a base image outright: full=REF or min=REF.")
 CustomOpt = typer.Option([], "--custom-backend", help="Copy a local backend folder in: NAME=DIR (repeatable).")
+BackendImageOpt = typer.Option(
+    [], "--backend-image", help="Take a backend from another full image (another release): NAME=REF (repeatable)."
+)
 HeadersOpt = typer.Option(False, "--with-headers", help="Include /opt/tritonserver/include.")
 TagOpt = typer.Option(None, "--tag", "-t", help="Tag for the composed image (default names release and backends).")
 JsonOpt = typer.Option(False, "--json", help="Print a machine-readable result on stdout.")
@@ -218,6 +223,7 @@ def build(
     registry: str = RegistryOpt,
     image: List[str] = ImageOpt,
     custom_backend: List[str] = CustomOpt,
+    backend_image: List[str] = BackendImageOpt,
     with_headers: bool = HeadersOpt,
     tag: Optional[str] = TagOpt,
     pip: List[str] = PipOpt,
@@ -239,7 +245,8 @@ def build(
     out = Printer(as_json)
     packages = package_options(pip, requirements, pip_index_url, pip_extra_index_url, pip_trusted_host, wheelhouse, ca_cert)
     options = build_options(
-        backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag, packages
+        backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag, packages,
+        backend_image,
     )
     catalog = Catalog.load()
     if not options.version and not options.full_image:
@@ -284,6 +291,7 @@ def render(
     registry: str = RegistryOpt,
     image: List[str] = ImageOpt,
     custom_backend: List[str] = CustomOpt,
+    backend_image: List[str] = BackendImageOpt,
     with_headers: bool = HeadersOpt,
     tag: Optional[str] = TagOpt,
     pip: List[str] = PipOpt,
@@ -305,7 +313,8 @@ def render(
     out = Printer(as_json)
     packages = package_options(pip, requirements, pip_index_url, pip_extra_index_url, pip_trusted_host, wheelhouse, ca_cert)
     options = build_options(
-        backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag, packages
+        backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag, packages,
+        backend_image,
     )
     catalog = Catalog.load()
     if options.version:

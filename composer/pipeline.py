@@ -16,7 +16,16 @@ from composer.contents import FullImageContents, inspect_full
 from composer.engine import Engine
 from composer.errors import BuildFailed, SmokeTestFailed, UsageError
 from composer.packages import check_wheelhouse, explain_pip_failure, python_target, redactor, secrets_of
-from composer.plan import BaseImage, BuildOptions, CompositionPlan, Offer, image_refs, make_plan, resolve_release
+from composer.plan import (
+    BaseImage,
+    BuildOptions,
+    CompositionPlan,
+    Offer,
+    foreign_backend,
+    image_refs,
+    make_plan,
+    resolve_release,
+)
 from composer.render import BuildContext, write_context
 from composer.smoke import SmokeOptions, SmokeReport, smoke_test
 
@@ -83,7 +92,16 @@ def plan_from_engine(
     contents = inspect_full(engine, full_ref)
     full = BaseImage("full", full_ref, full_info.id, full_info.digest)
     minimal = BaseImage("min", min_ref, min_info.id, min_info.digest)
-    plan = make_plan(options, release, Offer.from_contents(contents), catalog, full, minimal, full_info.env)
+    foreign = []
+    for name, ref in options.backend_images:
+        on_line(f"backend {name} from: {ref}")
+        info = engine.require_image(ref, on_line=on_line)
+        offer = Offer.from_contents(inspect_full(engine, ref))
+        image = BaseImage(f"backend:{name}", ref, info.id, info.digest)
+        foreign.append(foreign_backend(name, image, offer, info.env.get("NVIDIA_TRITON_SERVER_VERSION")))
+    plan = make_plan(
+        options, release, Offer.from_contents(contents), catalog, full, minimal, full_info.env, tuple(foreign)
+    )
     if plan.packages.wheelhouse is not None:
         # Fail before the build, on the host, if the wheelhouse cannot satisfy the requirements.
         target = python_target(engine, full_ref, contents.python.version)
@@ -99,7 +117,12 @@ def plan_from_catalog(options: BuildOptions, catalog: Catalog) -> CompositionPla
     release = catalog.release(options.version)
     full_ref, min_ref = image_refs(options, release)
     offer = Offer.from_layout(catalog, release)
-    return make_plan(options, release, offer, catalog, BaseImage("full", full_ref), BaseImage("min", min_ref))
+    foreign = tuple(
+        foreign_backend(name, BaseImage(f"backend:{name}", ref), offer, None) for name, ref in options.backend_images
+    )
+    return make_plan(
+        options, release, offer, catalog, BaseImage("full", full_ref), BaseImage("min", min_ref), foreign=foreign
+    )
 
 
 def build_image(

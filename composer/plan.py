@@ -93,6 +93,29 @@ class CustomBackend:
 
 
 @dataclass(frozen=True)
+class ForeignBackend:
+    """A backend taken from another full image, e.g. another release's (--backend-image)."""
+
+    name: str
+    image: BaseImage
+    release: str | None  # that image's release, when it says
+    python_based: bool = False
+
+    @property
+    def stage(self) -> str:
+        return "backend-" + re.sub(r"[^a-z0-9_.-]", "-", self.name.lower())
+
+    def record(self) -> dict:
+        return {**self.image.record(), "release": self.release}
+
+
+def foreign_backend(name: str, image: BaseImage, offer: Offer, release: str | None) -> ForeignBackend:
+    """Check that `image` offers backend `name` before the plan takes it from there."""
+    _validated("backend", (name,), offer)
+    return ForeignBackend(name, image, release, name in offer.python_based)
+
+
+@dataclass(frozen=True)
 class PackageOptions:
     """Python packages for python-backend models, and where pip may get them.
 
@@ -134,6 +157,7 @@ class BuildOptions:
     full_image: str | None = None
     min_image: str | None = None
     custom_backends: tuple[tuple[str, Path], ...] = ()
+    backend_images: tuple[tuple[str, str], ...] = ()  # backend name -> full image to take it from
     with_headers: bool = False
     tag: str | None = None
     packages: PackageOptions = PackageOptions()
@@ -162,12 +186,14 @@ class CompositionPlan:
     # Where added packages go: a folder the stub's python puts on sys.path by itself (the stub
     # ignores PYTHONPATH), ahead of the system's numpy.
     site_packages: str | None = None
+    foreign_backends: tuple[ForeignBackend, ...] = ()
     composer_version: str = __version__
 
     @property
     def all_backends(self) -> tuple[str, ...]:
-        """Backends in the image: selected from the full image plus custom ones."""
-        return tuple(sorted(set(self.backends) | {c.name for c in self.custom_backends}))
+        """Backends in the image: from the full image, from other images, and custom ones."""
+        others = {c.name for c in self.custom_backends} | {f.name for f in self.foreign_backends}
+        return tuple(sorted(set(self.backends) | others))
 
     def component_paths(self) -> list[str]:
         """Folders copied from the full image, relative to /opt/tritonserver."""
@@ -188,6 +214,7 @@ class CompositionPlan:
             "caches": list(self.caches),
             "with_headers": self.with_headers,
             "base_images": {"full": self.full.record(), "min": self.min.record()},
+            "backend_images": {f.name: f.record() for f in self.foreign_backends},
             "requested_packages": list(self.packages.specs),
         }
 
@@ -232,10 +259,16 @@ def make_plan(
     full: BaseImage,
     minimal: BaseImage,
     full_env: Mapping[str, str] | None = None,
+    foreign: tuple[ForeignBackend, ...] = (),
 ) -> CompositionPlan:
     """Check the selection against what the full image offers and fix every detail of the image."""
     custom = _custom_backends(options.custom_backends)
     custom_names = {c.name for c in custom}
+    foreign = tuple(sorted(foreign, key=lambda f: f.name))
+    clash = custom_names & {f.name for f in foreign}
+    if clash:
+        raise UsageError(f"backend {sorted(clash)[0]} is given both as --custom-backend and --backend-image")
+    custom_names |= {f.name for f in foreign}
     backends = _validated("backend", options.backends, offer, exclude=custom_names)
     repoagents = _validated("repoagent", options.repoagents, offer)
     caches = _validated("cache", options.caches, offer)
@@ -244,8 +277,14 @@ def make_plan(
         raise UsageError(f"select at least one backend with --backend NAME (offered by {offer.source}: {offered})")
 
     notes: list[str] = []
+    for other in foreign:
+        if other.release and other.release != release.name:
+            notes.append(
+                f"warning: backend {other.name} comes from release {other.release} ({other.image.ref}) but the "
+                f"server is {release.name}: backends and server of different releases may not work together"
+            )
     # A Python-based backend (a model.py in its folder) is served through the python backend.
-    needs_python = sorted(b for b in backends if b in offer.python_based)
+    needs_python = sorted({b for b in backends if b in offer.python_based} | {f.name for f in foreign if f.python_based})
     if needs_python and "python" not in backends:
         if "python" not in offer.components.get("backend", ()):
             raise UsageError(
@@ -283,6 +322,7 @@ def make_plan(
         constraints=(release.numpy,) if release.numpy and packages else (),
         pip_in_image=offer.has_pip,
         site_packages=f"/usr/local/lib/python{offer.python or release.python}/dist-packages" if packages else None,
+        foreign_backends=foreign,
     )
 
 

@@ -73,6 +73,7 @@ def templates() -> jinja2.Environment:
 def render_dockerfile(plan: CompositionPlan) -> str:
     collect_paths = list(plan.core) + plan.component_paths()
     collect_paths += [f"backends/{c.name}" for c in plan.custom_backends]
+    collect_paths += [f"backends/{f.name}" for f in plan.foreign_backends]
     text = templates().get_template("compose.Dockerfile.j2").render(
         plan=plan, root=ROOT, collect_paths=collect_paths, pip=pip_step(plan)
     )

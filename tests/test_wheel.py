@@ -1,0 +1,40 @@
+"""The built wheel carries its templates, samples and build scripts: install it fresh and render."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args, cwd=None):
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done
+
+
+def test_wheel_installs_and_renders(tmp_path):
+    dist = tmp_path / "dist"
+    run(sys.executable, "-m", "build", "--wheel", "--outdir", dist, ROOT)
+    wheel = next(dist.glob("triton_composer-*.whl"))
+
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel)
+
+    out = tmp_path / "context"
+    run(env_dir / "bin" / "composer", "render", "--offline", "-o", out, "--version", "24.09",
+        "-b", "onnxruntime", "-b", "python", cwd=tmp_path)
+    dockerfile = (out / "Dockerfile").read_text()
+    assert "FROM nvcr.io/nvidia/tritonserver:24.09-py3 AS full" in dockerfile
+    assert "/opt/tritonserver/backends/onnxruntime" in dockerfile
+    for script in ("collect.py", "probe.py", "record_packages.py"):
+        assert (out / script).is_file()
+    # Rendered from the installed package, not from this checkout.
+    where = run(python, "-c", "import composer, composer.samples as s; print(composer.__file__); "
+                "print(len(s.load_samples()))", cwd=tmp_path).stdout.split()
+    assert str(env_dir) in where[0] and int(where[1]) >= 4
