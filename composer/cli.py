@@ -237,12 +237,20 @@ def build(
     model_repository: Optional[Path] = typer.Option(
         None, "--model-repository", help="Smoke-test these models instead of the samples: each must reach READY."
     ),
+    bundle: Optional[Path] = typer.Option(
+        None, "--bundle", help="Build from a bundle made by composer bundle: no registry, no network."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Compose, build and smoke-test a slim image; tag it only once it serves."""
-    from composer.pipeline import build_image, plan_from_engine
+    from composer.pipeline import plan_from_engine
 
     out = Printer(as_json)
+    if bundle is not None:
+        if backend or version or image or custom_backend or backend_image or pip or requirements or wheelhouse:
+            raise UsageError("--bundle carries its own selection: give only --tag, --no-smoke-test or --json with it")
+        _build_from_bundle(out, bundle, tag, not no_smoke_test, model_repository)
+        return
     packages = package_options(pip, requirements, pip_index_url, pip_extra_index_url, pip_trusted_host, wheelhouse, ca_cert)
     options = build_options(
         backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag, packages,
@@ -255,6 +263,32 @@ def build(
         catalog.release(options.version)
     engine = _engine()
     plan, _contents = plan_from_engine(engine, options, catalog, on_line=out.step)
+    _run_build(out, engine, plan, not no_smoke_test, model_repository)
+
+
+def _build_from_bundle(out: Printer, archive: Path, tag, smoke: bool, model_repository) -> None:
+    import dataclasses
+    import shutil
+    import tempfile
+
+    from composer.bundle import open_bundle
+    from composer.pipeline import plan_from_inspection
+
+    engine = _engine()
+    workdir = Path(tempfile.mkdtemp(prefix="triton-composer-bundle-"))
+    try:
+        opened = open_bundle(engine, archive, workdir, on_line=out.step)
+        options = dataclasses.replace(opened.options, tag=tag or opened.options.tag)
+        plan = plan_from_inspection(options, Catalog.load(), opened.inspection)
+        _run_build(out, engine, plan, smoke and opened.smoke_test, model_repository)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_build(out: Printer, engine, plan, smoke: bool, model_repository) -> None:
+    """Build, smoke-test and tag one plan, printing the smoke table and result."""
+    from composer.pipeline import build_image
+
     for note in plan.notes:
         out.step(f"note: {note}")
     out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
@@ -262,7 +296,7 @@ def build(
         result = build_image(
             engine,
             plan,
-            smoke=not no_smoke_test,
+            smoke=smoke,
             model_repository=model_repository,
             on_line=out.build_line,
             on_smoke_line=out.step,
@@ -278,6 +312,49 @@ def build(
         lines.append(smoke_table(result.smoke))
     lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
     out.result(result.to_dict(), "\n".join(lines))
+
+
+@app.command()
+@reports_errors
+def bundle(
+    output: Path = typer.Option(..., "--output", "-o", help="The bundle archive to write (.tar)."),
+    backend: List[str] = BackendOpt,
+    repoagent: List[str] = RepoagentOpt,
+    cache: List[str] = CacheOpt,
+    version: Optional[str] = VersionOpt,
+    registry: str = RegistryOpt,
+    image: List[str] = ImageOpt,
+    custom_backend: List[str] = CustomOpt,
+    backend_image: List[str] = BackendImageOpt,
+    with_headers: bool = HeadersOpt,
+    tag: Optional[str] = TagOpt,
+    pip: List[str] = PipOpt,
+    requirements: List[Path] = RequirementsOpt,
+    wheelhouse: Optional[Path] = WheelhouseOpt,
+    no_smoke_test: bool = typer.Option(False, "--no-smoke-test", help="Builds from the bundle skip the smoke test."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write one archive with everything a build needs, for a machine that reaches no registry."""
+    from composer.bundle import write_bundle
+    from composer.pipeline import check_packages, inspect_images, plan_from_inspection
+
+    out = Printer(as_json)
+    packages = package_options(pip, requirements, None, [], [], wheelhouse, None)
+    options = build_options(
+        backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag, packages,
+        backend_image,
+    )
+    catalog = Catalog.load()
+    if options.version:
+        catalog.release(options.version)
+    engine = _engine()
+    inspection = inspect_images(engine, options, catalog, on_line=out.step)
+    plan = plan_from_inspection(options, catalog, inspection)
+    check_packages(engine, plan, inspection.contents, out.step)
+    path = write_bundle(engine, plan, options, inspection, output, smoke_test=not no_smoke_test, on_line=out.step)
+    size = path.stat().st_size
+    out.result({"bundle": str(path), "size": size, "tag": plan.tag, "backends": list(plan.all_backends)},
+               f"wrote {path} ({human_size(size)}); on the other side: composer build --bundle {path.name}")
 
 
 @app.command()

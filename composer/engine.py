@@ -388,15 +388,44 @@ class Engine:
             raise RegistryError(f"cannot push {ref}: the registry reported no digest")
         return digest
 
+    def credentials_for(self, registry: str) -> dict[str, str] | None:
+        """The engine's own credentials for `registry` (~/.docker/config.json, credential helpers).
+
+        What `push`/`pull` use when given no auth; the composer needs them only to talk to a
+        registry's HTTP API itself. Returns {"username", "password"} or None.
+        """
+        import docker.auth
+
+        try:
+            config = docker.auth.load_config(credstore_env=self.client.api.credstore_env)
+            found = docker.auth.resolve_authconfig(config, registry, credstore_env=self.client.api.credstore_env)
+        except docker.errors.DockerException:
+            return None
+        if not found:
+            return None
+        username = found.get("username") or found.get("Username")
+        password = found.get("password") or found.get("Password")
+        if not username or not password:
+            return None
+        return {"username": username, "password": password}
+
     def save(self, refs: list[str], out: Path) -> None:
         """Write `refs` to a tar archive (docker save)."""
-        with open(out, "wb") as fh:
-            for chunk in self.client.api.get_image(refs if len(refs) > 1 else refs[0]):
-                fh.write(chunk)
+        # One archive for all refs, so layers they share are stored once; the SDK saves one
+        # image at a time, so this asks the engine's /images/get endpoint directly.
+        api = self.client.api
+        try:
+            response = api.get(api._url("/images/get"), params={"names": refs}, stream=True)
+            api._raise_for_status(response)
+            with open(out, "wb") as fh:
+                for chunk in response.iter_content(chunk_size=1 << 20):
+                    fh.write(chunk)
+        except docker.errors.APIError as exc:
+            raise ImageNotFound(f"cannot save {', '.join(refs)}: {_explain(exc)}") from exc
 
     def load(self, archive: Path) -> None:
-        with open(archive, "rb") as fh:
-            for event in self.client.api.load_image(fh.read()):
+        with open(archive, "rb") as fh:  # streamed: base images can be many GB
+            for event in self.client.api.load_image(fh):
                 if isinstance(event, dict) and "error" in event:
                     raise BuildFailed(f"cannot load {archive}: {event['error']}")
 

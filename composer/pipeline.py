@@ -13,7 +13,7 @@ from typing import Callable
 
 from composer.catalog import Catalog
 from composer.contents import FullImageContents, inspect_full
-from composer.engine import Engine
+from composer.engine import Engine, ImageInfo
 from composer.errors import BuildFailed, SmokeTestFailed, UsageError
 from composer.packages import check_wheelhouse, explain_pip_failure, python_target, redactor, secrets_of
 from composer.plan import (
@@ -78,36 +78,108 @@ def base_refs(options: BuildOptions, catalog: Catalog, engine: Engine | None) ->
     return options.full_image, f"{repository}:{release.name}-py3-min"
 
 
-def plan_from_engine(
-    engine: Engine, options: BuildOptions, catalog: Catalog, on_line: LineSink = _quiet
-) -> tuple[CompositionPlan, FullImageContents]:
-    """Look inside the real base images, then plan: the selection is checked against them."""
+@dataclass(frozen=True)
+class Inspection:
+    """What the engine told about the base images: everything planning needs, and nothing else.
+
+    Kept as one value so a bundle can carry it to a machine that reaches no registry.
+    """
+
+    full: ImageInfo
+    min: ImageInfo
+    contents: FullImageContents
+    backend_images: tuple[tuple[str, ImageInfo, FullImageContents], ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "full": _info_dict(self.full),
+            "min": _info_dict(self.min),
+            "contents": self.contents.to_dict(),
+            "backend_images": [
+                {"name": n, "image": _info_dict(i), "contents": c.to_dict()} for n, i, c in self.backend_images
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Inspection":
+        return cls(
+            full=_info(d["full"]),
+            min=_info(d["min"]),
+            contents=FullImageContents.from_dict(d["contents"]),
+            backend_images=tuple(
+                (b["name"], _info(b["image"]), FullImageContents.from_dict(b["contents"])) for b in d["backend_images"]
+            ),
+        )
+
+
+def inspect_images(engine: Engine, options: BuildOptions, catalog: Catalog, on_line: LineSink = _quiet) -> Inspection:
+    """Pull what is missing and look inside the full image(s) with short-lived containers."""
     full_ref, min_ref = base_refs(options, catalog, engine)
     on_line(f"full image: {full_ref}")
     full_info = engine.require_image(full_ref, on_line=on_line)
-    release = resolve_release(options, catalog, full_info.env)
+    resolve_release(options, catalog, full_info.env)  # a mismatch fails before anything slow
     on_line(f"min image: {min_ref}")
     min_info = engine.require_image(min_ref, on_line=on_line)
     on_line(f"looking inside {full_ref}")
     contents = inspect_full(engine, full_ref)
-    full = BaseImage("full", full_ref, full_info.id, full_info.digest)
-    minimal = BaseImage("min", min_ref, min_info.id, min_info.digest)
-    foreign = []
+    others = []
     for name, ref in options.backend_images:
         on_line(f"backend {name} from: {ref}")
         info = engine.require_image(ref, on_line=on_line)
-        offer = Offer.from_contents(inspect_full(engine, ref))
-        image = BaseImage(f"backend:{name}", ref, info.id, info.digest)
-        foreign.append(foreign_backend(name, image, offer, info.env.get("NVIDIA_TRITON_SERVER_VERSION")))
-    plan = make_plan(
-        options, release, Offer.from_contents(contents), catalog, full, minimal, full_info.env, tuple(foreign)
+        others.append((name, info, inspect_full(engine, ref)))
+    return Inspection(full_info, min_info, contents, tuple(others))
+
+
+def plan_from_inspection(options: BuildOptions, catalog: Catalog, inspection: Inspection) -> CompositionPlan:
+    """The plan, checked against what the images offer; no engine involved."""
+    full_info, min_info = inspection.full, inspection.min
+    release = resolve_release(options, catalog, full_info.env)
+    full = BaseImage("full", full_info.ref, full_info.id, full_info.digest)
+    minimal = BaseImage("min", min_info.ref, min_info.id, min_info.digest)
+    foreign = tuple(
+        foreign_backend(
+            name,
+            BaseImage(f"backend:{name}", info.ref, info.id, info.digest),
+            Offer.from_contents(contents),
+            info.env.get("NVIDIA_TRITON_SERVER_VERSION"),
+        )
+        for name, info, contents in inspection.backend_images
     )
-    if plan.packages.wheelhouse is not None:
-        # Fail before the build, on the host, if the wheelhouse cannot satisfy the requirements.
-        target = python_target(engine, full_ref, contents.python.version)
-        for name, version in check_wheelhouse(target, plan.packages, plan.constraints):
-            on_line(f"wheelhouse: {name} {version}")
-    return plan, contents
+    offer = Offer.from_contents(inspection.contents)
+    return make_plan(options, release, offer, catalog, full, minimal, full_info.env, foreign)
+
+
+def plan_from_engine(
+    engine: Engine, options: BuildOptions, catalog: Catalog, on_line: LineSink = _quiet
+) -> tuple[CompositionPlan, FullImageContents]:
+    """Look inside the real base images, then plan: the selection is checked against them."""
+    inspection = inspect_images(engine, options, catalog, on_line)
+    plan = plan_from_inspection(options, catalog, inspection)
+    check_packages(engine, plan, inspection.contents, on_line)
+    return plan, inspection.contents
+
+
+def check_packages(engine: Engine, plan: CompositionPlan, contents: FullImageContents, on_line: LineSink) -> None:
+    """Fail before the build, on the host, if the wheelhouse cannot satisfy the requirements."""
+    if plan.packages.wheelhouse is None:
+        return
+    target = python_target(engine, plan.full.ref, contents.python.version)
+    for name, version in check_wheelhouse(target, plan.packages, plan.constraints):
+        on_line(f"wheelhouse: {name} {version}")
+
+
+def _info_dict(info: ImageInfo) -> dict:
+    return {
+        "id": info.id, "ref": info.ref, "tags": list(info.tags), "repo_digests": list(info.repo_digests),
+        "env": dict(info.env), "labels": dict(info.labels), "size": info.size,
+    }
+
+
+def _info(d: dict) -> ImageInfo:
+    return ImageInfo(
+        id=d["id"], ref=d["ref"], tags=tuple(d["tags"]), repo_digests=tuple(d["repo_digests"]),
+        env=dict(d["env"]), labels=dict(d["labels"]), size=int(d["size"]),
+    )
 
 
 def plan_from_catalog(options: BuildOptions, catalog: Catalog) -> CompositionPlan:
