@@ -1,0 +1,272 @@
+"""Registry logic without an engine: credentials, failure classes, retries, tags, references."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from composer.engine import ImageInfo
+from composer.errors import ImageNotFound, RegistryError, UsageError
+from composer.registry import (
+    Failure,
+    RegistryApi,
+    RegistryAuth,
+    classify,
+    load_auth,
+    push_image,
+    registry_host,
+    repository_name,
+)
+
+SECRET = "pa:ss-w0rd"
+
+
+# -- credentials --------------------------------------------------------------
+
+
+def test_no_spec_leaves_the_engines_credentials():
+    assert load_auth(None) is None
+
+
+def test_file_with_user_colon_password(tmp_path):
+    path = tmp_path / "creds"
+    path.write_text(f"alice:{SECRET}\n")
+    assert load_auth(f"file:{path}") == RegistryAuth("alice", SECRET)
+
+
+def test_file_with_json(tmp_path):
+    path = tmp_path / "creds.json"
+    path.write_text(json.dumps({"username": "alice", "password": SECRET}))
+    assert load_auth(f"file:{path}") == RegistryAuth("alice", SECRET)
+
+
+def test_env_variable():
+    assert load_auth("env:REG", environ={"REG": f"alice:{SECRET}"}) == RegistryAuth("alice", SECRET)
+
+
+@pytest.mark.parametrize(
+    "content", ["", "alice", ":pw", "alice:", "{not json", json.dumps({"username": "alice"}), "[1, 2]"]
+)
+def test_bad_file_content_is_a_usage_error_that_does_not_echo_it(tmp_path, content):
+    path = tmp_path / "creds"
+    path.write_text(content)
+    with pytest.raises(UsageError) as caught:
+        load_auth(f"file:{path}")
+    assert str(path) in caught.value.message
+    assert "\n" not in caught.value.message
+    if content:
+        assert content not in caught.value.message
+
+
+def test_missing_file_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="cannot read the credentials file .*nope"):
+        load_auth(f"file:{tmp_path / 'nope'}")
+
+
+def test_unset_or_bad_env_variable():
+    with pytest.raises(UsageError, match="REG is not set"):
+        load_auth("env:REG", environ={})
+    with pytest.raises(UsageError, match="REG does not hold user:password"):
+        load_auth("env:REG", environ={"REG": "justapassword"})
+
+
+@pytest.mark.parametrize("spec", [f"alice:{SECRET}", "file:", "env:", "vault:x", ""])
+def test_unknown_spec_is_a_usage_error_that_does_not_echo_it(spec):
+    with pytest.raises(UsageError) as caught:
+        load_auth(spec)
+    assert SECRET not in caught.value.message
+    assert "file:PATH or env:NAME" in caught.value.message
+
+
+def test_repr_and_str_hide_the_password():
+    auth = RegistryAuth("alice", SECRET)
+    for text in (repr(auth), str(auth), f"{auth}", repr([auth])):
+        assert "alice" in text
+        assert SECRET not in text
+
+
+def test_redact_scrubs_password_and_its_base64():
+    import base64
+
+    auth = RegistryAuth("alice", SECRET)
+    encoded = base64.b64encode(f"alice:{SECRET}".encode()).decode()
+    assert auth.redact(f"x {SECRET} y {encoded}") == "x *** y ***"
+
+
+# -- failure classes ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "message, kind",
+    [
+        ("cannot push r: unauthorized: authentication required", Failure.AUTH),
+        ("cannot push r: no basic auth credentials", Failure.AUTH),
+        ("cannot push r: denied: requested access to the resource is denied", Failure.AUTH),
+        ("cannot push r: received unexpected HTTP status: 403 Forbidden", Failure.AUTH),
+        ('cannot push r: Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', Failure.NO_ANSWER),
+        ("cannot push r: net/http: TLS handshake timeout", Failure.TRANSIENT),
+        ("cannot push r: read tcp 127.0.0.1:1->127.0.0.1:5000: read: connection reset by peer", Failure.TRANSIENT),
+        ("cannot push r: received unexpected HTTP status: 503 Service Unavailable", Failure.TRANSIENT),
+        ("cannot push r: received unexpected HTTP status: 500 Internal Server Error", Failure.TRANSIENT),
+        ("cannot push r: Patch http://127.0.0.1:5000/v2/x/blobs/uploads/abc: EOF", Failure.TRANSIENT),
+        ("cannot push r: An image does not exist locally with the tag: 127.0.0.1:5000/x", Failure.OTHER),
+        ("cannot push r: invalid reference format", Failure.OTHER),
+    ],
+)
+def test_classify(message, kind):
+    assert classify(message) is kind
+
+
+def test_a_port_like_500x_is_not_a_server_error():
+    assert classify("cannot push 127.0.0.1:5003/x: invalid reference format") is Failure.OTHER
+
+
+# -- push with a fake engine ------------------------------------------------------
+
+
+def _info(image_id: str, *tags: str) -> ImageInfo:
+    return ImageInfo(id=image_id, ref=image_id, tags=tags, repo_digests=(), env={}, labels={}, size=0)
+
+
+@dataclass
+class FakeEngine:
+    """Images by name, and a push that fails with the queued messages before it succeeds."""
+
+    images: dict[str, str] = field(default_factory=dict)  # name (tag or id) -> image id
+    failures: list[str] = field(default_factory=list)
+    pushes: list[tuple[str, object]] = field(default_factory=list)
+
+    def image(self, ref: str) -> ImageInfo | None:
+        image_id = self.images.get(ref)
+        if image_id is None:
+            return None
+        tags = tuple(name for name, i in self.images.items() if i == image_id and name != image_id)
+        return _info(image_id, *tags)
+
+    def tag(self, image_id: str, ref: str) -> None:
+        self.images[ref] = image_id
+
+    def remove_image(self, ref: str, *, force: bool = False) -> None:
+        self.images.pop(ref, None)
+
+    def push(self, ref, *, auth=None, on_line=lambda _l: None) -> str:
+        self.pushes.append((ref, auth))
+        if self.failures:
+            raise RegistryError(f"cannot push {ref}: {self.failures.pop(0)}")
+        return "sha256:" + "d" * 64
+
+
+REF = "127.0.0.1:5000/x:1"
+REFUSED = 'Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused'
+
+
+def _engine(**kwargs) -> FakeEngine:
+    return FakeEngine(images={"sha256:aaa": "sha256:aaa", "src:1": "sha256:aaa"}, **kwargs)
+
+
+def test_transient_failures_are_retried_with_exponential_backoff():
+    engine = _engine(failures=[REFUSED, "received unexpected HTTP status: 502 Bad Gateway"])
+    sleeps: list[float] = []
+    lines: list[str] = []
+    digest = push_image(engine, "src:1", REF, retries=3, backoff=0.5, sleep=sleeps.append, on_line=lines.append)
+    assert digest == "sha256:" + "d" * 64
+    assert sleeps == [0.5, 1.0]
+    assert len(engine.pushes) == 3
+    assert engine.images[REF] == "sha256:aaa"  # a successful push keeps the tag
+
+
+def test_unreachable_after_retries_is_one_line_and_untags():
+    engine = _engine(failures=[REFUSED] * 10)
+    sleeps: list[float] = []
+    with pytest.raises(RegistryError) as caught:
+        push_image(engine, "src:1", REF, retries=3, backoff=1.0, sleep=sleeps.append)
+    assert caught.value.message == f"cannot push {REF}: registry 127.0.0.1:5000 does not answer"
+    assert sleeps == [1.0, 2.0, 4.0]
+    assert len(engine.pushes) == 4
+    assert REF not in engine.images
+
+
+def test_server_errors_after_retries_say_so():
+    engine = _engine(failures=["received unexpected HTTP status: 503 Service Unavailable"] * 10)
+    with pytest.raises(RegistryError, match="kept failing after 2 tries: .*503") as caught:
+        push_image(engine, "src:1", REF, retries=1, sleep=lambda _s: None)
+    assert "\n" not in caught.value.message
+
+
+def test_auth_failures_are_never_retried_and_restore_the_old_tag():
+    engine = _engine(failures=["unauthorized: authentication required"] * 5)
+    engine.images[REF] = "sha256:old"
+    sleeps: list[float] = []
+    auth = RegistryAuth("alice", SECRET)
+    with pytest.raises(RegistryError) as caught:
+        push_image(engine, "src:1", REF, auth=auth, sleep=sleeps.append)
+    assert caught.value.message == f"cannot push {REF}: the registry refused the credentials"
+    assert sleeps == []
+    assert len(engine.pushes) == 1
+    assert engine.pushes[0][1] == {"username": "alice", "password": SECRET}
+    assert engine.images[REF] == "sha256:old"
+
+
+def test_no_auth_passes_none_so_the_engine_uses_its_own():
+    engine = _engine()
+    push_image(engine, "src:1", REF)
+    assert engine.pushes == [(REF, None)]
+
+
+def test_no_retag_when_the_ref_already_names_the_image():
+    engine = _engine(failures=["invalid reference format"])
+    engine.images[REF] = "sha256:aaa"
+    with pytest.raises(RegistryError):
+        push_image(engine, "src:1", REF)
+    assert engine.images[REF] == "sha256:aaa"
+
+
+def test_the_only_name_of_an_image_is_kept_rather_than_deleting_the_image():
+    engine = FakeEngine(images={"sha256:bbb": "sha256:bbb"}, failures=["invalid reference format"])
+    lines: list[str] = []
+    with pytest.raises(RegistryError):
+        push_image(engine, "sha256:bbb", REF, on_line=lines.append)
+    assert engine.images[REF] == "sha256:bbb"
+    assert any("only name" in line for line in lines)
+
+
+def test_engine_messages_are_scrubbed_of_the_password():
+    engine = _engine(failures=[f"weird failure mentioning {SECRET}"])
+    with pytest.raises(RegistryError) as caught:
+        push_image(engine, "src:1", REF, auth=RegistryAuth("alice", SECRET))
+    assert SECRET not in caught.value.message
+
+
+def test_missing_image_and_digest_target():
+    with pytest.raises(ImageNotFound):
+        push_image(_engine(), "nope:1", REF)
+    with pytest.raises(UsageError):
+        push_image(_engine(), "src:1", "127.0.0.1:5000/x@sha256:" + "1" * 64)
+
+
+# -- references and the HTTP API's address ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ref, host, name",
+    [
+        ("127.0.0.1:5000/tritonserver:24.09-py3", "127.0.0.1:5000", "tritonserver"),
+        ("nvcr.io/nvidia/tritonserver:24.09-py3", "nvcr.io", "nvidia/tritonserver"),
+        ("localhost/standin/tritonserver:24.09-py3", "localhost", "standin/tritonserver"),
+        ("ubuntu:22.04", "docker.io", "library/ubuntu"),
+        ("someone/thing", "docker.io", "someone/thing"),
+    ],
+)
+def test_registry_host_and_repository_name(ref, host, name):
+    assert registry_host(ref) == host
+    assert repository_name(ref) == name
+
+
+def test_http_for_local_registries_https_otherwise():
+    assert RegistryApi("127.0.0.1:5000").base_url == "http://127.0.0.1:5000"
+    assert RegistryApi("localhost:5000").base_url == "http://localhost:5000"
+    assert RegistryApi("nvcr.io").base_url == "https://nvcr.io"
+    assert RegistryApi("docker.io").base_url == "https://registry-1.docker.io"
+    assert SECRET not in repr(RegistryApi("nvcr.io", RegistryAuth("a", SECRET)))
