@@ -166,7 +166,7 @@ def build_options(
         repoagents=tuple(repoagent),
         caches=tuple(cache),
         version=version,
-        registry=registry,
+        registry=registry or DEFAULT_REGISTRY,
         full_image=images.get("full"),
         min_image=images.get("min"),
         custom_backends=tuple((name, Path(path)) for name, path in sorted(customs.items())),
@@ -188,7 +188,12 @@ RepoagentOpt = typer.Option([], "--repoagent", help="A repository agent to inclu
 CacheOpt = typer.Option([], "--cache", help="A cache implementation to include (repeatable).")
 VersionOpt = typer.Option(None, "--version", "-v", help="Triton release, YY.MM (e.g. 24.09).")
 RegistryOpt = typer.Option(
-    DEFAULT_REGISTRY, "--registry", help="Registry prefix holding tritonserver images (a mirror, or localhost/standin)."
+    None, "--registry",
+    help=f"Registry prefix holding tritonserver images: a mirror, or localhost/standin (default {DEFAULT_REGISTRY}).",
+)
+RegistryAuthOpt = typer.Option(
+    None, "--registry-auth",
+    help="Registry credentials: file:PATH or env:NAME holding user:password (default: docker login's).",
 )
 ImageOpt = typer.Option([], "--image", help="Name a base image outright: full=REF or min=REF.")
 CustomOpt = typer.Option([], "--custom-backend", help="Copy a local backend folder in: NAME=DIR (repeatable).")
@@ -216,11 +221,14 @@ CaOpt = typer.Option(None, "--ca-cert", help="CA certificate trusted by the inst
 @app.command()
 @reports_errors
 def build(
+    set_files: List[str] = typer.Option(
+        [], "--set", "-s", help="A backend set: YAML file or shipped preset name (repeatable: several images)."
+    ),
     backend: List[str] = BackendOpt,
     repoagent: List[str] = RepoagentOpt,
     cache: List[str] = CacheOpt,
     version: Optional[str] = VersionOpt,
-    registry: str = RegistryOpt,
+    registry: Optional[str] = RegistryOpt,
     image: List[str] = ImageOpt,
     custom_backend: List[str] = CustomOpt,
     backend_image: List[str] = BackendImageOpt,
@@ -237,33 +245,189 @@ def build(
     model_repository: Optional[Path] = typer.Option(
         None, "--model-repository", help="Smoke-test these models instead of the samples: each must reach READY."
     ),
+    push: Optional[str] = typer.Option(None, "--push", help="Push the image as REF once its smoke test passed."),
+    registry_auth: Optional[str] = RegistryAuthOpt,
+    locked: bool = typer.Option(False, "--locked", help="Build from the digests in the set's lock file."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write smoke-test results as JUnit XML."),
     bundle: Optional[Path] = typer.Option(
         None, "--bundle", help="Build from a bundle made by composer bundle: no registry, no network."
     ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Compose, build and smoke-test a slim image; tag it only once it serves."""
-    from composer.pipeline import plan_from_engine
-
+    """Compose, build and smoke-test a slim image; tag (and push) it only once it serves."""
     out = Printer(as_json)
     if bundle is not None:
-        if backend or version or image or custom_backend or backend_image or pip or requirements or wheelhouse:
+        if set_files or backend or version or image or custom_backend or backend_image or pip or requirements \
+                or wheelhouse or locked:
             raise UsageError("--bundle carries its own selection: give only --tag, --no-smoke-test or --json with it")
         _build_from_bundle(out, bundle, tag, not no_smoke_test, model_repository)
         return
-    packages = package_options(pip, requirements, pip_index_url, pip_extra_index_url, pip_trusted_host, wheelhouse, ca_cert)
-    options = build_options(
-        backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag, packages,
-        backend_image,
-    )
+    from composer.jobs import Job, jobs_from_sets
+
     catalog = Catalog.load()
-    if not options.version and not options.full_image:
-        raise UsageError("give --version YY.MM (or --image full=REF)")
-    if options.version:
-        catalog.release(options.version)
+    if version:
+        catalog.release(version)
+    if set_files:
+        if len(set_files) > 1 and (tag or push):
+            raise UsageError("--tag and --push name one image: with several --set files, put them in the sets")
+        specs = list(pip)
+        for path in requirements:
+            from composer.packages import read_requirements
+
+            specs += read_requirements(path)
+        overrides = dict(
+            version=version, registry=registry, tag=tag, backends=tuple(backend), repoagents=tuple(repoagent),
+            caches=tuple(cache), custom_backends=tuple((k, Path(v)) for k, v in sorted(_pairs(custom_backend, "--custom-backend").items())),
+            backend_images=tuple(sorted(_pairs(backend_image, "--backend-image").items())),
+            with_headers=with_headers or None, specs=tuple(specs), index_url=pip_index_url,
+            extra_index_urls=tuple(pip_extra_index_url), trusted_hosts=tuple(pip_trusted_host),
+            wheelhouse=wheelhouse.resolve() if wheelhouse else None, ca_cert=ca_cert.resolve() if ca_cert else None,
+            model_repository=model_repository, push=push, smoke_test=False if no_smoke_test else None,
+            **_image_overrides(image),
+        )
+        jobs = jobs_from_sets(set_files, overrides)
+    else:
+        packages = package_options(pip, requirements, pip_index_url, pip_extra_index_url, pip_trusted_host,
+                                   wheelhouse, ca_cert)
+        options = build_options(backend, repoagent, cache, version, registry, image, custom_backend, with_headers,
+                                tag, packages, backend_image)
+        if not options.version and not options.full_image:
+            raise UsageError("give --version YY.MM (or --image full=REF), or a backend set with --set")
+        if locked:
+            raise UsageError("--locked needs a backend set (--set FILE) with a lock file beside it")
+        jobs = [Job("command line", options, not no_smoke_test, model_repository, push)]
+    _run_jobs(out, jobs, catalog, locked=locked, registry_auth=registry_auth, junit=junit)
+
+
+def _image_overrides(image: List[str]) -> dict:
+    images = _pairs(image, "--image")
+    unknown = sorted(set(images) - {"full", "min"})
+    if unknown:
+        raise UsageError(f"--image takes full=REF or min=REF, not {unknown[0]}=...")
+    return {"full_image": images.get("full"), "min_image": images.get("min")}
+
+
+def _run_jobs(out: Printer, jobs, catalog, *, locked: bool, registry_auth: Optional[str], junit: Optional[Path]):
+    """Run every job; with several, a failure does not stop the others but fails the command."""
+    from composer.jobs import Outcome, run_job
+    from composer.registry import load_auth, push_image
+
+    auth = load_auth(registry_auth)
     engine = _engine()
-    plan, _contents = plan_from_engine(engine, options, catalog, on_line=out.step)
-    _run_build(out, engine, plan, not no_smoke_test, model_repository)
+
+    def push(image_ref: str, target: str) -> str:
+        out.step(f"pushing {target}")
+        digest = push_image(engine, image_ref, target, auth=auth, on_line=out.step)
+        out.step(f"pushed {target}@{digest}")
+        return digest
+
+    def show_notes(plan) -> None:
+        for note in plan.notes:
+            out.step(f"note: {note}")
+        out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
+
+    outcomes = []
+    for job in jobs:
+        if len(jobs) > 1:
+            out.step(f"== {job.name} ==")
+        try:
+            outcome = run_job(engine, job, catalog, locked=locked, push=push, on_line=out.step,
+                              on_build_line=out.build_line, on_plan=show_notes)
+        except ComposerError as error:
+            if isinstance(error, SmokeTestFailed):
+                _show_smoke_failure(error)
+            outcome = Outcome(job, error=error)
+            if len(jobs) == 1:
+                _write_junit(junit, [outcome])
+                raise
+            typer.secho(f"error: {job.name}: {error.message}", err=True, fg="red")
+        outcomes.append(outcome)
+    _write_junit(junit, outcomes)
+
+    def describe(outcome) -> str:
+        if outcome.error is not None:
+            return f"{outcome.job.name}: FAILED: {outcome.error.message}"
+        result = outcome.result
+        lines = [smoke_table(result.smoke)] if result.smoke else []
+        lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
+        if outcome.pushed:
+            lines.append(f"pushed {outcome.pushed[0]}@{outcome.pushed[1]}")
+        return "\n".join(lines)
+
+    payload = outcomes[0].to_dict() if len(outcomes) == 1 else {"images": [o.to_dict() for o in outcomes]}
+    out.result(payload, "\n\n".join(describe(o) for o in outcomes))
+    failed = [o for o in outcomes if o.error is not None]
+    if failed:
+        raise ComposerError(f"{len(failed)} of {len(outcomes)} images failed: {', '.join(o.job.name for o in failed)}")
+
+
+def _write_junit(path: Optional[Path], outcomes) -> None:
+    if path is None:
+        return
+    from composer.junit import write_junit
+
+    reports = []
+    for outcome in outcomes:
+        tag = outcome.result.tag if outcome.result else (outcome.job.options.tag or outcome.job.name)
+        if outcome.error is not None:
+            report = getattr(outcome.error, "report", None)
+            reports.append((tag, report) if report is not None else (tag, None, outcome.error.message))
+        else:
+            reports.append((tag, outcome.result.smoke) if outcome.result.smoke else (tag, None, "smoke test skipped"))
+    write_junit(reports, path)
+
+
+def _show_smoke_failure(failure: SmokeTestFailed) -> None:
+    if failure.report is not None:
+        typer.echo(smoke_table(failure.report), err=True)
+    if failure.log_tail:
+        typer.echo("--- server log (tail) ---\n" + failure.log_tail.rstrip(), err=True)
+
+
+@app.command()
+@reports_errors
+def lock(
+    set_files: List[str] = typer.Option(..., "--set", "-s", help="Backend set(s) to lock (repeatable)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Resolve a set's base images to digests into a lock file beside it (for --locked builds)."""
+    from composer.jobs import jobs_from_sets, lock_job
+
+    out = Printer(as_json)
+    catalog = Catalog.load()
+    engine = _engine()
+    locks = [lock_job(engine, job, catalog, out.step) for job in jobs_from_sets(set_files, {})]
+    out.result(
+        {"locks": [{"path": str(l.path), "images": [i.record() for i in l.images]} for l in locks]},
+        "\n".join(f"wrote {l.path}: " + ", ".join(f"{i.role} {i.digest[:19]}" for i in l.images) for l in locks),
+    )
+
+
+@app.command()
+@reports_errors
+def mirror(
+    version: str = typer.Option(..., "--version", "-v", help="Release to mirror, YY.MM."),
+    to: str = typer.Option(..., "--to", help="Registry prefix to copy into, e.g. harbor.example/nvidia."),
+    source: str = typer.Option(DEFAULT_REGISTRY, "--from", help="Registry prefix to copy from."),
+    registry_auth: Optional[str] = RegistryAuthOpt,
+    source_auth: Optional[str] = typer.Option(
+        None, "--source-auth", help="Credentials for --from: file:PATH or env:NAME (user:password)."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Copy a release's full and min images into a private registry; only what is missing moves."""
+    from composer.registry import load_auth, mirror_release
+
+    out = Printer(as_json)
+    release = Catalog.load().release(version)
+    auth, src_auth = load_auth(registry_auth), load_auth(source_auth)
+    engine = _engine()
+    result = mirror_release(engine, release, source=source, dest=to, auth=auth, source_auth=src_auth,
+                            on_line=out.step)
+    out.result(
+        result.to_dict(),
+        "\n".join(f"{'moved' if i.moved else 'present'}  {i.dest}@{i.digest}" for i in result.images),
+    )
 
 
 def _build_from_bundle(out: Printer, archive: Path, tag, smoke: bool, model_repository) -> None:
@@ -302,10 +466,7 @@ def _run_build(out: Printer, engine, plan, smoke: bool, model_repository) -> Non
             on_smoke_line=out.step,
         )
     except SmokeTestFailed as failure:
-        if failure.report is not None:
-            typer.echo(smoke_table(failure.report), err=True)
-        if failure.log_tail:
-            typer.echo("--- server log (tail) ---\n" + failure.log_tail.rstrip(), err=True)
+        _show_smoke_failure(failure)
         raise
     lines = []
     if result.smoke:
@@ -322,7 +483,7 @@ def bundle(
     repoagent: List[str] = RepoagentOpt,
     cache: List[str] = CacheOpt,
     version: Optional[str] = VersionOpt,
-    registry: str = RegistryOpt,
+    registry: Optional[str] = RegistryOpt,
     image: List[str] = ImageOpt,
     custom_backend: List[str] = CustomOpt,
     backend_image: List[str] = BackendImageOpt,
@@ -365,7 +526,7 @@ def render(
     repoagent: List[str] = RepoagentOpt,
     cache: List[str] = CacheOpt,
     version: Optional[str] = VersionOpt,
-    registry: str = RegistryOpt,
+    registry: Optional[str] = RegistryOpt,
     image: List[str] = ImageOpt,
     custom_backend: List[str] = CustomOpt,
     backend_image: List[str] = BackendImageOpt,
@@ -461,7 +622,7 @@ def smoke_test_command(
 @reports_errors
 def backends(
     version: Optional[str] = VersionOpt,
-    registry: str = RegistryOpt,
+    registry: Optional[str] = RegistryOpt,
     image: List[str] = ImageOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -499,7 +660,7 @@ def wheels(
     output: Path = typer.Option(..., "--output", "-o", help="Folder to fill with wheels (the wheelhouse)."),
     backend: List[str] = BackendOpt,
     version: Optional[str] = VersionOpt,
-    registry: str = RegistryOpt,
+    registry: Optional[str] = RegistryOpt,
     image: List[str] = ImageOpt,
     pip: List[str] = PipOpt,
     requirements: List[Path] = RequirementsOpt,
