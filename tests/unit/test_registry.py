@@ -270,3 +270,108 @@ def test_http_for_local_registries_https_otherwise():
     assert RegistryApi("nvcr.io").base_url == "https://nvcr.io"
     assert RegistryApi("docker.io").base_url == "https://registry-1.docker.io"
     assert SECRET not in repr(RegistryApi("nvcr.io", RegistryAuth("a", SECRET)))
+
+
+# -- what a registry holds, from its HTTP API (a stub session) -----------------------
+
+
+class _Response:
+    def __init__(self, status: int, body: dict | None = None, headers: dict | None = None):
+        self.status_code = status
+        self.content = json.dumps(body or {}).encode()
+        self.headers = headers or {}
+
+    def json(self):
+        return json.loads(self.content)
+
+
+@dataclass
+class StubSession:
+    """Answers GETs from a table of URL -> response; records what was sent."""
+
+    answers: dict[str, list[_Response]]
+    sent: list[tuple[str, dict, object]] = field(default_factory=list)
+
+    def get(self, url, headers=None, auth=None, timeout=None, params=None):
+        self.sent.append((url, dict(headers or {}), auth))
+        queue = self.answers[url]
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+
+IMAGE = ImageInfo(id="sha256:" + "c" * 64, ref="x", tags=(), repo_digests=(), env={}, labels={}, size=0)
+BASE = "http://127.0.0.1:5000/v2/tritonserver/manifests/"
+V2 = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+def _manifest(config: str) -> dict:
+    return {"schemaVersion": 2, "mediaType": V2, "config": {"digest": config}, "layers": []}
+
+
+def test_missing_tag_is_none_and_accept_headers_name_docker_and_oci():
+    session = StubSession({BASE + "t": [_Response(404)]})
+    api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), session=session)
+    assert api.holds_image("tritonserver", "t", IMAGE) is None
+    url, headers, auth = session.sent[0]
+    assert "application/vnd.oci.image.manifest.v1+json" in headers["Accept"]
+    assert V2 in headers["Accept"]
+    assert auth == ("a", SECRET)
+
+
+def test_same_config_digest_means_held_and_another_means_not():
+    held = _Response(200, _manifest(IMAGE.id), {"Docker-Content-Digest": "sha256:" + "1" * 64})
+    other = _Response(200, _manifest("sha256:" + "9" * 64), {"Docker-Content-Digest": "sha256:" + "2" * 64})
+    api = RegistryApi("127.0.0.1:5000", session=StubSession({BASE + "same": [held], BASE + "other": [other]}))
+    assert api.holds_image("tritonserver", "same", IMAGE).digest == "sha256:" + "1" * 64
+    assert api.holds_image("tritonserver", "other", IMAGE) is None
+
+
+def test_recorded_repo_digest_means_held_without_reading_the_config():
+    digest = "sha256:" + "1" * 64
+    image = ImageInfo(IMAGE.id, "x", (), (f"127.0.0.1:5000/tritonserver@{digest}",), {}, {}, 0)
+    answer = _Response(200, _manifest("sha256:" + "9" * 64), {"Docker-Content-Digest": digest})
+    api = RegistryApi("127.0.0.1:5000", session=StubSession({BASE + "t": [answer]}))
+    assert api.holds_image("tritonserver", "t", image) is not None
+
+
+def test_an_index_is_held_when_one_of_its_images_is():
+    child = "sha256:" + "5" * 64
+    index = {"mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [{"digest": child}]}
+    session = StubSession(
+        {
+            BASE + "t": [_Response(200, index, {"Docker-Content-Digest": "sha256:" + "6" * 64})],
+            BASE + child: [_Response(200, _manifest(IMAGE.id))],
+        }
+    )
+    assert RegistryApi("127.0.0.1:5000", session=session).holds_image("tritonserver", "t", IMAGE) is not None
+
+
+def test_bearer_token_challenge_is_answered():
+    challenge = 'Bearer realm="https://auth.example/token",service="reg.example"'
+    session = StubSession(
+        {
+            "https://reg.example/v2/n/manifests/t": [
+                _Response(401, headers={"WWW-Authenticate": challenge}),
+                _Response(200, _manifest(IMAGE.id)),
+            ],
+            "https://auth.example/token": [_Response(200, {"token": "tok"})],
+        }
+    )
+    api = RegistryApi("reg.example", RegistryAuth("a", SECRET), session=session)
+    assert api.holds_image("n", "t", IMAGE) is not None
+    assert session.sent[-1][1]["Authorization"] == "Bearer tok"
+
+
+def test_refused_and_unreachable_registries_are_one_line_errors():
+    import requests
+
+    api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), session=StubSession({BASE + "t": [_Response(401)]}))
+    with pytest.raises(RegistryError, match="cannot read 127.0.0.1:5000/tritonserver:t: the registry refused"):
+        api.manifest("tritonserver", "t")
+
+    class Down:
+        def get(self, *args, **kwargs):
+            raise requests.ConnectionError(f"refused, and here is {SECRET}")
+
+    with pytest.raises(RegistryError) as caught:
+        RegistryApi("127.0.0.1:5000", session=Down()).manifest("tritonserver", "t")
+    assert caught.value.message == "cannot read 127.0.0.1:5000/tritonserver:t: registry 127.0.0.1:5000 does not answer"
