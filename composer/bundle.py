@@ -98,13 +98,19 @@ def open_bundle(engine: Engine, archive: Path, workdir: Path, *, on_line: LineSi
         raise UsageError(f"--bundle {archive}: format {manifest.get('format')} is not one this composer reads")
     inspection = Inspection.from_dict(manifest["inspection"])
     wanted = [inspection.full, inspection.min] + [info for _, info, _ in inspection.backend_images]
+    for info in wanted:  # never move a name that already means something else here
+        present = engine.image(info.ref)
+        if present is not None and present.id != info.id:
+            raise ComposerError(
+                f"{info.ref} names another image on this engine than the bundle's ({info.id[:19]}): "
+                "remove or rename it first"
+            )
     if any(engine.image(info.id) is None for info in wanted):
         on_line(f"loading base images from {archive}")
         engine.load(workdir / IMAGES)
     for info in wanted:
-        present = engine.image(info.ref)
-        if present is None or present.id != info.id:
-            raise ComposerError(f"{info.ref} on the engine is not the image the bundle recorded ({info.id[:19]})")
+        if engine.image(info.ref) is None:
+            engine.tag(info.id, info.ref)
     return OpenedBundle(_options_from(manifest["options"], workdir), inspection, bool(manifest.get("smoke_test", True)))
 
 

@@ -443,7 +443,7 @@ def _build_from_bundle(out: Printer, archive: Path, tag, smoke: bool, model_repo
     try:
         opened = open_bundle(engine, archive, workdir, on_line=out.step)
         options = dataclasses.replace(opened.options, tag=tag or opened.options.tag)
-        plan = plan_from_inspection(options, Catalog.load(), opened.inspection)
+        plan = plan_from_inspection(options, Catalog.load(), opened.inspection, pin=False)
         _run_build(out, engine, plan, smoke and opened.smoke_test, model_repository)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -130,16 +130,22 @@ def inspect_images(engine: Engine, options: BuildOptions, catalog: Catalog, on_l
     return Inspection(full_info, min_info, contents, tuple(others))
 
 
-def plan_from_inspection(options: BuildOptions, catalog: Catalog, inspection: Inspection) -> CompositionPlan:
-    """The plan, checked against what the images offer; no engine involved."""
+def plan_from_inspection(
+    options: BuildOptions, catalog: Catalog, inspection: Inspection, *, pin: bool = True
+) -> CompositionPlan:
+    """The plan, checked against what the images offer; no engine involved.
+
+    pin=False builds FROM the names rather than the registry digests (for loaded bundles,
+    whose image ids were checked instead: a loaded image has no digest reference).
+    """
     full_info, min_info = inspection.full, inspection.min
     release = resolve_release(options, catalog, full_info.env)
-    full = BaseImage("full", full_info.ref, full_info.id, full_info.digest)
-    minimal = BaseImage("min", min_info.ref, min_info.id, min_info.digest)
+    full = BaseImage("full", full_info.ref, full_info.id, full_info.digest, pin)
+    minimal = BaseImage("min", min_info.ref, min_info.id, min_info.digest, pin)
     foreign = tuple(
         foreign_backend(
             name,
-            BaseImage(f"backend:{name}", info.ref, info.id, info.digest),
+            BaseImage(f"backend:{name}", info.ref, info.id, info.digest, pin),
             Offer.from_contents(contents),
             info.env.get("NVIDIA_TRITON_SERVER_VERSION"),
         )

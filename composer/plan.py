@@ -72,11 +72,14 @@ class BaseImage:
     ref: str
     id: str | None = None
     digest: str | None = None  # registry digest, when the image came from a registry
+    # Build FROM the digest (reproducible); off where the engine holds the image only by name
+    # and id, as after loading a bundle (its ids are checked instead).
+    pin: bool = True
 
     @property
     def from_ref(self) -> str:
         """What the Dockerfile builds FROM: pinned by digest when there is one."""
-        if self.digest and "@" not in self.ref:
+        if self.pin and self.digest and "@" not in self.ref:
             return f"{self.ref.rsplit(':', 1)[0] if _has_tag(self.ref) else self.ref}@{self.digest}"
         return self.ref
 

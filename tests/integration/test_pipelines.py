@@ -1,0 +1,107 @@
+"""The image pipeline against a real registry: mirror, build from the mirror and push, bundle
+across an "air gap" (registry stopped), and nothing pushed for an image that does not serve."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def composer(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "composer", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=1800)
+
+
+@pytest.fixture
+def login(registry, tmp_path):
+    """A docker config holding the registry's credentials: the engine's own, as after docker login."""
+    folder = tmp_path / "docker-config"
+    folder.mkdir()
+    token = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
+    (folder / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": token}}}))
+    return {"DOCKER_CONFIG": str(folder)}
+
+
+def forget(engine, ref: str) -> None:
+    """Remove a local name so the next use must reach the registry (the image keeps other names)."""
+    engine.remove_image(ref, force=False)
+
+
+def test_mirror_build_from_mirror_and_push(engine, standin_images, registry, login):
+    mirror = f"{registry.host}/nvidia"
+    run = composer("mirror", "--version", "24.09", "--from", "localhost/standin", "--to", mirror, "--json", env=login)
+    assert run.returncode == 0, run.stderr
+    assert all(i["moved"] for i in json.loads(run.stdout)["images"])
+    again = composer("mirror", "--version", "24.09", "--from", "localhost/standin", "--to", mirror, "--json",
+                     env=login)
+    assert not any(i["moved"] for i in json.loads(again.stdout)["images"])
+
+    for suffix in ("-py3", "-py3-min"):  # the build must pull from the mirror
+        forget(engine, f"{mirror}/tritonserver:24.09{suffix}")
+    target = f"{registry.host}/team/triton:onnx-{uuid.uuid4().hex[:6]}"
+    build = composer("build", "--registry", mirror, "--version", "24.09", "-b", "onnxruntime", "-b", "python",
+                     "--tag", "triton-composer-test/pipeline:onnx", "--push", target,
+                     "--registry-auth", "env:TEST_REGISTRY_AUTH", "--json",
+                     env={**login, "TEST_REGISTRY_AUTH": f"{registry.username}:{registry.password}"})
+    try:
+        assert build.returncode == 0, build.stderr
+        payload = json.loads(build.stdout)
+        digest = payload["pushed"]["digest"]
+        assert payload["smoke_test"]["passed"]
+        assert registry.manifest(target.split("/", 1)[1].split(":")[0], digest).status_code == 200
+        assert registry.password not in build.stdout + build.stderr
+        assert payload["base_images"]["full"]["digest"].startswith("sha256:")  # pulled, so pinned by digest
+
+        forget(engine, target)
+        repo = target.rsplit(":", 1)[0]
+        pulled = engine.pull(f"{repo}@{digest}", auth=registry.auth.as_config())
+        assert pulled.id == engine.image("triton-composer-test/pipeline:onnx").id
+    finally:
+        engine.remove_image("triton-composer-test/pipeline:onnx", force=True)
+
+
+def test_failed_smoke_test_pushes_nothing(engine, standin_images, registry, login, tmp_path):
+    broken = tmp_path / "identity"
+    broken.mkdir()
+    (broken / "model.py").write_text("class TritonPythonModel:\n    def execute(self, requests):\n        return []\n")
+    target = f"{registry.host}/team/triton:broken"
+    run = composer("build", "--registry", "localhost/standin", "--version", "24.09", "-b", "python",
+                   "--custom-backend", f"identity={broken}", "--tag", "triton-composer-test/pipeline:broken",
+                   "--push", target, env=login)
+    engine.remove_image("triton-composer-test/pipeline:broken", force=True)
+    assert run.returncode != 0
+    assert "smoke test failed" in run.stderr.strip().splitlines()[-1]
+    assert registry.tags("team/triton") == []
+
+
+def test_bundle_then_build_with_the_registry_stopped(engine, standin_images, registry, login, tmp_path):
+    mirror = f"{registry.host}/nvidia"
+    assert composer("mirror", "--version", "24.09", "--from", "localhost/standin", "--to", mirror,
+                    env=login).returncode == 0
+    archive = tmp_path / "python.tar"
+    made = composer("bundle", "-o", str(archive), "--registry", mirror, "--version", "24.09", "-b", "python",
+                    "--tag", "triton-composer-test/pipeline:bundled", env=login)
+    assert made.returncode == 0, made.stderr
+
+    registry.stop()
+    for suffix in ("-py3", "-py3-min"):
+        forget(engine, f"{mirror}/tritonserver:24.09{suffix}")
+    without = composer("build", "--registry", mirror, "--version", "24.09", "-b", "python", env=login)
+    assert without.returncode != 0 and "cannot pull" in without.stderr.strip().splitlines()[-1]
+
+    try:
+        built = composer("build", "--bundle", str(archive), "--json", env=login)
+        assert built.returncode == 0, built.stderr
+        payload = json.loads(built.stdout)
+        assert payload["tag"] == "triton-composer-test/pipeline:bundled" and payload["smoke_test"]["passed"]
+    finally:
+        engine.remove_image("triton-composer-test/pipeline:bundled", force=True)
