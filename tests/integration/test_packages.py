@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 REGISTRY = "localhost/standin"
 TEST_LABEL = {"triton-composer.test": "1"}
 TOKEN = "s3cr3t-" + uuid.uuid4().hex  # planted in the index URL; must show up nowhere
+CA_MARK = "ca-key-material-" + uuid.uuid4().hex
 MODELS = Path(__file__).parent / "models"
 # pip settings of this machine (extra indexes, find-links) would otherwise find the wheel anyway.
 ONLY_THE_GIVEN_INDEX = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": " ", "PIP_EXTRA_INDEX_URL": " ",
@@ -120,12 +121,14 @@ def test_unversioned_numpy_is_held_to_the_pin(standin_images, tmp_path):
 
 def test_planted_token_lands_nowhere(engine, wheelhouse, tag, tmp_path):
     index = f"https://build-bot:{TOKEN}@127.0.0.1:9/simple"
+    ca = tmp_path / "corporate-ca.pem"  # trusted by the install step only: must not reach the image
+    ca.write_text(f"-----BEGIN CERTIFICATE-----\n{CA_MARK}\n-----END CERTIFICATE-----\n")
     context = tmp_path / "context"
     render = composer("render", "-o", str(context), "--registry", REGISTRY, "--version", "24.09", "-b", "python",
                       "--pip", "six", "--wheelhouse", str(wheelhouse), "--pip-index-url", index, "--json")
     assert render.returncode == 0, render.stderr
     build = composer("build", "--registry", REGISTRY, "--version", "24.09", "-b", "python", "--pip", "six",
-                     "--wheelhouse", str(wheelhouse), "--tag", tag, "--json",
+                     "--wheelhouse", str(wheelhouse), "--ca-cert", str(ca), "--tag", tag, "--json",
                      env={"COMPOSER_PIP_INDEX_URL": index})
     assert build.returncode == 0, build.stderr
 
@@ -142,11 +145,14 @@ def test_planted_token_lands_nowhere(engine, wheelhouse, tag, tmp_path):
                 continue
             data = outer.extractfile(member).read()
             assert TOKEN.encode() not in data, member.name
+            assert CA_MARK.encode() not in data, member.name
             if member.name.endswith(".tar"):
                 with tarfile.open(fileobj=io.BytesIO(data)) as layer:
                     for item in layer.getmembers():
                         if item.isfile():
-                            assert TOKEN.encode() not in layer.extractfile(item).read(), item.name
+                            content = layer.extractfile(item).read()
+                            assert TOKEN.encode() not in content, item.name
+                            assert CA_MARK.encode() not in content, item.name
     history = json.dumps(engine.client.api.history(tag))
     assert TOKEN not in history
 
