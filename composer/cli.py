@@ -6,24 +6,19 @@ ComposerError becomes one line on stderr and a non-zero exit.
 
 from __future__ import annotations
 
-import json
+import functools
 import os
-import sys
 from pathlib import Path
 from typing import List, Optional
-
-import functools
 
 import typer
 
 from composer import __version__
 from composer.catalog import Catalog
 from composer.errors import BuildFailed, ComposerError, EngineUnavailable, SmokeTestFailed, UsageError
-from composer.plan import DEFAULT_REGISTRY, BuildOptions, PackageOptions
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from composer.smoke import SmokeReport
+from composer.options import build_options, package_options, set_overrides
+from composer.output import Printer, human_size, smoke_table
+from composer.plan import DEFAULT_REGISTRY
 
 app = typer.Typer(
     add_completion=False,
@@ -61,120 +56,6 @@ def reports_errors(command):
             raise typer.Exit(70)
 
     return wrapper
-
-
-# -- output ---------------------------------------------------------------------
-
-
-class Printer:
-    """Where progress and results go; --json keeps stdout for the JSON document."""
-
-    def __init__(self, as_json: bool = False, quiet: bool = False):
-        self.as_json = as_json
-        self.quiet = quiet
-
-    def step(self, line: str) -> None:
-        if not self.quiet:
-            typer.echo(line, err=True)
-
-    def build_line(self, line: str) -> None:
-        if self.quiet:
-            return
-        if line.startswith("Step "):
-            typer.secho(line, err=True, bold=True)
-        else:
-            typer.echo(f"  {line}", err=True)
-
-    def result(self, payload: dict, human: str) -> None:
-        if self.as_json:
-            typer.echo(json.dumps(payload, indent=2, sort_keys=True))
-        else:
-            typer.echo(human)
-
-
-def smoke_table(report: "SmokeReport") -> str:
-    rows = [("CHECK", "MODEL", "RESULT", "DETAIL")]
-    rows += [(r.subject, r.model or "-", r.status, r.detail) for r in report.rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = []
-    for row in rows:
-        cells = [row[i].ljust(widths[i]) for i in range(3)]
-        status = cells[2]
-        if row is not rows[0] and sys.stdout.isatty():
-            color = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}.get(row[2])
-            status = typer.style(status, fg=color)
-        lines.append(f"{cells[0]}  {cells[1]}  {status}  {row[3]}")
-    return "\n".join(lines)
-
-
-def human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{size} B"
-
-
-# -- option parsing -------------------------------------------------------------
-
-
-def _pairs(values: List[str], option: str) -> dict[str, str]:
-    result = {}
-    for value in values:
-        if "=" not in value or not value.split("=", 1)[0] or not value.split("=", 1)[1]:
-            raise UsageError(f"{option} takes KEY=VALUE, got '{value}'")
-        key, val = value.split("=", 1)
-        result[key] = val
-    return result
-
-
-def package_options(pip, requirements, index_url, extra_index_url, trusted_host, wheelhouse, ca_cert) -> PackageOptions:
-    from composer.packages import read_requirements
-
-    specs = list(pip)
-    for path in requirements:
-        specs += read_requirements(path)
-    if wheelhouse is not None and not wheelhouse.is_dir():
-        raise UsageError(f"--wheelhouse {wheelhouse}: no such folder")
-    if ca_cert is not None and not ca_cert.is_file():
-        raise UsageError(f"--ca-cert {ca_cert}: no such file")
-    if (wheelhouse or index_url or extra_index_url or ca_cert) and not specs:
-        raise UsageError("package sources were given but no package: add --pip SPEC or --requirements FILE")
-    return PackageOptions(
-        specs=tuple(specs),
-        index_url=index_url,
-        extra_index_urls=tuple(extra_index_url),
-        trusted_hosts=tuple(trusted_host),
-        wheelhouse=wheelhouse.resolve() if wheelhouse else None,
-        ca_cert=ca_cert.resolve() if ca_cert else None,
-    )
-
-
-def build_options(
-    backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag,
-    packages: PackageOptions = PackageOptions(), backend_image=(),
-) -> BuildOptions:
-    images = _pairs(image, "--image")
-    unknown = sorted(set(images) - {"full", "min"})
-    if unknown:
-        raise UsageError(f"--image takes full=REF or min=REF, not {unknown[0]}=...")
-    customs = _pairs(custom_backend, "--custom-backend")
-    foreign = _pairs(list(backend_image), "--backend-image")
-    return BuildOptions(
-        backends=tuple(backend),
-        repoagents=tuple(repoagent),
-        caches=tuple(cache),
-        version=version,
-        registry=registry or DEFAULT_REGISTRY,
-        full_image=images.get("full"),
-        min_image=images.get("min"),
-        custom_backends=tuple((name, Path(path)) for name, path in sorted(customs.items())),
-        backend_images=tuple(sorted(foreign.items())),
-        with_headers=with_headers,
-        tag=tag,
-        packages=packages,
-    )
 
 
 def _engine():
@@ -255,35 +136,29 @@ def build(
     as_json: bool = JsonOpt,
 ) -> None:
     """Compose, build and smoke-test a slim image; tag (and push) it only once it serves."""
-    out = Printer(as_json)
-    if bundle is not None:
-        if set_files or backend or version or image or custom_backend or backend_image or pip or requirements \
-                or wheelhouse or locked:
-            raise UsageError("--bundle carries its own selection: give only --tag, --no-smoke-test or --json with it")
-        _build_from_bundle(out, bundle, tag, not no_smoke_test, model_repository)
-        return
     from composer.jobs import Job, jobs_from_sets
 
+    out = Printer(as_json)
     catalog = Catalog.load()
     if version:
         catalog.release(version)
+    if bundle is not None:
+        if set_files or backend or version or image or custom_backend or backend_image or pip or requirements \
+                or wheelhouse or locked:
+            raise UsageError("--bundle carries its own selection: give only --tag, --push, --no-smoke-test, "
+                             "--junit or --json with it")
+        _build_from_bundle(out, bundle, catalog, tag=tag, push=push, smoke=not no_smoke_test,
+                           model_repository=model_repository, registry_auth=registry_auth, junit=junit)
+        return
     if set_files:
         if len(set_files) > 1 and (tag or push):
             raise UsageError("--tag and --push name one image: with several --set files, put them in the sets")
-        specs = list(pip)
-        for path in requirements:
-            from composer.packages import read_requirements
-
-            specs += read_requirements(path)
-        overrides = dict(
-            version=version, registry=registry, tag=tag, backends=tuple(backend), repoagents=tuple(repoagent),
-            caches=tuple(cache), custom_backends=tuple((k, Path(v)) for k, v in sorted(_pairs(custom_backend, "--custom-backend").items())),
-            backend_images=tuple(sorted(_pairs(backend_image, "--backend-image").items())),
-            with_headers=with_headers or None, specs=tuple(specs), index_url=pip_index_url,
-            extra_index_urls=tuple(pip_extra_index_url), trusted_hosts=tuple(pip_trusted_host),
-            wheelhouse=wheelhouse.resolve() if wheelhouse else None, ca_cert=ca_cert.resolve() if ca_cert else None,
-            model_repository=model_repository, push=push, smoke_test=False if no_smoke_test else None,
-            **_image_overrides(image),
+        overrides = set_overrides(
+            backend=backend, repoagent=repoagent, cache=cache, version=version, registry=registry, image=image,
+            custom_backend=custom_backend, backend_image=backend_image, with_headers=with_headers, tag=tag,
+            pip=pip, requirements=requirements, index_url=pip_index_url, extra_index_url=pip_extra_index_url,
+            trusted_host=pip_trusted_host, wheelhouse=wheelhouse, ca_cert=ca_cert,
+            model_repository=model_repository, push=push, no_smoke_test=no_smoke_test,
         )
         jobs = jobs_from_sets(set_files, overrides)
     else:
@@ -296,24 +171,38 @@ def build(
         if locked:
             raise UsageError("--locked needs a backend set (--set FILE) with a lock file beside it")
         jobs = [Job("command line", options, not no_smoke_test, model_repository, push)]
-    _run_jobs(out, jobs, catalog, locked=locked, registry_auth=registry_auth, junit=junit)
+    _run_jobs(out, _engine(), jobs, catalog, locked=locked, registry_auth=registry_auth, junit=junit)
 
 
-def _image_overrides(image: List[str]) -> dict:
-    images = _pairs(image, "--image")
-    unknown = sorted(set(images) - {"full", "min"})
-    if unknown:
-        raise UsageError(f"--image takes full=REF or min=REF, not {unknown[0]}=...")
-    return {"full_image": images.get("full"), "min_image": images.get("min")}
+def _build_from_bundle(out: Printer, archive: Path, catalog, *, tag, push, smoke, model_repository, registry_auth,
+                       junit) -> None:
+    import dataclasses
+    import shutil
+    import tempfile
+
+    from composer.bundle import open_bundle
+    from composer.jobs import Job
+
+    engine = _engine()
+    workdir = Path(tempfile.mkdtemp(prefix="triton-composer-bundle-"))
+    try:
+        opened = open_bundle(engine, archive, workdir, on_line=out.step)
+        options = dataclasses.replace(opened.options, tag=tag or opened.options.tag)
+        job = Job(archive.name, options, smoke and opened.smoke_test, model_repository, push,
+                  inspection=opened.inspection)
+        _run_jobs(out, engine, [job], catalog, locked=False, registry_auth=registry_auth, junit=junit)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run_jobs(out: Printer, jobs, catalog, *, locked: bool, registry_auth: Optional[str], junit: Optional[Path]):
+def _run_jobs(out: Printer, engine, jobs, catalog, *, locked: bool, registry_auth: Optional[str],
+              junit: Optional[Path]) -> None:
     """Run every job; with several, a failure does not stop the others but fails the command."""
-    from composer.jobs import Outcome, run_job
+    from composer.jobs import Outcome, junit_entries, run_job
+    from composer.junit import write_junit
     from composer.registry import load_auth, push_image
 
     auth = load_auth(registry_auth)
-    engine = _engine()
 
     def push(image_ref: str, target: str) -> str:
         out.step(f"pushing {target}")
@@ -321,28 +210,31 @@ def _run_jobs(out: Printer, jobs, catalog, *, locked: bool, registry_auth: Optio
         out.step(f"pushed {target}@{digest}")
         return digest
 
-    def show_notes(plan) -> None:
+    def show_plan(plan) -> None:
         for note in plan.notes:
             out.step(f"note: {note}")
         out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
 
     outcomes = []
-    for job in jobs:
-        if len(jobs) > 1:
-            out.step(f"== {job.name} ==")
-        try:
-            outcome = run_job(engine, job, catalog, locked=locked, push=push, on_line=out.step,
-                              on_build_line=out.build_line, on_plan=show_notes)
-        except ComposerError as error:
-            if isinstance(error, SmokeTestFailed):
-                _show_smoke_failure(error)
-            outcome = Outcome(job, error=error)
-            if len(jobs) == 1:
-                _write_junit(junit, [outcome])
-                raise
-            typer.secho(f"error: {job.name}: {error.message}", err=True, fg="red")
-        outcomes.append(outcome)
-    _write_junit(junit, outcomes)
+    try:
+        for job in jobs:
+            if len(jobs) > 1:
+                out.step(f"== {job.name} ==")
+            try:
+                outcome = run_job(engine, job, catalog, locked=locked, push=push, on_line=out.step,
+                                  on_build_line=out.build_line, on_plan=show_plan)
+            except ComposerError as error:
+                if isinstance(error, SmokeTestFailed):
+                    out.smoke_failure(error.report, error.log_tail)
+                outcomes.append(Outcome(job, error=error))
+                if len(jobs) == 1:
+                    raise
+                typer.secho(f"error: {job.name}: {error.message}", err=True, fg="red")
+                continue
+            outcomes.append(outcome)
+    finally:
+        if junit is not None:
+            write_junit(junit_entries(outcomes), junit)
 
     def describe(outcome) -> str:
         if outcome.error is not None:
@@ -359,29 +251,6 @@ def _run_jobs(out: Printer, jobs, catalog, *, locked: bool, registry_auth: Optio
     failed = [o for o in outcomes if o.error is not None]
     if failed:
         raise ComposerError(f"{len(failed)} of {len(outcomes)} images failed: {', '.join(o.job.name for o in failed)}")
-
-
-def _write_junit(path: Optional[Path], outcomes) -> None:
-    if path is None:
-        return
-    from composer.junit import write_junit
-
-    reports = []
-    for outcome in outcomes:
-        tag = outcome.result.tag if outcome.result else (outcome.job.options.tag or outcome.job.name)
-        if outcome.error is not None:
-            report = getattr(outcome.error, "report", None)
-            reports.append((tag, report) if report is not None else (tag, None, outcome.error.message))
-        else:
-            reports.append((tag, outcome.result.smoke) if outcome.result.smoke else (tag, None, "smoke test skipped"))
-    write_junit(reports, path)
-
-
-def _show_smoke_failure(failure: SmokeTestFailed) -> None:
-    if failure.report is not None:
-        typer.echo(smoke_table(failure.report), err=True)
-    if failure.log_tail:
-        typer.echo("--- server log (tail) ---\n" + failure.log_tail.rstrip(), err=True)
 
 
 @app.command()
@@ -428,51 +297,6 @@ def mirror(
         result.to_dict(),
         "\n".join(f"{'moved' if i.moved else 'present'}  {i.dest}@{i.digest}" for i in result.images),
     )
-
-
-def _build_from_bundle(out: Printer, archive: Path, tag, smoke: bool, model_repository) -> None:
-    import dataclasses
-    import shutil
-    import tempfile
-
-    from composer.bundle import open_bundle
-    from composer.pipeline import plan_from_inspection
-
-    engine = _engine()
-    workdir = Path(tempfile.mkdtemp(prefix="triton-composer-bundle-"))
-    try:
-        opened = open_bundle(engine, archive, workdir, on_line=out.step)
-        options = dataclasses.replace(opened.options, tag=tag or opened.options.tag)
-        plan = plan_from_inspection(options, Catalog.load(), opened.inspection, pin=False)
-        _run_build(out, engine, plan, smoke and opened.smoke_test, model_repository)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _run_build(out: Printer, engine, plan, smoke: bool, model_repository) -> None:
-    """Build, smoke-test and tag one plan, printing the smoke table and result."""
-    from composer.pipeline import build_image
-
-    for note in plan.notes:
-        out.step(f"note: {note}")
-    out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
-    try:
-        result = build_image(
-            engine,
-            plan,
-            smoke=smoke,
-            model_repository=model_repository,
-            on_line=out.build_line,
-            on_smoke_line=out.step,
-        )
-    except SmokeTestFailed as failure:
-        _show_smoke_failure(failure)
-        raise
-    lines = []
-    if result.smoke:
-        lines.append(smoke_table(result.smoke))
-    lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
-    out.result(result.to_dict(), "\n".join(lines))
 
 
 @app.command()
@@ -610,9 +434,7 @@ def smoke_test_command(
     )
     report = smoke_test(engine, info.id, options, on_line=out.step)
     if not report.passed:
-        typer.echo(smoke_table(report), err=True)
-        if report.log_tail:
-            typer.echo("--- server log (tail) ---\n" + report.log_tail.rstrip(), err=True)
+        out.smoke_failure(report, report.log_tail)
         failed = ", ".join(r.subject for r in report.failures())
         raise SmokeTestFailed(f"smoke test of {image_ref} failed ({failed})", report=report)
     out.result(report.to_dict(), smoke_table(report))

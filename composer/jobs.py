@@ -15,7 +15,15 @@ from composer.catalog import Catalog
 from composer.engine import Engine, ImageInfo
 from composer.errors import ComposerError, ImageNotFound, UsageError
 from composer.lock import LockFile, check_current, digest_of, locked_image, read_lock, write_lock
-from composer.pipeline import BuildResult, base_refs, build_image, plan_from_engine
+from composer.pipeline import (
+    BuildResult,
+    Inspection,
+    base_refs,
+    build_image,
+    check_packages,
+    plan_from_engine,
+    plan_from_inspection,
+)
 from composer.plan import BuildOptions
 from composer.sets import load_set, override, preset_path
 
@@ -36,6 +44,8 @@ class Job:
     model_repository: Path | None = None
     push: str | None = None
     set_path: Path | None = None
+    # Set for a job from a bundle: plan from what the bundle recorded, not by asking registries.
+    inspection: Inspection | None = None
 
 
 @dataclass(frozen=True)
@@ -137,7 +147,11 @@ def run_job(
     """
     if locked:
         verify_lock(engine, job, catalog, on_line)
-    plan, _ = plan_from_engine(engine, job.options, catalog, on_line=on_line)
+    if job.inspection is not None:
+        plan = plan_from_inspection(job.options, catalog, job.inspection, pin=False)
+        check_packages(engine, plan, job.inspection.contents, on_line)
+    else:
+        plan, _ = plan_from_engine(engine, job.options, catalog, on_line=on_line)
     if on_plan is not None:
         on_plan(plan)
     result = build_image(
@@ -153,3 +167,17 @@ def run_job(
     if job.push and push is not None:
         pushed = (job.push, push(result.tag, job.push))
     return Outcome(job, result, pushed)
+
+
+def junit_entries(outcomes: Sequence[Outcome]) -> list[tuple]:
+    """Outcomes as composer.junit.write_junit takes them: a failed build is a failing case."""
+    entries: list[tuple] = []
+    for outcome in outcomes:
+        tag = outcome.result.tag if outcome.result else (outcome.job.options.tag or outcome.job.name)
+        report = outcome.result.smoke if outcome.result else getattr(outcome.error, "report", None)
+        if report is not None:
+            entries.append((tag, report))
+        elif outcome.error is not None:
+            entries.append((tag, None, outcome.error.message))
+        # built with --no-smoke-test: nothing to report
+    return entries
