@@ -61,7 +61,7 @@ def debian_rootfs(on_line: LineSink) -> Path:
         on_line(f"using cached Debian root {target}")
         return target
     if shutil.which("debootstrap") is None:
-        raise BuildFailed("cannot make the Debian root: debootstrap is not installed (run scripts/bootstrap)")
+        raise BuildFailed(f"cannot make the Debian root: debootstrap is not installed ({_install_hint('debootstrap')})")
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="debootstrap-", dir=target.parent))
     try:
@@ -204,3 +204,13 @@ def link_tree(src: Path, dst: Path) -> None:
             shutil.copy2(s, d)
 
     shutil.copytree(src, dst, copy_function=link_or_copy, symlinks=True, dirs_exist_ok=True)
+
+
+def _install_hint(package: str) -> str:
+    """How to get a host tool on this machine's distribution."""
+    import distro
+
+    if distro.id() in ("debian", "ubuntu") or "debian" in distro.like().split():
+        return f"run scripts/bootstrap, or apt-get install {package}"
+    name = distro.name(pretty=True) or "this system"
+    return f"install {package} with the package manager of {name}"
