@@ -30,6 +30,7 @@ def engine() -> Engine:
 
 
 def _remove_test_containers(engine: Engine) -> None:
+    """Containers and images the tests labelled, whatever became of the tests."""
     import docker.errors
 
     for cid in engine.containers_labelled(f"{TEST_LABEL_KEY}=1"):
@@ -37,6 +38,11 @@ def _remove_test_containers(engine: Engine) -> None:
             engine.client.api.remove_container(cid, force=True, v=True)
         except docker.errors.APIError:
             pass
+    for image_id in engine.images_labelled(f"{TEST_LABEL_KEY}=1"):
+        try:
+            engine.client.api.remove_image(image_id, force=True)
+        except docker.errors.APIError:
+            pass  # a layer of another image: it goes with that one
 
 
 @pytest.fixture(scope="session")
