@@ -13,7 +13,6 @@ import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from composer import __version__
 from composer.engine import Engine
@@ -21,12 +20,12 @@ from composer.errors import ComposerError, UsageError
 from composer.pipeline import Inspection
 from composer.plan import BuildOptions, CompositionPlan, PackageOptions
 from composer.render import write_context
+from composer.progress import LineSink, quiet
 
 FORMAT = 1
 MANIFEST = "bundle.json"
 IMAGES = "images.tar"
 
-LineSink = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ def write_bundle(
     out: Path,
     *,
     smoke_test: bool = True,
-    on_line: LineSink = lambda _l: None,
+    on_line: LineSink = quiet,
 ) -> Path:
     """Write the bundle archive `out`; package sources must be a wheelhouse (no index across a gap)."""
     if options.packages and options.packages.wheelhouse is None:
@@ -81,7 +80,7 @@ def write_bundle(
     return out
 
 
-def open_bundle(engine: Engine, archive: Path, workdir: Path, *, on_line: LineSink = lambda _l: None) -> OpenedBundle:
+def open_bundle(engine: Engine, archive: Path, workdir: Path, *, on_line: LineSink = quiet) -> OpenedBundle:
     """Unpack `archive` into `workdir`, load its images into the engine, and return what to build."""
     if not archive.is_file():
         raise UsageError(f"--bundle {archive}: no such file")

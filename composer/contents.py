@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from composer.errors import ComposerError, ImageNotFound
+from composer.errors import ComposerError
 
 PROBE_PATH = "/tmp/composer_probe.py"
 KINDS = ("backend", "cache", "repoagent")

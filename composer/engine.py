@@ -19,15 +19,12 @@ import docker.errors
 import requests.exceptions
 
 from composer.errors import BuildFailed, EngineUnavailable, ImageNotFound, RegistryError
+from composer.progress import LineSink, quiet
 
 # Called with one line of engine output (a build step, pull progress, ...).
-LineSink = Callable[[str], None]
 
 START_HINT = "start one with scripts/ensure-docker, or point DOCKER_HOST at a running engine"
 
-
-def _quiet(_line: str) -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -149,7 +146,7 @@ class Engine:
             size=int(attrs.get("Size") or 0),
         )
 
-    def require_image(self, ref: str, *, pull: bool = True, on_line: LineSink = _quiet) -> ImageInfo:
+    def require_image(self, ref: str, *, pull: bool = True, on_line: LineSink = quiet) -> ImageInfo:
         """The image `ref`, pulled if it is not local (and `pull` allows)."""
         info = self.image(ref)
         if info is not None:
@@ -158,7 +155,7 @@ class Engine:
             raise ImageNotFound(f"image {ref} is not on the engine")
         return self.pull(ref, on_line=on_line)
 
-    def pull(self, ref: str, *, on_line: LineSink = _quiet, auth: Mapping[str, str] | None = None) -> ImageInfo:
+    def pull(self, ref: str, *, on_line: LineSink = quiet, auth: Mapping[str, str] | None = None) -> ImageInfo:
         repo, tag = split_ref(ref)
         progress = _Progress(on_line)
         try:
@@ -230,7 +227,7 @@ class Engine:
         buildargs: Mapping[str, str] | None = None,
         nocache: bool = False,
         redact: Callable[[str], str] = lambda line: line,
-        on_line: LineSink = _quiet,
+        on_line: LineSink = quiet,
     ) -> str:
         """Build `context` and return the image id; on failure the output tail is kept.
 
@@ -366,7 +363,7 @@ class Engine:
     # -- registries -----------------------------------------------------------
 
     def push(
-        self, ref: str, *, auth: Mapping[str, str] | None = None, on_line: LineSink = _quiet
+        self, ref: str, *, auth: Mapping[str, str] | None = None, on_line: LineSink = quiet
     ) -> str:
         """Push `ref` and return the digest the registry reported."""
         repo, tag = split_ref(ref)

@@ -26,12 +26,9 @@ from composer.pipeline import (
 )
 from composer.plan import BuildOptions
 from composer.sets import load_set, override, preset_path
+from composer.progress import LineSink, quiet
 
-LineSink = Callable[[str], None]
 
-
-def _quiet(_line: str) -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -84,7 +81,7 @@ def jobs_from_sets(names: Sequence[str], overrides: Mapping[str, Any]) -> list[J
     return jobs
 
 
-def current_image(engine: Engine, ref: str, on_line: LineSink = _quiet) -> ImageInfo:
+def current_image(engine: Engine, ref: str, on_line: LineSink = quiet) -> ImageInfo:
     """What `ref` names now: pulled afresh when its registry answers, else the local image."""
     try:
         return engine.pull(ref, on_line=on_line)
@@ -100,7 +97,7 @@ def _roles(engine: Engine, options: BuildOptions, catalog: Catalog) -> list[tupl
     return [("full", full_ref), ("min", min_ref)] + [(f"backend:{n}", r) for n, r in options.backend_images]
 
 
-def lock_job(engine: Engine, job: Job, catalog: Catalog, on_line: LineSink = _quiet) -> LockFile:
+def lock_job(engine: Engine, job: Job, catalog: Catalog, on_line: LineSink = quiet) -> LockFile:
     """Resolve the job's base images to digests into the lock file beside its set."""
     if job.set_path is None:
         raise UsageError("composer lock works on backend sets: give --set FILE")
@@ -111,7 +108,7 @@ def lock_job(engine: Engine, job: Job, catalog: Catalog, on_line: LineSink = _qu
     return write_lock(job.set_path, images)
 
 
-def verify_lock(engine: Engine, job: Job, catalog: Catalog, on_line: LineSink = _quiet) -> None:
+def verify_lock(engine: Engine, job: Job, catalog: Catalog, on_line: LineSink = quiet) -> None:
     """Refuse to build if a base image tag has moved since the lock was written."""
     if job.set_path is None:
         raise UsageError("--locked needs a backend set (--set FILE) with a lock file beside it")
@@ -137,7 +134,7 @@ def run_job(
     locked: bool = False,
     push: Callable[[str, str], str] | None = None,
     labels: Mapping[str, str] | None = None,
-    on_line: LineSink = _quiet,
+    on_line: LineSink = quiet,
     on_build_line: LineSink | None = None,
     on_plan: Callable[[Any], None] | None = None,
 ) -> Outcome:

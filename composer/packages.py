@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 from composer.engine import Engine
 from composer.errors import ComposerError, UsageError
 from composer.plan import PackageOptions
+from composer.progress import LineSink, quiet
 
-LineSink = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def download_wheels(
     constraints: Iterable[str],
     out: Path,
     *,
-    on_line: LineSink = lambda _l: None,
+    on_line: LineSink = quiet,
 ) -> list[Path]:
     """Fetch on the host every wheel the requirements need (and pip itself) into `out`."""
     out.mkdir(parents=True, exist_ok=True)
@@ -135,7 +135,7 @@ def download_wheels(
 
 
 def check_wheelhouse(
-    target: PythonTarget, packages: PackageOptions, constraints: Iterable[str], *, on_line: LineSink = lambda _l: None
+    target: PythonTarget, packages: PackageOptions, constraints: Iterable[str], *, on_line: LineSink = quiet
 ) -> list[tuple[str, str]]:
     """Resolve the requirements against the wheelhouse alone, on the host; (name, version) pairs."""
     assert packages.wheelhouse is not None

@@ -9,7 +9,6 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from composer.catalog import Catalog
 from composer.contents import FullImageContents, inspect_full
@@ -28,12 +27,9 @@ from composer.plan import (
 )
 from composer.render import BuildContext, write_context
 from composer.smoke import SmokeOptions, SmokeReport, smoke_test
+from composer.progress import LineSink, quiet
 
-LineSink = Callable[[str], None]
 
-
-def _quiet(_line: str) -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -112,7 +108,7 @@ class Inspection:
         )
 
 
-def inspect_images(engine: Engine, options: BuildOptions, catalog: Catalog, on_line: LineSink = _quiet) -> Inspection:
+def inspect_images(engine: Engine, options: BuildOptions, catalog: Catalog, on_line: LineSink = quiet) -> Inspection:
     """Pull what is missing and look inside the full image(s) with short-lived containers."""
     full_ref, min_ref = base_refs(options, catalog, engine)
     on_line(f"full image: {full_ref}")
@@ -156,7 +152,7 @@ def plan_from_inspection(
 
 
 def plan_from_engine(
-    engine: Engine, options: BuildOptions, catalog: Catalog, on_line: LineSink = _quiet
+    engine: Engine, options: BuildOptions, catalog: Catalog, on_line: LineSink = quiet
 ) -> tuple[CompositionPlan, FullImageContents]:
     """Look inside the real base images, then plan: the selection is checked against them."""
     inspection = inspect_images(engine, options, catalog, on_line)
@@ -212,7 +208,7 @@ def build_image(
     context_dir: Path | None = None,
     network: bool = False,
     labels: dict[str, str] | None = None,
-    on_line: LineSink = _quiet,
+    on_line: LineSink = quiet,
     on_smoke_line: LineSink | None = None,
 ) -> BuildResult:
     """Build the plan; tag the image only once its smoke test passed.

@@ -22,8 +22,9 @@ from typing import Callable, Mapping
 
 import requests
 
-from composer.engine import Engine, ImageInfo, LineSink, split_ref
+from composer.engine import Engine, ImageInfo, split_ref
 from composer.errors import ImageNotFound, RegistryError, UsageError
+from composer.progress import LineSink, quiet
 
 DOCKER_HUB = "docker.io"
 MANIFEST_TYPES = (
@@ -39,9 +40,6 @@ INDEX_TYPES = (
 # An index's children are checked one by one: stop after this many (multi-arch images have few).
 MAX_INDEX_CHILDREN = 16
 
-
-def _quiet(_line: str) -> None:
-    pass
 
 
 # -- credentials --------------------------------------------------------------
@@ -215,7 +213,7 @@ def push_image(
     auth: RegistryAuth | None = None,
     retries: int = 3,
     backoff: float = 1.0,
-    on_line: LineSink = _quiet,
+    on_line: LineSink = quiet,
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
     """Push a local image as `ref` and return the digest (sha256:...) the registry holds.
@@ -459,7 +457,7 @@ def mirror_release(
     dest: str,
     auth: RegistryAuth | None = None,
     source_auth: RegistryAuth | None = None,
-    on_line: LineSink = _quiet,
+    on_line: LineSink = quiet,
     retries: int = 3,
     backoff: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from importlib import resources
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -17,6 +17,7 @@ from composer.engine import Container, Engine
 from composer.errors import ComposerError, UsageError
 from composer.samples import Sample, samples_for
 from composer.triton_client import TritonHTTP
+from composer.progress import LineSink, quiet
 
 HTTP_PORT = 8000
 SMOKE_LABEL = "org.triton-composer.smoke"
@@ -82,7 +83,7 @@ def smoke_test(
     image: str,
     options: SmokeOptions,
     *,
-    on_line: Callable[[str], None] = lambda _l: None,
+    on_line: LineSink = quiet,
     labels: dict[str, str] | None = None,
 ) -> SmokeReport:
     """Start the server from `image` on sample (or the user's) models and check each answer."""

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 import jinja2
 
@@ -22,8 +22,8 @@ from composer.catalog import Release
 from composer.engine import Engine, ImageInfo
 from composer.errors import BuildFailed, UsageError
 from composer.standin import host
+from composer.progress import LineSink
 
-LineSink = Callable[[str], None]
 
 REGISTRY = "localhost/standin"
 BASE_REF = f"{REGISTRY}/debian-minbase:{host.DEBIAN_SUITE}"

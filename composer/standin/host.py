@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from composer.errors import BuildFailed
+from composer.progress import LineSink
 
-LineSink = Callable[[str], None]
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"

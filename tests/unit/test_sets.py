@@ -93,7 +93,7 @@ def test_full_image_instead_of_version(tmp_path):
 def test_relative_paths_resolve_against_the_set_folder(tmp_path, monkeypatch):
     folder = tmp_path / "sets"
     (folder / "models").mkdir(parents=True)
-    path = write(folder, 'version: "24.09"\nbackends: [python]\nmodel_repository: models\n')
+    write(folder, 'version: "24.09"\nbackends: [python]\nmodel_repository: models\n')
     monkeypatch.chdir(tmp_path)
     assert load_set(Path("sets/x.yaml"), {}).model_repository == (folder / "models").resolve()
 
