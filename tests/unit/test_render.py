@@ -68,3 +68,31 @@ def test_custom_backend_is_copied(ngc_plan, tmp_path):
     context = write_context(plan, tmp_path / "ctx")
     assert (context.directory / "custom-backends" / "mine" / "model.py").read_text() == "# custom\n"
     assert "COPY --chown=1000:1000 custom-backends/mine /opt/tritonserver/backends/mine" in context.dockerfile.read_text()
+
+
+def test_packages_from_a_private_index_keep_the_secret_out(ngc_plan, tmp_path):
+    from composer.plan import PackageOptions
+
+    secret = "tok-3141592653"
+    packages = PackageOptions(specs=("tokenizers==0.20.0",), index_url=f"https://ci:{secret}@pypi.example/simple",
+                              trusted_hosts=("pypi.example",))
+    plan = ngc_plan("python", packages=packages)
+    context = write_context(plan, tmp_path / "ctx")
+    text = context.dockerfile.read_text()
+    assert "FROM collect AS packages" in text
+    assert "ARG PIP_INDEX_URL" in text and "ARG PIP_TRUSTED_HOST" in text
+    assert '"python3", "-m", "pip", "install"' in text  # NGC's full image has pip
+    assert "COPY --from=packages /composer/site-packages /usr/local/lib/python3.10/dist-packages" in text
+    for path in context.directory.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), path
+    assert (context.directory / "packages" / "constraints.txt").read_text() == "numpy<2\n"
+    assert plan.packages.build_args()["PIP_INDEX_URL"].endswith("@pypi.example/simple")
+
+
+def test_packages_need_the_python_backend(ngc_plan):
+    from composer.errors import UsageError
+    from composer.plan import PackageOptions
+
+    with pytest.raises(UsageError, match="--backend python"):
+        ngc_plan("onnxruntime", packages=PackageOptions(specs=("six",)))
