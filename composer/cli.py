@@ -15,7 +15,7 @@ import typer
 
 from composer import __version__
 from composer.catalog import Catalog
-from composer.errors import BuildFailed, ComposerError, EngineUnavailable, SmokeTestFailed, UsageError
+from composer.errors import BuildFailed, ComposerError, EngineUnavailable, ImageNotFound, SmokeTestFailed, UsageError
 from composer.options import build_options, package_options, set_overrides
 from composer.output import Printer, human_size, smoke_table
 from composer.plan import DEFAULT_REGISTRY
@@ -389,9 +389,15 @@ def render(
             if not options.version:
                 raise
             out.step("no Docker engine answers: checking the selection against NGC's catalogued layout")
+    plan = None
     if engine is not None:
-        plan, _ = plan_from_engine(engine, options, catalog, on_line=out.step)
-    else:
+        try:
+            plan, _ = plan_from_engine(engine, options, catalog, on_line=out.step)
+        except ImageNotFound as missing:
+            if not options.version:
+                raise
+            out.step(f"{missing.message}: checking the selection against NGC's catalogued layout instead")
+    if plan is None:
         plan = plan_from_catalog(options, catalog)
     for note in plan.notes:
         out.step(f"note: {note}")
