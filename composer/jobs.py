@@ -7,6 +7,7 @@ one run share their common layers through the engine's build cache.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -14,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from composer.catalog import Catalog
 from composer.engine import Engine, ImageInfo
 from composer.errors import ComposerError, ImageNotFound, UsageError
-from composer.lock import LockFile, check_current, digest_of, locked_image, read_lock, write_lock
+from composer.lock import LockFile, check_current, digest_of, locked_image, pinned_ref, read_lock, write_lock
 from composer.pipeline import (
     BuildResult,
     Inspection,
@@ -108,8 +109,9 @@ def lock_job(engine: Engine, job: Job, catalog: Catalog, on_line: LineSink = qui
     return write_lock(job.set_path, images)
 
 
-def verify_lock(engine: Engine, job: Job, catalog: Catalog, on_line: LineSink = quiet) -> None:
-    """Refuse to build if a base image tag has moved since the lock was written."""
+def verify_lock(engine: Engine, job: Job, catalog: Catalog, on_line: LineSink = quiet) -> Job:
+    """Refuse to build if a base image tag has moved since the lock was written; else the job
+    with its base images pinned to the locked digests (so a stale local copy is never used)."""
     if job.set_path is None:
         raise UsageError("--locked needs a backend set (--set FILE) with a lock file beside it")
     lock = read_lock(job.set_path)
@@ -121,9 +123,31 @@ def verify_lock(engine: Engine, job: Job, catalog: Catalog, on_line: LineSink = 
                 f"{job.set_path.name}: the lock pins {locked.ref} but the build uses {ref}: "
                 f"run composer lock --set {job.set_path}"
             )
-        current[role] = digest_of(current_image(engine, ref, on_line))
+        current[role] = _digest_now(engine, ref, locked)
     check_current(lock, current)
     on_line(f"lock {lock.path.name}: every base image is where it was locked")
+    pinned = {image.role: pinned_ref(image) for image in lock.images}
+    options = dataclasses.replace(
+        job.options,
+        full_image=pinned["full"],
+        min_image=pinned["min"],
+        backend_images=tuple((name, pinned[f"backend:{name}"]) for name, _ in job.options.backend_images),
+    )
+    return dataclasses.replace(job, options=options)
+
+
+def _digest_now(engine: Engine, ref: str, locked) -> str:
+    """Where `ref` points now: its registry's answer (no pull), else the local image."""
+    if locked is not None and locked.local:
+        info = engine.image(ref)
+        return info.id if info else "nothing"
+    digest = engine.registry_digest(ref)
+    if digest is not None:
+        return digest
+    info = engine.image(ref)
+    if info is None:
+        raise ImageNotFound(f"{ref}: neither its registry nor the engine has it")
+    return digest_of(info)
 
 
 def run_job(
@@ -143,7 +167,7 @@ def run_job(
     `push(image_ref, target_ref) -> digest` runs only after the smoke test passed.
     """
     if locked:
-        verify_lock(engine, job, catalog, on_line)
+        job = verify_lock(engine, job, catalog, on_line)
     if job.inspection is not None:
         plan = plan_from_inspection(job.options, catalog, job.inspection, pin=False)
         check_packages(engine, plan, job.inspection.contents, on_line)

@@ -104,3 +104,31 @@ def test_bundle_then_build_with_the_registry_stopped(engine, standin_images, reg
         assert payload["tag"] == "triton-composer-test/pipeline:bundled" and payload["smoke_test"]["passed"]
     finally:
         engine.remove_image("triton-composer-test/pipeline:bundled", force=True)
+
+
+def test_lock_against_a_registry_then_the_tag_moves(engine, standin_images, registry, login, tmp_path):
+    mirror = f"{registry.host}/nvidia"
+    assert composer("mirror", "--version", "24.09", "--from", "localhost/standin", "--to", mirror,
+                    env=login).returncode == 0
+    path = tmp_path / "mirrored.yaml"
+    path.write_text(f'version: "24.09"\nregistry: {mirror}\nbackends: [python]\n'
+                    "tag: triton-composer-test/pipeline:locked\n")
+    locked = composer("lock", "--set", str(path), "--json", env=login)
+    assert locked.returncode == 0, locked.stderr
+    images = json.loads(locked.stdout)["locks"][0]["images"]
+    assert all(i["digest"].startswith("sha256:") and not i.get("local") for i in images)
+    try:
+        built = composer("build", "--set", str(path), "--locked", "--no-smoke-test", "--json", env=login)
+        assert built.returncode == 0, built.stderr
+        assert "@sha256:" in json.loads(built.stdout)["base_images"]["full"]["ref"]  # built from the digest
+
+        # Someone pushes another image under the full tag: --locked refuses, without pulling it.
+        from composer.registry import push_image
+
+        push_image(engine, standin_images.min_id, f"{mirror}/tritonserver:24.09-py3", auth=registry.auth)
+        moved = composer("build", "--set", str(path), "--locked", env=login)
+        assert moved.returncode != 0
+        last = moved.stderr.strip().splitlines()[-1]
+        assert f"{mirror}/tritonserver:24.09-py3 moved since the lock" in last
+    finally:
+        engine.remove_image("triton-composer-test/pipeline:locked", force=True)
