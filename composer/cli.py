@@ -36,9 +36,9 @@ def reports_errors(command):
         try:
             return command(*args, **kwargs)
         except ComposerError as error:
-            typer.secho(f"error: {error.message}", err=True, fg="red")
-            if isinstance(error, BuildFailed) and error.log_tail:
+            if isinstance(error, BuildFailed) and error.log_tail:  # the output first: the error is the last line
                 typer.echo("--- build output (tail) ---\n" + error.log_tail.rstrip(), err=True)
+            typer.secho(f"error: {error.message}", err=True, fg="red")
             raise typer.Exit(error.exit_code)
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)

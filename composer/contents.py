@@ -132,12 +132,6 @@ class PythonRuntime:
     executable_realpath: str = ""
     libpython: str = ""
 
-    @property
-    def paths(self) -> tuple[str, ...]:
-        """Files and folders that make up this runtime (besides its library needs)."""
-        exe = (self.executable,) + ((self.executable_realpath,) if self.executable_realpath not in ("", self.executable) else ())
-        return exe + (self.stdlib,) + self.numpy_paths
-
     @classmethod
     def from_probe(cls, d: Mapping[str, Any]) -> "PythonRuntime":
         numpy = d.get("numpy") or {}

@@ -79,12 +79,6 @@ class Container:
             return False
         return bool(state.get("Running"))
 
-    def exec(self, command: list[str]) -> RunResult:
-        api = self._engine.client.api
-        exec_id = api.exec_create(self.id, command, stdout=True, stderr=True)["Id"]
-        output = api.exec_start(exec_id).decode("utf-8", "replace")
-        return RunResult(api.exec_inspect(exec_id).get("ExitCode") or 0, output)
-
     def remove(self) -> None:
         try:
             self._engine.client.api.remove_container(self.id, force=True, v=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -32,7 +32,6 @@ class Offer:
     has_include: bool
     components: Mapping[str, tuple[str, ...]]  # kind -> names
     python_based: frozenset[str] = frozenset()  # backends served through the python backend
-    sizes: Mapping[str, int] = field(default_factory=dict)  # "backend/onnxruntime" -> bytes
     has_pip: bool = True  # whether the python of the full image has pip
     python: str | None = None  # the python the python backend stub runs on, e.g. "3.11"
 
@@ -58,7 +57,6 @@ class Offer:
             has_include=any(p.endswith("/include") for p in contents.core_paths),
             components=names,
             python_based=frozenset(c.name for c in contents.components if c.kind == "backend" and c.python_based),
-            sizes={f"{c.kind}/{c.name}": c.size for c in contents.components},
             has_pip=bool(contents.python and contents.python.has_pip),
             python=contents.stub_python or (contents.python.version if contents.python else None),
         )

@@ -16,11 +16,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
-import jinja2
-
 from composer.catalog import Release
 from composer.engine import Engine, ImageInfo
 from composer.errors import BuildFailed, UsageError
+from composer.render import templates
 from composer.standin import host
 from composer.progress import LineSink
 
@@ -83,13 +82,13 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
         )
     wheel = f"nvidia-pytriton=={pytriton}"
     min_ref, full_ref = release.min_ref(REGISTRY), release.full_ref(REGISTRY)
-    templates = _templates()
+    environment = templates()
     labels = {
         LABEL_STANDIN: "true",
         LABEL_WHEEL: wheel,
         LABEL_SERVER: release.server,
         LABEL_PYTHON: host.PYTHON_VERSION,
-        LABEL_RECIPE: _recipe_digest(templates),
+        LABEL_RECIPE: _recipe_digest(),
     }
     common = {
         "release": release.name,
@@ -108,7 +107,7 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
         with tempfile.TemporaryDirectory(prefix="standin-min-") as tmp:
             context = Path(tmp)
             (context / "Dockerfile").write_text(
-                templates.get_template("standin-min.Dockerfile.j2").render(
+                environment.get_template("standin-min.Dockerfile.j2").render(
                     base_ref=base_id, labels={**labels, "org.triton-composer.standin.flavour": "min"}, **common
                 )
             )
@@ -130,7 +129,7 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
             libtritonserver = _lay_out_server(tree, context / "server", release)
             _lay_out_backends(context / "backends", on_line)
             (context / "Dockerfile").write_text(
-                templates.get_template("standin-full.Dockerfile.j2").render(
+                environment.get_template("standin-full.Dockerfile.j2").render(
                     min_ref=min_info.id,
                     relink_two_up=[
                         "backends/python/libtriton_python.so",
@@ -160,16 +159,6 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
     )
 
 
-def _templates() -> jinja2.Environment:
-    folder = resources.files("composer.dockerfiles")
-    return jinja2.Environment(
-        loader=jinja2.FunctionLoader(lambda name: folder.joinpath(name).read_text()),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-
-
 def _standin_file(*parts: str) -> Path:
     return Path(str(resources.files("composer.standin").joinpath(*parts)))
 
@@ -179,7 +168,7 @@ def _backend_sources() -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def _recipe_digest(templates: jinja2.Environment) -> str:
+def _recipe_digest() -> str:
     """A digest of everything that shapes the images, so a changed recipe rebuilds them."""
     digest = hashlib.sha256()
     for name in ("standin-min.Dockerfile.j2", "standin-full.Dockerfile.j2"):
