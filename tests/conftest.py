@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 
 import pytest
 
@@ -11,8 +12,10 @@ from composer.engine import Engine
 from composer.errors import EngineUnavailable
 
 # Every container (and image) a test makes carries this label, so the session can sweep them.
+# The value names this run, so two test runs sharing one engine never sweep each other's.
 TEST_LABEL_KEY = "triton-composer.test"
-TEST_LABEL = {TEST_LABEL_KEY: "1"}
+TEST_RUN = os.environ.get("COMPOSER_TEST_RUN") or uuid.uuid4().hex[:12]
+TEST_LABEL = {TEST_LABEL_KEY: TEST_RUN}
 STANDIN_RELEASE = "24.09"
 
 
@@ -33,12 +36,12 @@ def _remove_test_containers(engine: Engine) -> None:
     """Containers and images the tests labelled, whatever became of the tests."""
     import docker.errors
 
-    for cid in engine.containers_labelled(f"{TEST_LABEL_KEY}=1"):
+    for cid in engine.containers_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}"):
         try:
             engine.client.api.remove_container(cid, force=True, v=True)
         except docker.errors.APIError:
             pass
-    for image_id in engine.images_labelled(f"{TEST_LABEL_KEY}=1"):
+    for image_id in engine.images_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}"):
         try:
             engine.client.api.remove_image(image_id, force=True)
         except docker.errors.APIError:

@@ -18,7 +18,7 @@ from composer.plan import BuildOptions
 pytestmark = pytest.mark.integration
 
 REGISTRY = "localhost/standin"
-TEST_LABEL = {"triton-composer.test": "1"}
+from tests.conftest import TEST_LABEL  # swept by the engine fixture at session end
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from composer.samples import load_samples
 pytestmark = pytest.mark.integration
 
 REGISTRY = "localhost/standin"
-TEST_LABEL = {"triton-composer.test": "1"}
+from tests.conftest import TEST_LABEL  # swept by the engine fixture at session end
 TOKEN = "s3cr3t-" + uuid.uuid4().hex  # planted in the index URL; must show up nowhere
 CA_MARK = "ca-key-material-" + uuid.uuid4().hex
 MODELS = Path(__file__).parent / "models"

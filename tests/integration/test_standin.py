@@ -13,7 +13,7 @@ from composer.triton_client import TritonHTTP
 pytestmark = pytest.mark.integration
 
 STANDIN_RELEASE = "24.09"  # the release the standin_images fixture builds
-TEST_LABEL = {"triton-composer.test": "1"}  # swept by the engine fixture at session end
+from tests.conftest import TEST_LABEL  # swept by the engine fixture at session end
 
 
 def test_full_standin_serves_every_sample(engine, standin_images):
