@@ -1,6 +1,6 @@
 """What a full Triton image offers, what its parts need, and what a -min image already has.
 
-The full image is read by running composer/probe.py inside it (files, not package lists, are
+The full image is read by running composer/in_image/probe.py inside it (files, not package lists, are
 the truth); the min image has no python, so it is read with `ldconfig -p` and `ls`.
 """
 
@@ -50,7 +50,7 @@ def is_driver_library(soname: str) -> bool:
 
 def probe_source() -> bytes:
     """The probe script, copied into the full image as one file."""
-    return Path(__file__).with_name("probe.py").read_bytes()
+    return Path(__file__).with_name("in_image").joinpath("probe.py").read_bytes()
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ class PythonRuntime:
 
 @dataclass(frozen=True)
 class FullImageContents:
-    """What a full Triton image offers (see composer/probe.py for how it is found)."""
+    """What a full Triton image offers (see composer/in_image/probe.py for how it is found)."""
 
     image: str
     core_paths: tuple[str, ...]

@@ -93,7 +93,7 @@ def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
     dockerfile = directory / "Dockerfile"
     dockerfile.write_text(render_dockerfile(plan))
     (directory / "composition.json").write_text(composition_record(plan))
-    package = resources.files("composer")
+    package = resources.files("composer.in_image")
     for script in BUILD_SCRIPTS:
         (directory / script).write_bytes(package.joinpath(script).read_bytes())
     _write_packages(plan, directory / "packages")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from composer import probe
+from composer.in_image import probe
 
 HOST_LIB_DIRS = [d for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
                               "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib") if os.path.isdir(d)]
