@@ -18,7 +18,7 @@ from composer.contents import inspect_full, inspect_min, runtime_files
 from composer.engine import Engine
 from composer.errors import ComposerError
 from composer.pipeline import build_image, plan_from_engine
-from composer.plan import BuildOptions
+from composer.spec import CompositionSpec
 
 SELECTIONS = (("python",), ("onnxruntime", "python"), ("identity", "python"), ("onnxruntime", "python", "pytorch"))
 LABEL = {"triton-composer.benchmark": "1"}
@@ -59,9 +59,10 @@ def main() -> int:
         print(f"full {full_ref}: {full_size / 1e6:.1f} MB; min {min_ref}: {min_size / 1e6:.1f} MB")
         print(f"{'selection':36} {'full MB':>9} {'composed':>9} {'bound MB':>9} {'overhead':>9}")
         for selection in SELECTIONS:
-            options = BuildOptions(backends=selection, version=args.version, registry=args.registry,
-                                   tag=f"triton-composer-bench/tritonserver:{'-'.join(selection)}")
-            plan, _ = plan_from_engine(engine, options, catalog)
+            spec = CompositionSpec().with_fields({
+                "selection.backends": selection, "images.version": args.version, "images.registry": args.registry,
+                "result.tag": f"triton-composer-bench/tritonserver:{'-'.join(selection)}"})
+            plan, _ = plan_from_engine(engine, spec, catalog)
             result = build_image(engine, plan, smoke=False, labels=LABEL)
             bound = lower_bound(plan, contents, min_contents, min_size)
             overhead = (result.size - bound) / bound * 100

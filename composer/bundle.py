@@ -18,8 +18,9 @@ from composer import __version__
 from composer.engine import Engine
 from composer.errors import ComposerError, UsageError
 from composer.pipeline import Inspection
-from composer.plan import BuildOptions, CompositionPlan, PackageOptions
+from composer.plan import CompositionPlan
 from composer.render import write_context
+from composer.spec import CompositionSpec
 from composer.progress import LineSink, quiet
 
 FORMAT = 1
@@ -30,23 +31,21 @@ IMAGES = "images.tar"
 
 @dataclass(frozen=True)
 class OpenedBundle:
-    options: BuildOptions
+    spec: CompositionSpec
     inspection: Inspection
-    smoke_test: bool
 
 
 def write_bundle(
     engine: Engine,
     plan: CompositionPlan,
-    options: BuildOptions,
+    spec: CompositionSpec,
     inspection: Inspection,
     out: Path,
     *,
-    smoke_test: bool = True,
     on_line: LineSink = quiet,
 ) -> Path:
     """Write the bundle archive `out`; package sources must be a wheelhouse (no index across a gap)."""
-    if options.packages and options.packages.wheelhouse is None:
+    if spec.packages and spec.packages.wheelhouse is None:
         raise UsageError("a bundle carries packages only from a wheelhouse: make one with composer wheels, "
                          "then pass --wheelhouse")
     staging = out.with_name(out.name + ".staging")
@@ -57,17 +56,19 @@ def write_bundle(
         refs = [inspection.full.ref, inspection.min.ref] + [info.ref for _, info, _ in inspection.backend_images]
         on_line(f"saving {len(refs)} base image(s): {', '.join(refs)}")
         engine.save(refs, staging / IMAGES)
-        for name, source in options.custom_backends:
+        for name, source in spec.selection.custom_backends:
             shutil.copytree(source, staging / "custom-backends" / name, symlinks=True)
-        if options.packages.wheelhouse is not None:
-            shutil.copytree(options.packages.wheelhouse, staging / "wheelhouse")
+        if spec.packages.wheelhouse is not None:
+            shutil.copytree(spec.packages.wheelhouse, staging / "wheelhouse")
         write_context(plan, staging / "context")  # for reading; the build renders it again
         manifest = {
             "format": FORMAT,
             "composer_version": __version__,
-            "options": _options_dict(options),
+            # No index URL or CA: a bundle never holds a secret, and installs from its wheelhouse.
+            "spec": spec.to_dict(portable_only=True),
+            "custom_backends": [name for name, _ in spec.selection.custom_backends],
+            "wheelhouse": spec.packages.wheelhouse is not None,
             "inspection": inspection.to_dict(),
-            "smoke_test": smoke_test,
             "tag": plan.tag,
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -110,44 +111,17 @@ def open_bundle(engine: Engine, archive: Path, workdir: Path, *, on_line: LineSi
     for info in wanted:
         if engine.image(info.ref) is None:
             engine.tag(info.id, info.ref)
-    return OpenedBundle(_options_from(manifest["options"], workdir), inspection, bool(manifest.get("smoke_test", True)))
+    return OpenedBundle(_spec_from(manifest, workdir, archive), inspection)
 
 
-def _options_dict(options: BuildOptions) -> dict:
-    packages = options.packages
-    return {
-        "backends": list(options.backends),
-        "repoagents": list(options.repoagents),
-        "caches": list(options.caches),
-        "version": options.version,
-        "registry": options.registry,
-        "full_image": options.full_image,
-        "min_image": options.min_image,
-        "custom_backends": [name for name, _ in options.custom_backends],
-        "backend_images": [list(pair) for pair in options.backend_images],
-        "with_headers": options.with_headers,
-        "tag": options.tag,
-        # No index URL or CA: a bundle never holds a secret, and installs from its wheelhouse.
-        "packages": {"specs": list(packages.specs), "wheelhouse": packages.wheelhouse is not None},
-    }
-
-
-def _options_from(d: dict, root: Path) -> BuildOptions:
-    packages = d["packages"]
-    return BuildOptions(
-        backends=tuple(d["backends"]),
-        repoagents=tuple(d["repoagents"]),
-        caches=tuple(d["caches"]),
-        version=d["version"],
-        registry=d["registry"],
-        full_image=d["full_image"],
-        min_image=d["min_image"],
-        custom_backends=tuple((name, root / "custom-backends" / name) for name in d["custom_backends"]),
-        backend_images=tuple(tuple(pair) for pair in d["backend_images"]),
-        with_headers=d["with_headers"],
-        tag=d["tag"],
-        packages=PackageOptions(
-            specs=tuple(packages["specs"]),
-            wheelhouse=root / "wheelhouse" if packages["wheelhouse"] else None,
-        ),
-    )
+def _spec_from(manifest: dict, root: Path, archive: Path) -> CompositionSpec:
+    """The spec the bundle was made for, with its folders where the bundle was unpacked."""
+    try:
+        spec = CompositionSpec.from_dict(manifest["spec"], name=archive.name)
+        return spec.with_fields({
+            "selection.custom_backends": tuple(
+                (name, root / "custom-backends" / name) for name in manifest["custom_backends"]),
+            "packages.wheelhouse": root / "wheelhouse" if manifest["wheelhouse"] else None,
+        })
+    except (KeyError, TypeError, ValueError, ComposerError) as exc:
+        raise UsageError(f"--bundle {archive}: its {MANIFEST} is not one this composer wrote ({exc})") from None

@@ -7,18 +7,33 @@ ComposerError becomes one line on stderr and a non-zero exit.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from composer import __version__
 from composer.catalog import Catalog
 from composer.errors import BuildFailed, ComposerError, EngineUnavailable, ImageNotFound, SmokeTestFailed, UsageError
-from composer.options import build_options, package_options, set_overrides
 from composer.output import Printer, human_size, smoke_table
-from composer.plan import DEFAULT_REGISTRY
+from composer.spec import (
+    BACKENDS,
+    BUILD,
+    BUNDLE,
+    DEFAULT_REGISTRY,
+    RENDER,
+    WHEELS,
+    CompositionSpec,
+    Flag,
+    LocalPath,
+    Option,
+    RequirementFiles,
+    check,
+    flags_for,
+    given_on_command_line,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -64,36 +79,77 @@ def _engine():
     return Engine.connect()
 
 
-BackendOpt = typer.Option([], "--backend", "-b", help="A backend to include (repeatable).")
-RepoagentOpt = typer.Option([], "--repoagent", help="A repository agent to include (repeatable).")
-CacheOpt = typer.Option([], "--cache", help="A cache implementation to include (repeatable).")
-VersionOpt = typer.Option(None, "--version", "-v", help="Triton release, YY.MM (e.g. 24.09).")
-RegistryOpt = typer.Option(
-    None, "--registry",
-    help=f"Registry prefix holding tritonserver images: a mirror, or localhost/standin (default {DEFAULT_REGISTRY}).",
-)
+# -- spec options: declared once in composer.spec, turned into typer parameters here ---------
+
+
+def _typer_parameter(option: Option) -> inspect.Parameter:
+    """The typer parameter of one declared flag (repeatable kinds become lists)."""
+    names = [option.flag] + ([option.short] if option.short else [])
+    kind = option.kind
+    if isinstance(kind, Flag):
+        annotation, default = bool, False
+    elif kind.repeatable or option.flag_key is not None:
+        annotation, default = List[Path] if isinstance(kind, RequirementFiles) else List[str], []
+    else:
+        annotation, default = Optional[Path] if isinstance(kind, LocalPath) else Optional[str], None
+    info = typer.Option(default, *names, help=option.help, envvar=option.envvar, show_envvar=False)
+    return inspect.Parameter(option.param, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+
+
+def spec_options(command: str):
+    """Give a typer command the flags of every spec option it takes.
+
+    The command receives `given`: field path -> value for the fields the command line gave,
+    each read and checked by its declaration (composer.spec.given_on_command_line).
+    """
+
+    def decorate(function):
+        flags = flags_for(command)
+        own = [p for p in inspect.signature(function).parameters.values() if p.name != "given"]
+
+        @functools.wraps(function)
+        def wrapper(**kwargs):
+            values = {option.param: kwargs.pop(option.param) for option in flags}
+            return function(given=given_on_command_line(command, values), **kwargs)
+
+        wrapper.__signature__ = inspect.Signature(own + [_typer_parameter(o) for o in flags])
+        return wrapper
+
+    return decorate
+
+
+SetOpt = typer.Option([], "--set", "-s", help="A backend set: YAML file or shipped preset name (repeatable: several images).")
+JsonOpt = typer.Option(False, "--json", help="Print a machine-readable result on stdout.")
 RegistryAuthOpt = typer.Option(
     None, "--registry-auth",
     help="Registry credentials: file:PATH or env:NAME holding user:password (default: docker login's).",
 )
-ImageOpt = typer.Option([], "--image", help="Name a base image outright: full=REF or min=REF.")
-CustomOpt = typer.Option([], "--custom-backend", help="Copy a local backend folder in: NAME=DIR (repeatable).")
-BackendImageOpt = typer.Option(
-    [], "--backend-image", help="Take a backend from another full image (another release): NAME=REF (repeatable)."
-)
-HeadersOpt = typer.Option(False, "--with-headers", help="Include /opt/tritonserver/include.")
-TagOpt = typer.Option(None, "--tag", "-t", help="Tag for the composed image (default names release and backends).")
-JsonOpt = typer.Option(False, "--json", help="Print a machine-readable result on stdout.")
-PipOpt = typer.Option([], "--pip", help="A python package for python models, pip requirement syntax (repeatable).")
-RequirementsOpt = typer.Option([], "--requirements", "-r", help="A requirements file (repeatable).")
-IndexOpt = typer.Option(
-    None, "--pip-index-url", envvar="COMPOSER_PIP_INDEX_URL",
-    help="Package index (may hold credentials: never written anywhere; env COMPOSER_PIP_INDEX_URL).",
-)
-ExtraIndexOpt = typer.Option([], "--pip-extra-index-url", help="Extra package index (repeatable).")
-TrustedOpt = typer.Option([], "--pip-trusted-host", help="Host pip may reach without valid TLS (repeatable).")
-WheelhouseOpt = typer.Option(None, "--wheelhouse", help="Install from this folder of wheels only, no index.")
-CaOpt = typer.Option(None, "--ca-cert", help="CA certificate trusted by the install step only.")
+
+
+def _specs(command: str, set_files: list[str], given: dict[str, Any], catalog: Catalog) -> list[CompositionSpec]:
+    """The specs of a run: one per set (flags in place of the set's values), or the flags alone.
+
+    Everything is checked here, before any work starts.
+    """
+    from composer.sets import specs_from_sets
+
+    if set_files:
+        if len(set_files) > 1 and ("result.tag" in given or "result.push" in given):
+            raise UsageError("--tag and --push name one image: with several --set files, put them in the sets")
+        specs = specs_from_sets(set_files, given)
+    else:
+        specs = [CompositionSpec().with_fields(given)]
+    for spec in specs:
+        check(spec, command)
+        if spec.images.version:
+            catalog.release(spec.images.version)
+    return specs
+
+
+def _one_spec(command: str, set_files: list[str], given: dict[str, Any], catalog: Catalog) -> CompositionSpec:
+    if len(set_files) > 1:
+        raise UsageError(f"composer {command} takes one --set")
+    return _specs(command, set_files, given, catalog)[0]
 
 
 # -- commands -------------------------------------------------------------------
@@ -101,32 +157,10 @@ CaOpt = typer.Option(None, "--ca-cert", help="CA certificate trusted by the inst
 
 @app.command()
 @reports_errors
+@spec_options(BUILD)
 def build(
-    set_files: List[str] = typer.Option(
-        [], "--set", "-s", help="A backend set: YAML file or shipped preset name (repeatable: several images)."
-    ),
-    backend: List[str] = BackendOpt,
-    repoagent: List[str] = RepoagentOpt,
-    cache: List[str] = CacheOpt,
-    version: Optional[str] = VersionOpt,
-    registry: Optional[str] = RegistryOpt,
-    image: List[str] = ImageOpt,
-    custom_backend: List[str] = CustomOpt,
-    backend_image: List[str] = BackendImageOpt,
-    with_headers: bool = HeadersOpt,
-    tag: Optional[str] = TagOpt,
-    pip: List[str] = PipOpt,
-    requirements: List[Path] = RequirementsOpt,
-    pip_index_url: Optional[str] = IndexOpt,
-    pip_extra_index_url: List[str] = ExtraIndexOpt,
-    pip_trusted_host: List[str] = TrustedOpt,
-    wheelhouse: Optional[Path] = WheelhouseOpt,
-    ca_cert: Optional[Path] = CaOpt,
-    no_smoke_test: bool = typer.Option(False, "--no-smoke-test", help="Tag without serving the samples first."),
-    model_repository: Optional[Path] = typer.Option(
-        None, "--model-repository", help="Smoke-test these models instead of the samples: each must reach READY."
-    ),
-    push: Optional[str] = typer.Option(None, "--push", help="Push the image as REF once its smoke test passed."),
+    given: dict,
+    set_files: List[str] = SetOpt,
     registry_auth: Optional[str] = RegistryAuthOpt,
     locked: bool = typer.Option(False, "--locked", help="Build from the digests in the set's lock file."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write smoke-test results as JUnit XML."),
@@ -136,109 +170,64 @@ def build(
     as_json: bool = JsonOpt,
 ) -> None:
     """Compose, build and smoke-test a slim image; tag (and push) it only once it serves."""
-    from composer.jobs import Job, jobs_from_sets
+    from composer.pipeline import Run, compose_all
+    from composer.registry import load_auth
 
     out = Printer(as_json)
     catalog = Catalog.load()
-    if version:
-        catalog.release(version)
     if bundle is not None:
-        if set_files or backend or version or image or custom_backend or backend_image or pip or requirements \
-                or wheelhouse or locked:
-            raise UsageError("--bundle carries its own selection: give only --tag, --push, --no-smoke-test, "
-                             "--junit or --json with it")
-        _build_from_bundle(out, bundle, catalog, tag=tag, push=push, smoke=not no_smoke_test,
-                           model_repository=model_repository, registry_auth=registry_auth, junit=junit)
-        return
-    if set_files:
-        if len(set_files) > 1 and (tag or push):
-            raise UsageError("--tag and --push name one image: with several --set files, put them in the sets")
-        overrides = set_overrides(
-            backend=backend, repoagent=repoagent, cache=cache, version=version, registry=registry, image=image,
-            custom_backend=custom_backend, backend_image=backend_image, with_headers=with_headers, tag=tag,
-            pip=pip, requirements=requirements, index_url=pip_index_url, extra_index_url=pip_extra_index_url,
-            trusted_host=pip_trusted_host, wheelhouse=wheelhouse, ca_cert=ca_cert,
-            model_repository=model_repository, push=push, no_smoke_test=no_smoke_test,
-        )
-        jobs = jobs_from_sets(set_files, overrides)
+        allowed = {"result.tag", "result.push", "result.smoke_test", "result.model_repository", "result.labels"}
+        if set_files or locked or set(given) - allowed:
+            raise UsageError("--bundle carries its own selection: give only --tag, --push, --label, "
+                             "--no-smoke-test, --model-repository, --junit or --json with it")
     else:
-        packages = package_options(pip, requirements, pip_index_url, pip_extra_index_url, pip_trusted_host,
-                                   wheelhouse, ca_cert)
-        options = build_options(backend, repoagent, cache, version, registry, image, custom_backend, with_headers,
-                                tag, packages, backend_image)
-        if not options.version and not options.full_image:
-            raise UsageError("give --version YY.MM (or --image full=REF), or a backend set with --set")
-        if locked:
+        specs = _specs(BUILD, set_files, given, catalog)
+        if locked and not set_files:
             raise UsageError("--locked needs a backend set (--set FILE) with a lock file beside it")
-        jobs = [Job("command line", options, not no_smoke_test, model_repository, push)]
-    _run_jobs(out, _engine(), jobs, catalog, locked=locked, registry_auth=registry_auth, junit=junit)
-
-
-def _build_from_bundle(out: Printer, archive: Path, catalog, *, tag, push, smoke, model_repository, registry_auth,
-                       junit) -> None:
-    import dataclasses
-    import shutil
-    import tempfile
-
-    from composer.bundle import open_bundle
-    from composer.jobs import Job
-
-    engine = _engine()
-    workdir = Path(tempfile.mkdtemp(prefix="triton-composer-bundle-"))
-    try:
-        opened = open_bundle(engine, archive, workdir, on_line=out.step)
-        options = dataclasses.replace(opened.options, tag=tag or opened.options.tag)
-        job = Job(archive.name, options, smoke and opened.smoke_test, model_repository, push,
-                  inspection=opened.inspection)
-        _run_jobs(out, engine, [job], catalog, locked=False, registry_auth=registry_auth, junit=junit)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _run_jobs(out: Printer, engine, jobs, catalog, *, locked: bool, registry_auth: Optional[str],
-              junit: Optional[Path]) -> None:
-    """Run every job; with several, a failure does not stop the others but fails the command."""
-    from composer.jobs import Outcome, junit_entries, run_job
-    from composer.junit import write_junit
-    from composer.registry import load_auth, push_image
-
     auth = load_auth(registry_auth)
-
-    def push(image_ref: str, target: str) -> str:
-        out.step(f"pushing {target}")
-        digest = push_image(engine, image_ref, target, auth=auth, on_line=out.step)
-        out.step(f"pushed {target}@{digest}")
-        return digest
+    engine = _engine()
 
     def show_plan(plan) -> None:
         for note in plan.notes:
             out.step(f"note: {note}")
         out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
 
-    outcomes = []
-    try:
-        for job in jobs:
-            if len(jobs) > 1:
-                out.step(f"== {job.name} ==")
-            try:
-                outcome = run_job(engine, job, catalog, locked=locked, push=push, on_line=out.step,
-                                  on_build_line=out.build_line, on_plan=show_plan)
-            except ComposerError as error:
-                if isinstance(error, SmokeTestFailed):
-                    out.smoke_failure(error.report, error.log_tail)
-                outcomes.append(Outcome(job, error=error))
-                if len(jobs) == 1:
-                    raise
-                typer.secho(f"error: {job.name}: {error.message}", err=True, fg="red")
-                continue
-            outcomes.append(outcome)
-    finally:
-        if junit is not None:
-            write_junit(junit_entries(outcomes), junit)
+    run = Run(locked=locked, registry_auth=auth, on_line=out.step, on_build_line=out.build_line, on_plan=show_plan)
+    if bundle is not None:
+        import shutil
+        import tempfile
+
+        from composer.bundle import open_bundle
+
+        workdir = Path(tempfile.mkdtemp(prefix="triton-composer-bundle-"))
+        try:
+            opened = open_bundle(engine, bundle, workdir, on_line=out.step)
+            outcomes = compose_all(engine, [opened.spec.with_fields(given)], catalog, run, opened.inspection)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        outcomes = compose_all(engine, specs, catalog, run)
+    _report(out, outcomes, junit)
+
+
+def _report(out: Printer, outcomes, junit: Optional[Path]) -> None:
+    """Print the outcomes (and write JUnit); any failure makes the command fail."""
+    from composer.junit import write_junit
+
+    for outcome in outcomes:
+        if isinstance(outcome.error, SmokeTestFailed):
+            out.smoke_failure(outcome.error.report, outcome.error.log_tail)
+    if junit is not None:
+        write_junit(outcomes, junit)
+    failed = [o for o in outcomes if o.error is not None]
+    if len(outcomes) == 1 and failed:
+        raise failed[0].error
+    for outcome in failed:
+        typer.secho(f"error: {outcome.spec.name}: {outcome.error.message}", err=True, fg="red")
 
     def describe(outcome) -> str:
         if outcome.error is not None:
-            return f"{outcome.job.name}: FAILED: {outcome.error.message}"
+            return f"{outcome.spec.name}: FAILED: {outcome.error.message}"
         result = outcome.result
         lines = [smoke_table(result.smoke)] if result.smoke else []
         lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
@@ -248,9 +237,8 @@ def _run_jobs(out: Printer, engine, jobs, catalog, *, locked: bool, registry_aut
 
     payload = outcomes[0].to_dict() if len(outcomes) == 1 else {"images": [o.to_dict() for o in outcomes]}
     out.result(payload, "\n\n".join(describe(o) for o in outcomes))
-    failed = [o for o in outcomes if o.error is not None]
     if failed:
-        raise ComposerError(f"{len(failed)} of {len(outcomes)} images failed: {', '.join(o.job.name for o in failed)}")
+        raise ComposerError(f"{len(failed)} of {len(outcomes)} images failed: {', '.join(o.spec.name for o in failed)}")
 
 
 @app.command()
@@ -260,12 +248,14 @@ def lock(
     as_json: bool = JsonOpt,
 ) -> None:
     """Resolve a set's base images to digests into a lock file beside it (for --locked builds)."""
-    from composer.jobs import jobs_from_sets, lock_job
+    from composer.lock import lock_spec
+    from composer.pipeline import resolve_targets
 
     out = Printer(as_json)
     catalog = Catalog.load()
+    specs = _specs(BUILD, set_files, {}, catalog)
     engine = _engine()
-    locks = [lock_job(engine, job, catalog, out.step) for job in jobs_from_sets(set_files, {})]
+    locks = [lock_spec(engine, spec, resolve_targets(spec, catalog, engine), out.step) for spec in specs]
     out.result(
         {"locks": [{"path": str(l.path), "images": [i.record() for i in l.images]} for l in locks]},
         "\n".join(f"wrote {l.path}: " + ", ".join(f"{i.role} {i.digest[:19]}" for i in l.images) for l in locks),
@@ -277,10 +267,10 @@ def lock(
 def mirror(
     version: str = typer.Option(..., "--version", "-v", help="Release to mirror, YY.MM."),
     to: str = typer.Option(..., "--to", help="Registry prefix to copy into, e.g. harbor.example/nvidia."),
-    source: str = typer.Option(DEFAULT_REGISTRY, "--from", help="Registry prefix to copy from."),
+    source: str = typer.Option(DEFAULT_REGISTRY, "--registry", "--from", help="Registry prefix to copy from."),
     registry_auth: Optional[str] = RegistryAuthOpt,
     source_auth: Optional[str] = typer.Option(
-        None, "--source-auth", help="Credentials for --from: file:PATH or env:NAME (user:password)."
+        None, "--source-auth", help="Credentials for --registry: file:PATH or env:NAME (user:password)."
     ),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -301,42 +291,23 @@ def mirror(
 
 @app.command()
 @reports_errors
+@spec_options(BUNDLE)
 def bundle(
+    given: dict,
     output: Path = typer.Option(..., "--output", "-o", help="The bundle archive to write (.tar)."),
-    backend: List[str] = BackendOpt,
-    repoagent: List[str] = RepoagentOpt,
-    cache: List[str] = CacheOpt,
-    version: Optional[str] = VersionOpt,
-    registry: Optional[str] = RegistryOpt,
-    image: List[str] = ImageOpt,
-    custom_backend: List[str] = CustomOpt,
-    backend_image: List[str] = BackendImageOpt,
-    with_headers: bool = HeadersOpt,
-    tag: Optional[str] = TagOpt,
-    pip: List[str] = PipOpt,
-    requirements: List[Path] = RequirementsOpt,
-    wheelhouse: Optional[Path] = WheelhouseOpt,
-    no_smoke_test: bool = typer.Option(False, "--no-smoke-test", help="Builds from the bundle skip the smoke test."),
+    set_files: List[str] = SetOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Write one archive with everything a build needs, for a machine that reaches no registry."""
     from composer.bundle import write_bundle
-    from composer.pipeline import check_packages, inspect_images, plan_from_inspection
+    from composer.pipeline import plan_from_engine
 
     out = Printer(as_json)
-    packages = package_options(pip, requirements, None, [], [], wheelhouse, None)
-    options = build_options(
-        backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag, packages,
-        backend_image,
-    )
     catalog = Catalog.load()
-    if options.version:
-        catalog.release(options.version)
+    spec = _one_spec(BUNDLE, set_files, given, catalog)
     engine = _engine()
-    inspection = inspect_images(engine, options, catalog, on_line=out.step)
-    plan = plan_from_inspection(options, catalog, inspection)
-    check_packages(engine, plan, inspection.contents, out.step)
-    path = write_bundle(engine, plan, options, inspection, output, smoke_test=not no_smoke_test, on_line=out.step)
+    plan, inspection = plan_from_engine(engine, spec, catalog, on_line=out.step)
+    path = write_bundle(engine, plan, spec, inspection, output, on_line=out.step)
     size = path.stat().st_size
     out.result({"bundle": str(path), "size": size, "tag": plan.tag, "backends": list(plan.all_backends)},
                f"wrote {path} ({human_size(size)}); on the other side: composer build --bundle {path.name}")
@@ -344,25 +315,11 @@ def bundle(
 
 @app.command()
 @reports_errors
+@spec_options(RENDER)
 def render(
+    given: dict,
     output: Path = typer.Option(..., "--output", "-o", help="Folder for the Dockerfile and build context."),
-    backend: List[str] = BackendOpt,
-    repoagent: List[str] = RepoagentOpt,
-    cache: List[str] = CacheOpt,
-    version: Optional[str] = VersionOpt,
-    registry: Optional[str] = RegistryOpt,
-    image: List[str] = ImageOpt,
-    custom_backend: List[str] = CustomOpt,
-    backend_image: List[str] = BackendImageOpt,
-    with_headers: bool = HeadersOpt,
-    tag: Optional[str] = TagOpt,
-    pip: List[str] = PipOpt,
-    requirements: List[Path] = RequirementsOpt,
-    pip_index_url: Optional[str] = IndexOpt,
-    pip_extra_index_url: List[str] = ExtraIndexOpt,
-    pip_trusted_host: List[str] = TrustedOpt,
-    wheelhouse: Optional[Path] = WheelhouseOpt,
-    ca_cert: Optional[Path] = CaOpt,
+    set_files: List[str] = SetOpt,
     offline: bool = typer.Option(
         False, "--offline", help="Do not ask an engine: check the selection against NGC's catalogued layout."
     ),
@@ -373,37 +330,31 @@ def render(
     from composer.render import write_context
 
     out = Printer(as_json)
-    packages = package_options(pip, requirements, pip_index_url, pip_extra_index_url, pip_trusted_host, wheelhouse, ca_cert)
-    options = build_options(
-        backend, repoagent, cache, version, registry, image, custom_backend, with_headers, tag, packages,
-        backend_image,
-    )
     catalog = Catalog.load()
-    if options.version:
-        catalog.release(options.version)
+    spec = _one_spec(RENDER, set_files, given, catalog)
     engine = None
     if not offline:
         try:
             engine = _engine()
         except EngineUnavailable:
-            if not options.version:
+            if not spec.images.version:
                 raise
             out.step("no Docker engine answers: checking the selection against NGC's catalogued layout")
     plan = None
     if engine is not None:
         try:
-            plan, _ = plan_from_engine(engine, options, catalog, on_line=out.step)
+            plan, _ = plan_from_engine(engine, spec, catalog, on_line=out.step)
         except ImageNotFound as missing:
-            if not options.version:
+            if not spec.images.version:
                 raise
             out.step(f"{missing.message}: checking the selection against NGC's catalogued layout instead")
     if plan is None:
-        plan = plan_from_catalog(options, catalog)
+        plan = plan_from_catalog(spec, catalog)
     for note in plan.notes:
         out.step(f"note: {note}")
     context = write_context(plan, output)
-    if packages.build_args():
-        names = " ".join(f"--build-arg {name}" for name in sorted(packages.build_args()))
+    if spec.packages.build_args():
+        names = " ".join(f"--build-arg {name}" for name in sorted(spec.packages.build_args()))
         out.step(f"note: pass the package index at build time: docker build {names} ... (values from your environment)")
     out.result(
         {"dockerfile": str(context.dockerfile), "context": str(context.directory), "tag": plan.tag,
@@ -448,23 +399,19 @@ def smoke_test_command(
 
 @app.command()
 @reports_errors
-def backends(
-    version: Optional[str] = VersionOpt,
-    registry: Optional[str] = RegistryOpt,
-    image: List[str] = ImageOpt,
-    as_json: bool = JsonOpt,
-) -> None:
+@spec_options(BACKENDS)
+def backends(given: dict, as_json: bool = JsonOpt) -> None:
     """List what a full image offers (backends, repo agents, caches) with their sizes."""
     from composer.contents import inspect_full
-    from composer.pipeline import base_refs
+    from composer.pipeline import resolve_targets
 
     out = Printer(as_json)
-    options = build_options([], [], [], version, registry, image, [], False, None)
     catalog = Catalog.load()
-    if options.version:
-        catalog.release(options.version)
+    spec = check(CompositionSpec().with_fields(given), BACKENDS)
+    if spec.images.version:
+        catalog.release(spec.images.version)
     engine = _engine()
-    full_ref, _ = base_refs(options, catalog, engine)
+    full_ref = resolve_targets(spec, catalog, engine).full
     engine.require_image(full_ref, on_line=out.step)
     contents = inspect_full(engine, full_ref)
     rows = [("KIND", "NAME", "SIZE", "NOTE")]
@@ -484,18 +431,11 @@ def backends(
 
 @app.command()
 @reports_errors
+@spec_options(WHEELS)
 def wheels(
+    given: dict,
     output: Path = typer.Option(..., "--output", "-o", help="Folder to fill with wheels (the wheelhouse)."),
-    backend: List[str] = BackendOpt,
-    version: Optional[str] = VersionOpt,
-    registry: Optional[str] = RegistryOpt,
-    image: List[str] = ImageOpt,
-    pip: List[str] = PipOpt,
-    requirements: List[Path] = RequirementsOpt,
-    pip_index_url: Optional[str] = IndexOpt,
-    pip_extra_index_url: List[str] = ExtraIndexOpt,
-    pip_trusted_host: List[str] = TrustedOpt,
-    ca_cert: Optional[Path] = CaOpt,
+    set_files: List[str] = SetOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Download on this machine the wheels a build's packages need, so the build runs offline."""
@@ -503,18 +443,19 @@ def wheels(
     from composer.pipeline import plan_from_engine
 
     out = Printer(as_json)
-    packages = package_options(pip, requirements, pip_index_url, pip_extra_index_url, pip_trusted_host, None, ca_cert)
-    if not packages:
-        raise UsageError("name the packages with --pip SPEC or --requirements FILE")
-    options = build_options(backend or ["python"], [], [], version, registry, image, [], False, None, packages)
     catalog = Catalog.load()
-    if options.version:
-        catalog.release(options.version)
+    if not set_files and "selection.backends" not in given:
+        given = {**given, "selection.backends": ("python",)}
+    spec = _one_spec(WHEELS, set_files, given, catalog)
+    if not spec.packages:
+        raise UsageError("name the packages with --pip SPEC or --requirements FILE")
+    # The wheelhouse is what this command fills: plan without it.
+    spec = spec.with_fields({"packages.wheelhouse": None})
     engine = _engine()
-    plan, contents = plan_from_engine(engine, options, catalog, on_line=out.step)
-    target = python_target(engine, plan.full.ref, contents.python.version)
+    plan, inspection = plan_from_engine(engine, spec, catalog, on_line=out.step)
+    target = python_target(engine, plan.full.ref, inspection.contents.python.version)
     out.step(f"wheels for python {target.version} on {target.platform}, pins: {', '.join(plan.constraints) or 'none'}")
-    files = download_wheels(target, packages, plan.constraints, output, on_line=out.step)
+    files = download_wheels(target, spec.packages, plan.constraints, output, on_line=out.step)
     out.result(
         {"wheelhouse": str(output), "python": target.version, "platform": target.platform,
          "wheels": [f.name for f in files]},
@@ -545,6 +486,19 @@ def standin(
 def version_command() -> None:
     """Print the composer's version."""
     typer.echo(__version__)
+
+
+@app.callback(invoke_without_command=True)
+def main_options(
+    ctx: typer.Context,
+    show_version: bool = typer.Option(False, "--version", help="Print the composer's version and exit."),
+) -> None:
+    if show_version:
+        typer.echo(__version__)
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
 
 
 def main() -> None:

@@ -15,7 +15,8 @@ from typing import Mapping, Sequence
 
 import yaml
 
-from composer.errors import UsageError
+from composer.errors import ImageNotFound, UsageError
+from composer.progress import LineSink, quiet
 
 LOCK_SUFFIX = ".lock.yaml"
 LOCK_VERSION = 1
@@ -223,3 +224,62 @@ def _check_not_shipped(set_path: Path) -> None:
 def _short(digest: str) -> str:
     algorithm, _, hexdigest = digest.partition(":")
     return f"{algorithm}:{hexdigest[:12]}" if hexdigest else digest[:19]
+
+
+# -- resolving against the engine and registries ------------------------------------------
+
+
+def current_image(engine, ref: str, on_line: LineSink = quiet):
+    """What `ref` names now: pulled afresh when its registry answers, else the local image."""
+    try:
+        return engine.pull(ref, on_line=on_line)
+    except ImageNotFound:
+        info = engine.image(ref)
+        if info is None:
+            raise
+        return info
+
+
+def lock_spec(engine, spec, targets, on_line: LineSink = quiet) -> LockFile:
+    """Resolve a set's base images (composer.pipeline.Targets) to digests into the lock beside it."""
+    if spec.source is None:
+        raise UsageError("composer lock works on backend sets: give --set FILE")
+    images = []
+    for role, ref in targets.roles():
+        on_line(f"resolving {ref}")
+        images.append(locked_image(role, current_image(engine, ref, on_line)))
+    return write_lock(spec.source, images)
+
+
+def verify_lock(engine, spec, targets, on_line: LineSink = quiet):
+    """Refuse to build if a base image tag has moved since the lock was written; else the targets
+    pinned to the locked digests (so a stale local copy is never used)."""
+    if spec.source is None:
+        raise UsageError("--locked needs a backend set (--set FILE) with a lock file beside it")
+    lock = read_lock(spec.source)
+    current = {}
+    for role, ref in targets.roles():
+        locked = lock.image(role)
+        if locked is not None and locked.ref != ref:
+            raise UsageError(
+                f"{spec.source.name}: the lock pins {locked.ref} but the build uses {ref}: "
+                f"run composer lock --set {spec.source}"
+            )
+        current[role] = _digest_now(engine, ref, locked)
+    check_current(lock, current)
+    on_line(f"lock {lock.path.name}: every base image is where it was locked")
+    return targets.pinned({image.role: pinned_ref(image) for image in lock.images})
+
+
+def _digest_now(engine, ref: str, locked) -> str:
+    """Where `ref` points now: its registry's answer (no pull), else the local image."""
+    if locked is not None and locked.local:
+        info = engine.image(ref)
+        return info.id if info else "nothing"
+    digest = engine.registry_digest(ref)
+    if digest is not None:
+        return digest
+    info = engine.image(ref)
+    if info is None:
+        raise ImageNotFound(f"{ref}: neither its registry nor the engine has it")
+    return digest_of(info)

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from composer.engine import Engine
 from composer.errors import ComposerError, UsageError
-from composer.plan import PackageOptions
+from composer.spec import Packages
 from composer.progress import LineSink, quiet
 
 
@@ -56,25 +56,7 @@ class PythonTarget:
         return args
 
 
-def read_requirements(path: Path) -> list[str]:
-    """Requirement lines of a file; pip options belong on the command line, not in it."""
-    if not path.is_file():
-        raise UsageError(f"--requirements {path}: no such file")
-    specs = []
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("-"):
-            raise UsageError(
-                f"{path}:{number}: pip options ({line.split()[0]}) go on the command line "
-                "(--pip-index-url, --pip-extra-index-url, --wheelhouse)"
-            )
-        specs.append(line)
-    return specs
-
-
-def secrets_of(packages: PackageOptions) -> list[str]:
+def secrets_of(packages: Packages) -> list[str]:
     """The credential parts of the index URLs: what must never be shown or stored."""
     found = []
     for url in (packages.index_url, *packages.extra_index_urls):
@@ -116,7 +98,7 @@ def python_target(engine: Engine, full_ref: str, python_version: str) -> PythonT
 
 def download_wheels(
     target: PythonTarget,
-    packages: PackageOptions,
+    packages: Packages,
     constraints: Iterable[str],
     out: Path,
     *,
@@ -135,7 +117,7 @@ def download_wheels(
 
 
 def check_wheelhouse(
-    target: PythonTarget, packages: PackageOptions, constraints: Iterable[str], *, on_line: LineSink = quiet
+    target: PythonTarget, packages: Packages, constraints: Iterable[str], *, on_line: LineSink = quiet
 ) -> list[tuple[str, str]]:
     """Resolve the requirements against the wheelhouse alone, on the host; (name, version) pairs."""
     assert packages.wheelhouse is not None
@@ -186,7 +168,7 @@ def _files(tmp: Path, specs, constraints) -> tuple[Path, Path]:
     return requirements, constraint_file
 
 
-def _index_args(packages: PackageOptions) -> list[str]:
+def _index_args(packages: Packages) -> list[str]:
     args = []
     if packages.index_url:
         args += ["--index-url", packages.index_url]

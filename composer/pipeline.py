@@ -1,77 +1,95 @@
-"""The build pipeline: options -> plan -> Dockerfile + context -> image -> smoke report -> tag.
+"""The pipeline: spec -> base images (resolved once) -> plan -> Dockerfile + context -> image ->
+smoke report -> tag -> push.
 
-Each step is a function of the previous step's value; the CLI calls them in order and prints.
+Each step takes the previous step's value as given: the release and the base references are
+resolved once per image (resolve_targets), the images are looked into once (inspect_images), and
+the plan checks the selection against them. Several images per run (sets) are a loop over
+compose(); the CLI only parses, calls and prints.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping, Sequence
 
-from composer.catalog import Catalog
+from composer.catalog import Catalog, Release
 from composer.contents import FullImageContents, inspect_full
 from composer.engine import Engine, ImageInfo
-from composer.errors import BuildFailed, SmokeTestFailed, UsageError
+from composer.errors import BuildFailed, ComposerError, SmokeTestFailed, UsageError
 from composer.packages import check_wheelhouse, explain_pip_failure, python_target, redactor, secrets_of
 from composer.plan import (
     BaseImage,
-    BuildOptions,
     CompositionPlan,
     Offer,
+    created_label,
     foreign_backend,
     image_refs,
     make_plan,
     resolve_release,
 )
+from composer.progress import LineSink, quiet
 from composer.render import BuildContext, write_context
 from composer.smoke import SmokeOptions, SmokeReport, smoke_test
-from composer.progress import LineSink, quiet
+from composer.spec import CompositionSpec
+
+RELEASE_ENV = "NVIDIA_TRITON_SERVER_VERSION"
 
 
+# -- base images ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class BuildResult:
-    plan: CompositionPlan
-    image_id: str
-    tag: str | None
-    size: int
-    smoke: SmokeReport | None
+class Targets:
+    """The base images of one composition, named and with their release known, before any pull."""
 
-    def to_dict(self) -> dict:
-        return {
-            "image_id": self.image_id,
-            "tag": self.tag,
-            "size": self.size,
-            "release": self.plan.release.name,
-            "server_version": self.plan.release.server,
-            "backends": list(self.plan.all_backends),
-            "repoagents": list(self.plan.repoagents),
-            "caches": list(self.plan.caches),
-            "base_images": {"full": self.plan.full.record(), "min": self.plan.min.record()},
-            "smoke_test": self.smoke.to_dict() if self.smoke else None,
-        }
+    release: Release
+    full: str
+    min: str
+    backend_images: tuple[tuple[str, str], ...] = ()
+
+    def roles(self) -> list[tuple[str, str]]:
+        """(role, ref) of every base image: full, min, backend:<name>."""
+        return [("full", self.full), ("min", self.min)] + [(f"backend:{n}", r) for n, r in self.backend_images]
+
+    def pinned(self, refs: Mapping[str, str]) -> "Targets":
+        """The same targets with each role's reference replaced (role -> ref), e.g. by a lock."""
+        return dataclasses.replace(
+            self,
+            full=refs.get("full", self.full),
+            min=refs.get("min", self.min),
+            backend_images=tuple((n, refs.get(f"backend:{n}", r)) for n, r in self.backend_images),
+        )
 
 
-def base_refs(options: BuildOptions, catalog: Catalog, engine: Engine | None) -> tuple[str, str]:
-    """The full and min references, before anything is pulled."""
-    if options.version:
-        return image_refs(options, catalog.release(options.version))
-    if not options.full_image:
+def resolve_targets(spec: CompositionSpec, catalog: Catalog, engine: Engine | None = None) -> Targets:
+    """The release and the base references, resolved once for the whole pipeline.
+
+    With --version the catalog answers; with only --image full=REF the full image's own
+    environment says its release (and the min image sits beside it: <repo>:<release>-py3-min).
+    """
+    images = spec.images
+    if images.version:
+        release = catalog.release(images.version)
+        full, minimal = image_refs(spec, release)
+        return Targets(release, full, minimal, spec.selection.backend_images)
+    if not images.full:
         raise UsageError("give --version YY.MM, or --image full=REF so the release can be read from the image")
-    if options.min_image:
-        return options.full_image, options.min_image
-    # The min image sits beside the full one: same repository, tag <release>-py3-min.
     if engine is None:
-        raise UsageError("give --version YY.MM or --image min=REF: without an engine the release is unknown")
-    info = engine.require_image(options.full_image)
-    release = resolve_release(options, catalog, info.env)
-    repository = options.full_image.split("@", 1)[0]
-    if repository.rfind(":") > repository.rfind("/"):
-        repository = repository[: repository.rfind(":")]
-    return options.full_image, f"{repository}:{release.name}-py3-min"
+        raise UsageError("give --version YY.MM: without an engine the release of the full image is unknown")
+    info = engine.require_image(images.full)
+    release = resolve_release(None, catalog, info.env)
+    minimal = images.min
+    if minimal is None:
+        repository = images.full.split("@", 1)[0]
+        if repository.rfind(":") > repository.rfind("/"):
+            repository = repository[: repository.rfind(":")]
+        minimal = f"{repository}:{release.name}-py3-min"
+    return Targets(release, images.full, minimal, spec.selection.backend_images)
 
 
 @dataclass(frozen=True)
@@ -108,26 +126,38 @@ class Inspection:
         )
 
 
-def inspect_images(engine: Engine, options: BuildOptions, catalog: Catalog, on_line: LineSink = quiet) -> Inspection:
+def inspect_images(engine: Engine, targets: Targets, on_line: LineSink = quiet) -> Inspection:
     """Pull what is missing and look inside the full image(s) with short-lived containers."""
-    full_ref, min_ref = base_refs(options, catalog, engine)
-    on_line(f"full image: {full_ref}")
-    full_info = engine.require_image(full_ref, on_line=on_line)
-    resolve_release(options, catalog, full_info.env)  # a mismatch fails before anything slow
-    on_line(f"min image: {min_ref}")
-    min_info = engine.require_image(min_ref, on_line=on_line)
-    on_line(f"looking inside {full_ref}")
-    contents = inspect_full(engine, full_ref)
+    on_line(f"full image: {targets.full}")
+    full_info = engine.require_image(targets.full, on_line=on_line)
+    check_release(targets.release, full_info)  # a mismatch fails before anything slow
+    on_line(f"min image: {targets.min}")
+    min_info = engine.require_image(targets.min, on_line=on_line)
+    on_line(f"looking inside {targets.full}")
+    contents = inspect_full(engine, targets.full)
     others = []
-    for name, ref in options.backend_images:
+    for name, ref in targets.backend_images:
         on_line(f"backend {name} from: {ref}")
         info = engine.require_image(ref, on_line=on_line)
         others.append((name, info, inspect_full(engine, ref)))
     return Inspection(full_info, min_info, contents, tuple(others))
 
 
+def check_release(release: Release, full: ImageInfo) -> None:
+    """The full image must be of the release the composition is for, when it says which."""
+    stated = full.env.get(RELEASE_ENV)
+    if stated and stated != release.name:
+        raise UsageError(f"--version {release.name} does not match the full image, which is release {stated}")
+
+
 def plan_from_inspection(
-    options: BuildOptions, catalog: Catalog, inspection: Inspection, *, pin: bool = True
+    spec: CompositionSpec,
+    catalog: Catalog,
+    release: Release,
+    inspection: Inspection,
+    *,
+    pin: bool = True,
+    created: str | None = None,
 ) -> CompositionPlan:
     """The plan, checked against what the images offer; no engine involved.
 
@@ -135,7 +165,6 @@ def plan_from_inspection(
     whose image ids were checked instead: a loaded image has no digest reference).
     """
     full_info, min_info = inspection.full, inspection.min
-    release = resolve_release(options, catalog, full_info.env)
     full = BaseImage("full", full_info.ref, full_info.id, full_info.digest, pin)
     minimal = BaseImage("min", min_info.ref, min_info.id, min_info.digest, pin)
     foreign = tuple(
@@ -143,22 +172,26 @@ def plan_from_inspection(
             name,
             BaseImage(f"backend:{name}", info.ref, info.id, info.digest, pin),
             Offer.from_contents(contents),
-            info.env.get("NVIDIA_TRITON_SERVER_VERSION"),
+            info.env.get(RELEASE_ENV),
         )
         for name, info, contents in inspection.backend_images
     )
     offer = Offer.from_contents(inspection.contents)
-    return make_plan(options, release, offer, catalog, full, minimal, full_info.env, foreign)
+    return make_plan(spec, release, offer, catalog, full, minimal, full_info.env, foreign,
+                     created=created or created_label(os.environ))
 
 
-def plan_from_engine(
-    engine: Engine, options: BuildOptions, catalog: Catalog, on_line: LineSink = quiet
-) -> tuple[CompositionPlan, FullImageContents]:
-    """Look inside the real base images, then plan: the selection is checked against them."""
-    inspection = inspect_images(engine, options, catalog, on_line)
-    plan = plan_from_inspection(options, catalog, inspection)
-    check_packages(engine, plan, inspection.contents, on_line)
-    return plan, inspection.contents
+def plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | None = None) -> CompositionPlan:
+    """Plan with no engine: the selection is checked against NGC's catalogued layout."""
+    if not spec.images.version:
+        raise UsageError("without a Docker engine, give --version YY.MM")
+    targets = resolve_targets(spec, catalog)
+    offer = Offer.from_layout(catalog, targets.release)
+    foreign = tuple(
+        foreign_backend(name, BaseImage(f"backend:{name}", ref), offer, None) for name, ref in targets.backend_images
+    )
+    return make_plan(spec, targets.release, offer, catalog, BaseImage("full", targets.full),
+                     BaseImage("min", targets.min), foreign=foreign, created=created or created_label(os.environ))
 
 
 def check_packages(engine: Engine, plan: CompositionPlan, contents: FullImageContents, on_line: LineSink) -> None:
@@ -168,6 +201,18 @@ def check_packages(engine: Engine, plan: CompositionPlan, contents: FullImageCon
     target = python_target(engine, plan.full.ref, contents.python.version)
     for name, version in check_wheelhouse(target, plan.packages, plan.constraints):
         on_line(f"wheelhouse: {name} {version}")
+
+
+def plan_from_engine(
+    engine: Engine, spec: CompositionSpec, catalog: Catalog, on_line: LineSink = quiet,
+    targets: Targets | None = None,
+) -> tuple[CompositionPlan, Inspection]:
+    """Look inside the real base images, then plan: the selection is checked against them."""
+    targets = targets or resolve_targets(spec, catalog, engine)
+    inspection = inspect_images(engine, targets, on_line)
+    plan = plan_from_inspection(spec, catalog, targets.release, inspection)
+    check_packages(engine, plan, inspection.contents, on_line)
+    return plan, inspection
 
 
 def _info_dict(info: ImageInfo) -> dict:
@@ -184,19 +229,31 @@ def _info(d: dict) -> ImageInfo:
     )
 
 
-def plan_from_catalog(options: BuildOptions, catalog: Catalog) -> CompositionPlan:
-    """Plan with no engine: the selection is checked against NGC's catalogued layout."""
-    if not options.version:
-        raise UsageError("without a Docker engine, give --version YY.MM")
-    release = catalog.release(options.version)
-    full_ref, min_ref = image_refs(options, release)
-    offer = Offer.from_layout(catalog, release)
-    foreign = tuple(
-        foreign_backend(name, BaseImage(f"backend:{name}", ref), offer, None) for name, ref in options.backend_images
-    )
-    return make_plan(
-        options, release, offer, catalog, BaseImage("full", full_ref), BaseImage("min", min_ref), foreign=foreign
-    )
+# -- build, smoke test, tag ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    plan: CompositionPlan
+    image_id: str
+    tag: str | None
+    size: int
+    smoke: SmokeReport | None
+
+    def to_dict(self) -> dict:
+        return {
+            "image_id": self.image_id,
+            "tag": self.tag,
+            "size": self.size,
+            "release": self.plan.release.name,
+            "server_version": self.plan.release.server,
+            "backends": list(self.plan.all_backends),
+            "repoagents": list(self.plan.repoagents),
+            "caches": list(self.plan.caches),
+            "base_images": {"full": self.plan.full.record(), "min": self.plan.min.record()},
+            "labels": dict(self.plan.labels),
+            "smoke_test": self.smoke.to_dict() if self.smoke else None,
+        }
 
 
 def build_image(
@@ -214,7 +271,8 @@ def build_image(
     """Build the plan; tag the image only once its smoke test passed.
 
     A failed build or smoke test leaves the tag where it was: the new image is built untagged
-    and discarded if it does not serve.
+    and discarded if it does not serve. `labels` mark what the build and smoke test leave on
+    the engine (tests use them to sweep).
     """
     workdir = Path(tempfile.mkdtemp(prefix="triton-composer-")) if context_dir is None else context_dir
     packages = plan.packages
@@ -260,3 +318,100 @@ def build_image(
     engine.tag(image_id, plan.tag)
     info = engine.image(image_id)
     return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report)
+
+
+# -- one image, end to end; several in a row ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """How images are composed in this run (not what goes into them)."""
+
+    locked: bool = False
+    registry_auth: Any = None  # composer.registry.RegistryAuth, for pushes and registry reads
+    labels: Mapping[str, str] | None = None  # marks what the run leaves on the engine (tests)
+    on_line: LineSink = quiet  # progress
+    on_build_line: LineSink | None = None  # build output
+    on_plan: Any = None  # called with each plan before its build (the CLI shows notes)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one spec: its result, where it was pushed, or the error that stopped it."""
+
+    spec: CompositionSpec
+    result: BuildResult | None = None
+    pushed: tuple[str, str] | None = None  # (ref, digest)
+    error: ComposerError | None = None
+
+    @property
+    def tag(self) -> str:
+        return self.result.tag if self.result else (self.spec.result.tag or self.spec.name)
+
+    def to_dict(self) -> dict:
+        payload: dict[str, Any] = {"name": self.spec.name}
+        if self.result is not None:
+            payload.update(self.result.to_dict())
+        if self.pushed is not None:
+            payload["pushed"] = {"ref": self.pushed[0], "digest": self.pushed[1]}
+        if self.error is not None:
+            payload["error"] = self.error.message
+        return payload
+
+
+def compose(
+    engine: Engine, spec: CompositionSpec, catalog: Catalog, run: Run = Run(), *,
+    inspection: Inspection | None = None,
+) -> Outcome:
+    """Plan, build, smoke-test, tag and (if asked) push one image; errors propagate.
+
+    `inspection` is given for a bundle: plan from what it recorded, not by asking registries.
+    """
+    if inspection is not None:
+        release = resolve_release(spec.images.version, catalog, inspection.full.env)
+        plan = plan_from_inspection(spec, catalog, release, inspection, pin=False)
+        check_packages(engine, plan, inspection.contents, run.on_line)
+    else:
+        targets = resolve_targets(spec, catalog, engine)
+        if run.locked:
+            from composer.lock import verify_lock
+
+            targets = verify_lock(engine, spec, targets, run.on_line)
+        plan, _ = plan_from_engine(engine, spec, catalog, run.on_line, targets)
+    if run.on_plan is not None:
+        run.on_plan(plan)
+    result = build_image(
+        engine,
+        plan,
+        smoke=spec.result.smoke_test,
+        model_repository=spec.result.model_repository,
+        labels=dict(run.labels or {}),
+        on_line=run.on_build_line or run.on_line,
+        on_smoke_line=run.on_line,
+    )
+    pushed = None
+    if spec.result.push:
+        from composer.registry import push_image
+
+        run.on_line(f"pushing {spec.result.push}")
+        digest = push_image(engine, result.tag, spec.result.push, auth=run.registry_auth, on_line=run.on_line)
+        run.on_line(f"pushed {spec.result.push}@{digest}")
+        pushed = (spec.result.push, digest)
+    return Outcome(spec, result, pushed)
+
+
+def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catalog, run: Run = Run(),
+                inspection: Inspection | None = None) -> list[Outcome]:
+    """compose() each spec in turn; a failure is kept in its outcome and the next one goes on.
+
+    Images of one run share their common layers through the engine's build cache.
+    """
+    outcomes = []
+    for spec in specs:
+        if len(specs) > 1:
+            run.on_line(f"== {spec.name} ==")
+        try:
+            outcomes.append(compose(engine, spec, catalog, run, inspection=inspection))
+        except ComposerError as error:
+            outcomes.append(Outcome(spec, error=error))
+    return outcomes

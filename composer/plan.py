@@ -1,7 +1,8 @@
 """The composition plan: everything that goes into a composed image, as one plain typed value.
 
-Data flows one way: options (what the user asked) + what the full image offers -> a
-CompositionPlan -> rendering. Validation happens here, so rendering never sees a bad selection.
+Data flows one way: the spec (what the user asked, composer.spec) + the release + what the
+base images offer -> a CompositionPlan -> rendering. Validation against the images happens here,
+so rendering never sees a bad selection and cannot fail on user input.
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ from typing import Mapping
 from composer import __version__
 from composer.catalog import Catalog, Release
 from composer.errors import UsageError
+from composer.spec import NAME_PATTERN, CompositionSpec, Packages
 
-DEFAULT_REGISTRY = "nvcr.io/nvidia"
 ROOT = "/opt/tritonserver"
 KINDS = ("backend", "repoagent", "cache")
 FOLDERS = {"backend": "backends", "repoagent": "repoagents", "cache": "caches"}
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
@@ -117,54 +117,6 @@ def foreign_backend(name: str, image: BaseImage, offer: Offer, release: str | No
 
 
 @dataclass(frozen=True)
-class PackageOptions:
-    """Python packages for python-backend models, and where pip may get them.
-
-    Index URLs may carry credentials: they go to pip through build arguments and never into
-    the rendered Dockerfile, the composition record or any output.
-    """
-
-    specs: tuple[str, ...] = ()  # from --pip and --requirements
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    trusted_hosts: tuple[str, ...] = ()
-    wheelhouse: Path | None = None
-    ca_cert: Path | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.specs)
-
-    def build_args(self) -> dict[str, str]:
-        """pip's own environment variables, handed to the install step only."""
-        args = {}
-        if self.index_url:
-            args["PIP_INDEX_URL"] = self.index_url
-        if self.extra_index_urls:
-            args["PIP_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
-        if self.trusted_hosts:
-            args["PIP_TRUSTED_HOST"] = " ".join(self.trusted_hosts)
-        return args
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """What the user asked for, before anything is checked."""
-
-    backends: tuple[str, ...] = ()
-    repoagents: tuple[str, ...] = ()
-    caches: tuple[str, ...] = ()
-    version: str | None = None
-    registry: str = DEFAULT_REGISTRY
-    full_image: str | None = None
-    min_image: str | None = None
-    custom_backends: tuple[tuple[str, Path], ...] = ()
-    backend_images: tuple[tuple[str, str], ...] = ()  # backend name -> full image to take it from
-    with_headers: bool = False
-    tag: str | None = None
-    packages: PackageOptions = PackageOptions()
-
-
-@dataclass(frozen=True)
 class CompositionPlan:
     """Everything the rendered Dockerfile and build context are made from."""
 
@@ -181,7 +133,7 @@ class CompositionPlan:
     labels: tuple[tuple[str, str], ...]
     tag: str
     notes: tuple[str, ...] = ()
-    packages: PackageOptions = PackageOptions()
+    packages: Packages = Packages()
     constraints: tuple[str, ...] = ()  # release pins pip must hold (numpy<2)
     pip_in_image: bool = True  # the full image's python has pip (else it must come from the wheelhouse)
     # Where added packages go: a folder the stub's python puts on sys.path by itself (the stub
@@ -189,6 +141,7 @@ class CompositionPlan:
     site_packages: str | None = None
     foreign_backends: tuple[ForeignBackend, ...] = ()
     composer_version: str = __version__
+    pip_command: tuple[str, ...] = ()  # how the packages stage runs pip (the image's, or the wheelhouse's)
 
     @property
     def all_backends(self) -> tuple[str, ...]:
@@ -220,10 +173,10 @@ class CompositionPlan:
         }
 
 
-def resolve_release(options: BuildOptions, catalog: Catalog, full_env: Mapping[str, str] | None) -> Release:
+def resolve_release(version: str | None, catalog: Catalog, full_env: Mapping[str, str] | None) -> Release:
     """The release: --version if given, else read from the full image's environment."""
-    if options.version:
-        release = catalog.release(options.version)
+    if version:
+        release = catalog.release(version)
         image_release = (full_env or {}).get("NVIDIA_TRITON_SERVER_VERSION")
         if image_release and image_release != release.name:
             raise UsageError(
@@ -245,15 +198,14 @@ def resolve_release(options: BuildOptions, catalog: Catalog, full_env: Mapping[s
     return release
 
 
-def image_refs(options: BuildOptions, release: Release) -> tuple[str, str]:
+def image_refs(spec: CompositionSpec, release: Release) -> tuple[str, str]:
     """The full and min image references for this release, honouring --image and --registry."""
-    full = options.full_image or release.full_ref(options.registry)
-    minimal = options.min_image or release.min_ref(options.registry)
-    return full, minimal
+    images = spec.images
+    return images.full or release.full_ref(images.registry), images.min or release.min_ref(images.registry)
 
 
 def make_plan(
-    options: BuildOptions,
+    spec: CompositionSpec,
     release: Release,
     offer: Offer,
     catalog: Catalog,
@@ -261,8 +213,13 @@ def make_plan(
     minimal: BaseImage,
     full_env: Mapping[str, str] | None = None,
     foreign: tuple[ForeignBackend, ...] = (),
+    created: str | None = None,
 ) -> CompositionPlan:
-    """Check the selection against what the full image offers and fix every detail of the image."""
+    """Check the selection against what the full image offers and fix every detail of the image.
+
+    `created` is the image's creation time for its OCI label (resolved once, by the caller).
+    """
+    options = spec.selection
     custom = _custom_backends(options.custom_backends)
     custom_names = {c.name for c in custom}
     foreign = tuple(sorted(foreign, key=lambda f: f.name))
@@ -298,13 +255,13 @@ def make_plan(
         raise UsageError(f"--with-headers: {offer.source} has no /opt/tritonserver/include")
 
     all_backends = sorted(set(backends) | custom_names)
-    packages = options.packages
+    packages = spec.packages
     if packages:
         if "python" not in all_backends:
             raise UsageError("--pip/--requirements add packages for python models: select --backend python too")
     env = _environment(release, catalog, all_backends, full_env)
-    tag = options.tag or default_tag(release, all_backends, repoagents, caches)
-    labels = _labels(release, full, minimal, all_backends, repoagents, caches)
+    tag = spec.result.tag or default_tag(release, all_backends, repoagents, caches)
+    labels = _labels(release, full, minimal, all_backends, repoagents, caches, created, spec.result.labels)
     return CompositionPlan(
         release=release,
         full=full,
@@ -324,7 +281,46 @@ def make_plan(
         pip_in_image=offer.has_pip,
         site_packages=f"/usr/local/lib/python{offer.python or release.python}/dist-packages" if packages else None,
         foreign_backends=foreign,
+        pip_command=_pip_command(packages, offer, full.ref),
     )
+
+
+def _pip_command(packages: Packages, offer: Offer, full_ref: str) -> tuple[str, ...]:
+    """How the packages stage runs pip: the full image's own, or pip straight from its wheel."""
+    if not packages:
+        return ()
+    if packages.wheelhouse is None:
+        if not offer.has_pip:
+            raise UsageError(
+                f"{full_ref} has no pip: give --wheelhouse DIR (composer wheels -o DIR fills one, pip included)"
+            )
+        return ("python3", "-m", "pip")
+    if not packages.wheelhouse.is_dir():
+        raise UsageError(f"--wheelhouse {packages.wheelhouse}: no such folder")
+    pips = sorted(packages.wheelhouse.glob("pip-*.whl"))
+    if pips:
+        return ("python3", f"/composer/packages/wheelhouse/{pips[-1].name}/pip")
+    if not offer.has_pip:
+        raise UsageError(
+            f"--wheelhouse {packages.wheelhouse} holds no pip wheel and the full image has no pip "
+            "(composer wheels puts one in)"
+        )
+    return ("python3", "-m", "pip")
+
+
+def created_label(environ: Mapping[str, str]) -> str:
+    """The image's creation time (RFC 3339, UTC): SOURCE_DATE_EPOCH when set, so two builds
+    with the same inputs and epoch carry the same labels; else now."""
+    import datetime
+
+    epoch = environ.get("SOURCE_DATE_EPOCH")
+    if epoch is not None:
+        if not epoch.strip().isdigit():
+            raise UsageError(f"SOURCE_DATE_EPOCH={epoch!r}: expected whole seconds since 1970")
+        moment = datetime.datetime.fromtimestamp(int(epoch), tz=datetime.timezone.utc)
+    else:
+        moment = datetime.datetime.now(tz=datetime.timezone.utc).replace(microsecond=0)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def default_tag(release: Release, backends, repoagents=(), caches=()) -> str:
@@ -393,8 +389,11 @@ def _environment(release: Release, catalog: Catalog, backends, full_env) -> tupl
     return tuple(env.items())
 
 
-def _labels(release, full: BaseImage, minimal: BaseImage, backends, repoagents, caches) -> tuple[tuple[str, str], ...]:
+def _labels(release, full: BaseImage, minimal: BaseImage, backends, repoagents, caches, created=None,
+            user=()) -> tuple[tuple[str, str], ...]:
     labels = {
+        **dict(user),
+        "org.opencontainers.image.created": created,
         "com.nvidia.tritonserver.version": release.server,
         "org.opencontainers.image.title": "Triton Inference Server (composed)",
         "org.opencontainers.image.version": release.name,

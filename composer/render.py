@@ -22,38 +22,6 @@ BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py")
 
 
 @dataclass(frozen=True)
-class PipStep:
-    """How the packages stage runs pip: the image's own, or the one from the wheelhouse."""
-
-    command: tuple[str, ...]
-    build_args: tuple[str, ...]  # names only: the values never enter the Dockerfile
-
-
-def pip_step(plan: CompositionPlan) -> PipStep | None:
-    packages = plan.packages
-    if not packages:
-        return None
-    command: tuple[str, ...] = ("python3", "-m", "pip")
-    if packages.wheelhouse is None and not plan.pip_in_image:
-        raise UsageError(
-            f"{plan.full.ref} has no pip: give --wheelhouse DIR (composer wheels -o DIR fills one, pip included)"
-        )
-    if packages.wheelhouse is not None:
-        if not packages.wheelhouse.is_dir():
-            raise UsageError(f"--wheelhouse {packages.wheelhouse}: no such folder")
-        pips = sorted(packages.wheelhouse.glob("pip-*.whl"))
-        if pips:
-            # pip runs straight from its wheel: the image needs no pip of its own.
-            command = ("python3", f"/composer/packages/wheelhouse/{pips[-1].name}/pip")
-        elif not plan.pip_in_image:
-            raise UsageError(
-                f"--wheelhouse {packages.wheelhouse} holds no pip wheel and the full image has no pip "
-                "(composer wheels puts one in)"
-            )
-    return PipStep(command=command, build_args=tuple(sorted(packages.build_args())))
-
-
-@dataclass(frozen=True)
 class BuildContext:
     directory: Path
     dockerfile: Path
@@ -75,7 +43,9 @@ def render_dockerfile(plan: CompositionPlan) -> str:
     collect_paths += [f"backends/{c.name}" for c in plan.custom_backends]
     collect_paths += [f"backends/{f.name}" for f in plan.foreign_backends]
     text = templates().get_template("compose.Dockerfile.j2").render(
-        plan=plan, root=ROOT, collect_paths=collect_paths, pip=pip_step(plan)
+        plan=plan, root=ROOT, collect_paths=collect_paths,
+        # Build arguments by name only: their values (index URLs) never enter the Dockerfile.
+        pip_build_args=sorted(plan.packages.build_args()),
     )
     return text.rstrip("\n") + "\n"
 
@@ -121,6 +91,4 @@ def _write_packages(plan: CompositionPlan, folder: Path) -> None:
         for wheel in sorted(packages.wheelhouse.glob("*.whl")):
             shutil.copy2(wheel, wheels / wheel.name)
     if packages.ca_cert is not None:
-        if not packages.ca_cert.is_file():
-            raise UsageError(f"--ca-cert {packages.ca_cert}: no such file")
         shutil.copy2(packages.ca_cert, folder / "ca.pem")

@@ -13,7 +13,7 @@ import pytest
 from composer.catalog import Catalog
 from composer.errors import SmokeTestFailed
 from composer.pipeline import build_image, plan_from_engine
-from composer.plan import BuildOptions
+from tests.specs import spec
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ def composer(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
 
 
 def test_build_onnxruntime_python_offline_and_smoke(engine, standin_images, test_tag):
-    options = BuildOptions(backends=("onnxruntime", "python"), version="24.09", registry=REGISTRY, tag=test_tag)
+    options = spec(backends=("onnxruntime", "python"), version="24.09", registry=REGISTRY, tag=test_tag)
     plan, contents = plan_from_engine(engine, options, Catalog.load())
     assert {"identity", "pytorch"} <= set(contents.names("backend"))
 
@@ -89,7 +89,7 @@ def test_cli_build_python_only_json(engine, standin_images, test_tag):
 def test_failed_smoke_test_keeps_previous_tag(engine, standin_images, test_tag, tmp_path):
     catalog = Catalog.load()
     good, _ = plan_from_engine(
-        engine, BuildOptions(backends=("identity",), version="24.09", registry=REGISTRY, tag=test_tag), catalog
+        engine, spec(backends=("identity",), version="24.09", registry=REGISTRY, tag=test_tag), catalog
     )
     before = build_image(engine, good, labels=TEST_LABEL).image_id
 
@@ -109,7 +109,7 @@ def test_failed_smoke_test_keeps_previous_tag(engine, standin_images, test_tag, 
     )
     bad, _ = plan_from_engine(
         engine,
-        BuildOptions(backends=("python",), custom_backends=(("identity", broken),), version="24.09",
+        spec(backends=("python",), custom_backends=(("identity", broken),), version="24.09",
                      registry=REGISTRY, tag=test_tag),
         catalog,
     )
@@ -145,7 +145,7 @@ def test_engine_down_is_one_line(tmp_path):
 
 def test_smoke_test_command_on_user_models(engine, standin_images, test_tag, tmp_path):
     plan, _ = plan_from_engine(
-        engine, BuildOptions(backends=("python",), version="24.09", registry=REGISTRY, tag=test_tag), Catalog.load()
+        engine, spec(backends=("python",), version="24.09", registry=REGISTRY, tag=test_tag), Catalog.load()
     )
     build_image(engine, plan, smoke=False, labels=TEST_LABEL)
     repo = tmp_path / "models"

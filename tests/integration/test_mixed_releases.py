@@ -9,7 +9,7 @@ import pytest
 
 from composer.catalog import Catalog
 from composer.pipeline import build_image, plan_from_engine
-from composer.plan import BuildOptions
+from tests.specs import spec
 from composer.standin import build_standins
 
 pytestmark = pytest.mark.integration
@@ -24,7 +24,7 @@ def standin_24_08(engine):
 
 def test_backend_from_another_release(engine, standin_images, standin_24_08):
     tag = f"triton-composer-test/tritonserver:mixed-{uuid.uuid4().hex[:8]}"
-    options = BuildOptions(backends=("python",), version="24.09", registry=REGISTRY, tag=tag,
+    options = spec(backends=("python",), version="24.09", registry=REGISTRY, tag=tag,
                            backend_images=(("identity", standin_24_08.full_ref),))
     notes = []
     plan, _ = plan_from_engine(engine, options, Catalog.load(), on_line=notes.append)
@@ -41,7 +41,7 @@ def test_backend_from_another_release(engine, standin_images, standin_24_08):
 
 
 def test_backend_image_must_offer_the_backend(engine, standin_images, standin_24_08):
-    options = BuildOptions(backends=("python",), version="24.09", registry=REGISTRY,
+    options = spec(backends=("python",), version="24.09", registry=REGISTRY,
                            backend_images=(("tensorrt", standin_24_08.full_ref),))
     with pytest.raises(Exception) as err:
         plan_from_engine(engine, options, Catalog.load())

@@ -15,7 +15,8 @@ import pytest
 
 from composer.catalog import Catalog
 from composer.pipeline import build_image, plan_from_engine
-from composer.plan import BuildOptions, PackageOptions
+from composer.spec import Packages
+from tests.specs import spec
 from composer.triton_client import TensorData, TritonHTTP
 from composer.samples import load_samples
 
@@ -56,9 +57,9 @@ def tag(engine):
 
 
 def test_wheelhouse_build_serves_bls_model_using_added_package(engine, wheelhouse, tag):
-    options = BuildOptions(
+    options = spec(
         backends=("python",), version="24.09", registry=REGISTRY, tag=tag,
-        packages=PackageOptions(specs=("packaging", "six"), wheelhouse=wheelhouse),
+        packages=Packages(specs=("packaging", "six"), wheelhouse=wheelhouse),
     )
     plan, _ = plan_from_engine(engine, options, Catalog.load())
     result = build_image(engine, plan, network=False, labels=TEST_LABEL)  # the build has no network

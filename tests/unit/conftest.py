@@ -3,10 +3,12 @@
 import pytest
 
 from composer.catalog import Catalog
-from composer.plan import BaseImage, BuildOptions, Offer, make_plan
+from composer.plan import BaseImage, Offer, make_plan
+from tests.specs import spec
 
 FULL_DIGEST = "sha256:" + "f" * 64
 MIN_DIGEST = "sha256:" + "a" * 64
+CREATED = "2024-09-01T00:00:00Z"  # fixed, as SOURCE_DATE_EPOCH makes it
 
 
 @pytest.fixture(scope="session")
@@ -20,10 +22,10 @@ def ngc_plan(catalog):
 
     def make(*backends, **options):
         release = catalog.release("24.09")
-        opts = BuildOptions(backends=tuple(backends), version="24.09", **options)
+        opts = spec(backends=tuple(backends), version="24.09", **options)
         offer = Offer.from_layout(catalog, release)
-        full = BaseImage("full", release.full_ref(opts.registry), "sha256:" + "1" * 64, FULL_DIGEST)
-        minimal = BaseImage("min", release.min_ref(opts.registry), "sha256:" + "2" * 64, MIN_DIGEST)
-        return make_plan(opts, release, offer, catalog, full, minimal)
+        full = BaseImage("full", release.full_ref(opts.images.registry), "sha256:" + "1" * 64, FULL_DIGEST)
+        minimal = BaseImage("min", release.min_ref(opts.images.registry), "sha256:" + "2" * 64, MIN_DIGEST)
+        return make_plan(opts, release, offer, catalog, full, minimal, created=CREATED)
 
     return make

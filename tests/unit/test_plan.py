@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 
 from composer.errors import UsageError
-from composer.plan import BaseImage, BuildOptions, Offer, default_tag, make_plan, resolve_release, suggest
+from composer.plan import BaseImage, Offer, default_tag, make_plan, resolve_release, suggest
+from tests.specs import spec
 
 
 def offer(backends, python_based=(), core=("bin", "lib", "LICENSE", "TRITON_VERSION")):
@@ -23,7 +24,7 @@ def plan_for(catalog, opts, the_offer):
 
 def test_unknown_backend_lists_offer_and_suggests(catalog):
     with pytest.raises(UsageError) as err:
-        plan_for(catalog, BuildOptions(backends=("onnx",)), offer(["identity", "onnxruntime", "python"]))
+        plan_for(catalog, spec(backends=("onnx",)), offer(["identity", "onnxruntime", "python"]))
     message = err.value.message
     assert "unknown backend 'onnx'" in message
     assert "did you mean 'onnxruntime'" in message
@@ -33,29 +34,29 @@ def test_unknown_backend_lists_offer_and_suggests(catalog):
 
 def test_tensorrt_not_in_standin(catalog):
     with pytest.raises(UsageError, match="unknown backend 'tensorrt'.*offers backends: identity, python"):
-        plan_for(catalog, BuildOptions(backends=("tensorrt",)), offer(["identity", "python"]))
+        plan_for(catalog, spec(backends=("tensorrt",)), offer(["identity", "python"]))
 
 
 def test_unknown_cache_and_repoagent(catalog):
     with pytest.raises(UsageError, match="unknown cache 'redis'"):
-        plan_for(catalog, BuildOptions(backends=("python",), caches=("redis",)), offer(["python"]))
+        plan_for(catalog, spec(backends=("python",), caches=("redis",)), offer(["python"]))
     with pytest.raises(UsageError, match="unknown repoagent 'checksun'.*did you mean 'checksum'"):
-        plan_for(catalog, BuildOptions(backends=("python",), repoagents=("checksun",)), offer(["python"]))
+        plan_for(catalog, spec(backends=("python",), repoagents=("checksun",)), offer(["python"]))
 
 
 def test_no_backend_is_an_error(catalog):
     with pytest.raises(UsageError, match="at least one backend"):
-        plan_for(catalog, BuildOptions(), offer(["python"]))
+        plan_for(catalog, spec(), offer(["python"]))
 
 
 def test_python_based_backend_brings_python(catalog):
-    plan = plan_for(catalog, BuildOptions(backends=("onnxruntime",)), offer(["onnxruntime", "python"], ["onnxruntime"]))
+    plan = plan_for(catalog, spec(backends=("onnxruntime",)), offer(["onnxruntime", "python"], ["onnxruntime"]))
     assert plan.backends == ("onnxruntime", "python")
     assert any("python backend" in note for note in plan.notes)
 
 
 def test_selection_is_sorted_and_deduplicated(catalog):
-    plan = plan_for(catalog, BuildOptions(backends=("python", "identity", "python")), offer(["identity", "python"]))
+    plan = plan_for(catalog, spec(backends=("python", "identity", "python")), offer(["identity", "python"]))
     assert plan.backends == ("identity", "python")
     assert plan.component_paths() == ["backends/identity", "backends/python"]
 
@@ -71,21 +72,21 @@ def test_custom_backend(catalog, tmp_path):
     folder = tmp_path / "mine"
     folder.mkdir()
     with pytest.raises(UsageError, match="neither libtriton_mine.so nor model.py"):
-        plan_for(catalog, BuildOptions(custom_backends=(("mine", folder),)), offer(["python"]))
+        plan_for(catalog, spec(custom_backends=(("mine", folder),)), offer(["python"]))
     (folder / "model.py").write_text("class TritonPythonModel: pass\n")
-    plan = plan_for(catalog, BuildOptions(backends=("python",), custom_backends=(("mine", folder),)), offer(["python"]))
+    plan = plan_for(catalog, spec(backends=("python",), custom_backends=(("mine", folder),)), offer(["python"]))
     assert plan.all_backends == ("mine", "python")
     with pytest.raises(UsageError, match="no such folder"):
-        plan_for(catalog, BuildOptions(custom_backends=(("x", Path("/nonexistent")),)), offer(["python"]))
+        plan_for(catalog, spec(custom_backends=(("x", Path("/nonexistent")),)), offer(["python"]))
 
 
 def test_release_from_image_env(catalog):
-    assert resolve_release(BuildOptions(), catalog, {"NVIDIA_TRITON_SERVER_VERSION": "24.08"}).name == "24.08"
-    assert resolve_release(BuildOptions(), catalog, {"TRITON_SERVER_VERSION": "2.50.0"}).name == "24.09"
+    assert resolve_release(None, catalog, {"NVIDIA_TRITON_SERVER_VERSION": "24.08"}).name == "24.08"
+    assert resolve_release(None, catalog, {"TRITON_SERVER_VERSION": "2.50.0"}).name == "24.09"
     with pytest.raises(UsageError, match="does not match"):
-        resolve_release(BuildOptions(version="24.09"), catalog, {"NVIDIA_TRITON_SERVER_VERSION": "24.08"})
+        resolve_release("24.09", catalog, {"NVIDIA_TRITON_SERVER_VERSION": "24.08"})
     with pytest.raises(UsageError, match="cannot tell"):
-        resolve_release(BuildOptions(), catalog, {})
+        resolve_release(None, catalog, {})
 
 
 def test_suggest():

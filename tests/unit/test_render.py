@@ -71,7 +71,7 @@ def test_custom_backend_is_copied(ngc_plan, tmp_path):
 
 
 def test_packages_from_a_private_index_keep_the_secret_out(ngc_plan, tmp_path):
-    from composer.plan import PackageOptions
+    from composer.spec import Packages as PackageOptions
 
     secret = "tok-3141592653"
     packages = PackageOptions(specs=("tokenizers==0.20.0",), index_url=f"https://ci:{secret}@pypi.example/simple",
@@ -92,7 +92,7 @@ def test_packages_from_a_private_index_keep_the_secret_out(ngc_plan, tmp_path):
 
 def test_packages_need_the_python_backend(ngc_plan):
     from composer.errors import UsageError
-    from composer.plan import PackageOptions
+    from composer.spec import Packages as PackageOptions
 
     with pytest.raises(UsageError, match="--backend python"):
         ngc_plan("onnxruntime", packages=PackageOptions(specs=("six",)))

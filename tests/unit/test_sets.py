@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from composer.errors import UsageError
-from composer.plan import DEFAULT_REGISTRY
+from composer.spec import DEFAULT_REGISTRY, given_on_command_line
 from composer.sets import load_set, override, preset_path, shipped_presets
 
 FULL = """\
@@ -31,6 +31,7 @@ packages:
 smoke_test: false
 model_repository: ./models
 push: registry.example/team/triton:onnx
+labels: {team: ml, tier: gold}
 """
 
 
@@ -60,34 +61,35 @@ def full_set(tmp_path):
 
 def test_every_option(full_set, tmp_path):
     s = load_set(full_set, {"MY_INDEX": "https://user:secret@index.example/simple"})
-    o = s.options
-    assert s.name == "x" and s.path == full_set
-    assert o.version == "24.09" and o.registry == "localhost/standin"
-    assert (o.full_image, o.min_image) == ("localhost/full:1", "localhost/min:1")
+    assert s.name == "x" and s.source == full_set
+    assert s.images.version == "24.09" and s.images.registry == "localhost/standin"
+    assert (s.images.full, s.images.min) == ("localhost/full:1", "localhost/min:1")
+    o = s.selection
     assert o.backends == ("onnxruntime", "python")
     assert o.repoagents == ("checksum",) and o.caches == ("local",)
     assert o.custom_backends == (("mine", (tmp_path / "mine").resolve()),)
-    assert s.backend_images == (("pytorch", "localhost/standin/tritonserver:24.08-py3"),) == o.backend_images
-    assert o.with_headers is True and o.tag == "registry.example/team/triton:onnx"
-    p = o.packages
+    assert o.backend_images == (("pytorch", "localhost/standin/tritonserver:24.08-py3"),)
+    assert o.with_headers is True and s.result.tag == "registry.example/team/triton:onnx"
+    p = s.packages
     assert p.specs == ("tokenizers==0.20.0", "numpy<2")
     assert p.index_url == "https://user:secret@index.example/simple"
     assert p.extra_index_urls == ("https://extra.example/simple",) and p.trusted_hosts == ("extra.example",)
     assert p.wheelhouse == (tmp_path / "wheels").resolve() and p.ca_cert == (tmp_path / "ca.pem").resolve()
-    assert s.smoke_test is False and s.model_repository == (tmp_path / "models").resolve()
-    assert s.push == "registry.example/team/triton:onnx"
+    assert s.result.smoke_test is False and s.result.model_repository == (tmp_path / "models").resolve()
+    assert s.result.push == "registry.example/team/triton:onnx"
+    assert s.result.labels == (("team", "ml"), ("tier", "gold"))
 
 
 def test_minimal_set_defaults(tmp_path):
     s = load_set(write(tmp_path, 'version: "24.09"\nbackends: [python]\n'), {})
-    assert s.options.registry == DEFAULT_REGISTRY and s.options.full_image is None
-    assert s.smoke_test is True and s.push is None and s.model_repository is None
-    assert not s.options.packages and s.options.packages.index_url is None
+    assert s.images.registry == DEFAULT_REGISTRY and s.images.full is None
+    assert s.result.smoke_test is True and s.result.push is None and s.result.model_repository is None
+    assert not s.packages and s.packages.index_url is None
 
 
 def test_full_image_instead_of_version(tmp_path):
     s = load_set(write(tmp_path, "images: {full: localhost/x:1}\nbackends: [python]\n"), {})
-    assert s.options.version is None and s.options.full_image == "localhost/x:1"
+    assert s.images.version is None and s.images.full == "localhost/x:1"
 
 
 def test_relative_paths_resolve_against_the_set_folder(tmp_path, monkeypatch):
@@ -95,7 +97,7 @@ def test_relative_paths_resolve_against_the_set_folder(tmp_path, monkeypatch):
     (folder / "models").mkdir(parents=True)
     write(folder, 'version: "24.09"\nbackends: [python]\nmodel_repository: models\n')
     monkeypatch.chdir(tmp_path)
-    assert load_set(Path("sets/x.yaml"), {}).model_repository == (folder / "models").resolve()
+    assert load_set(Path("sets/x.yaml"), {}).result.model_repository == (folder / "models").resolve()
 
 
 @pytest.mark.parametrize(
@@ -159,7 +161,7 @@ def test_wrong_packages(tmp_path, lines, expected):
 
 def test_index_url_comes_from_the_environment(tmp_path):
     path = write(tmp_path, PACKAGES + "  pip: [a]\n  index_url_env: IDX\n")
-    assert load_set(path, {"IDX": "https://i.example/simple"}).options.packages.index_url == "https://i.example/simple"
+    assert load_set(path, {"IDX": "https://i.example/simple"}).packages.index_url == "https://i.example/simple"
 
 
 def test_requirements_file_errors_name_the_file(tmp_path):
@@ -175,48 +177,53 @@ def test_missing_set_file(tmp_path):
 # -- override ---------------------------------------------------------------------
 
 
+NOTHING_GIVEN = dict(
+    version=None, registry=None, image=[], tag=None, with_headers=False, backend=[], repoagent=[], cache=[],
+    custom_backend=[], backend_image=[], pip=[], requirements=[], pip_index_url=None, pip_extra_index_url=[],
+    pip_trusted_host=[], wheelhouse=None, ca_cert=None, no_smoke_test=False, model_repository=None, push=None,
+    label=[],
+)
+
+
 def test_override_not_given_keeps_the_set(full_set):
     s = load_set(full_set, {"MY_INDEX": "https://i.example"})
-    same = override(
-        s, version=None, registry=None, full_image=None, min_image=None, tag=None, with_headers=False,
-        backends=(), repoagents=[], caches=(), custom_backends=(), backend_images=(), specs=(), index_url=None,
-        extra_index_urls=(), trusted_hosts=(), wheelhouse=None, ca_cert=None, smoke_test=None,
-        model_repository=None, push=None,
-    )
-    assert same == s
+    given = given_on_command_line("build", NOTHING_GIVEN)
+    assert given == {}
+    assert override(s, given) == s
 
 
 def test_override_replaces_scalars_and_lists(full_set, tmp_path):
     s = load_set(full_set, {"MY_INDEX": "https://i.example"})
-    o = override(
-        s, version="24.10", registry="mirror.example/nvidia", backends=["python"], specs=("x==1",),
-        trusted_hosts=["other.example"], smoke_test=True, push="r.example/t:2", wheelhouse=tmp_path / "w2",
-        backend_images=[("onnxruntime", "img:2")], full_image="f:2",
-    )
-    assert o.options.version == "24.10" and o.options.registry == "mirror.example/nvidia"
-    assert o.options.backends == ("python",) and o.options.full_image == "f:2"
-    assert o.options.min_image == "localhost/min:1"  # not given: kept
-    assert o.options.packages.specs == ("x==1",)
-    assert o.options.packages.trusted_hosts == ("other.example",)
-    assert o.options.packages.extra_index_urls == ("https://extra.example/simple",)
-    assert o.options.packages.index_url == "https://i.example"
-    assert o.options.packages.wheelhouse == (tmp_path / "w2").resolve()
-    assert o.smoke_test is True and o.push == "r.example/t:2"
-    assert o.backend_images == (("onnxruntime", "img:2"),)
-    assert s.options.version == "24.09"  # the base is untouched
+    given = given_on_command_line("build", {
+        **NOTHING_GIVEN, "version": "24.10", "registry": "mirror.example/nvidia", "backend": ["python"],
+        "pip": ["x==1"], "pip_trusted_host": ["other.example"], "push": "r.example/t:2",
+        "wheelhouse": tmp_path / "w2", "backend_image": ["onnxruntime=img:2"], "image": ["full=f:2"],
+    })
+    o = override(s, {**given, "result.smoke_test": True})
+    assert o.images.version == "24.10" and o.images.registry == "mirror.example/nvidia"
+    assert o.selection.backends == ("python",) and o.images.full == "f:2"
+    assert o.images.min == "localhost/min:1"  # not given: kept
+    assert o.packages.specs == ("x==1",)  # --pip replaces the set's pip and requirements: one field
+    assert o.packages.trusted_hosts == ("other.example",)
+    assert o.packages.extra_index_urls == ("https://extra.example/simple",)
+    assert o.packages.index_url == "https://i.example"
+    assert o.packages.wheelhouse == (tmp_path / "w2").resolve()
+    assert o.result.smoke_test is True and o.result.push == "r.example/t:2"
+    assert o.selection.backend_images == (("onnxruntime", "img:2"),)
+    assert s.images.version == "24.09"  # the base is untouched
 
 
 def test_override_flags(tmp_path):
     s = load_set(write(tmp_path, 'version: "24.09"\nbackends: [python]\nwith_headers: true\n'), {})
-    assert override(s, with_headers=False).options.with_headers is True
-    assert override(s, smoke_test=False).smoke_test is False
+    assert override(s, given_on_command_line("build", {"with_headers": False})).selection.with_headers is True
+    assert override(s, given_on_command_line("build", {"no_smoke_test": True})).result.smoke_test is False
     plain = load_set(write(tmp_path, 'version: "24.09"\nbackends: [python]\n', "y.yaml"), {})
-    assert override(plain, with_headers=True).options.with_headers is True
+    assert override(plain, given_on_command_line("build", {"with_headers": True})).selection.with_headers is True
 
 
-def test_override_unknown_keyword_is_a_bug(full_set):
+def test_override_unknown_field_is_a_bug(full_set):
     with pytest.raises(TypeError):
-        override(load_set(full_set, {"MY_INDEX": "u"}), backend=("python",))
+        override(load_set(full_set, {"MY_INDEX": "u"}), {"selection.backend": ("python",)})
 
 
 # -- presets ----------------------------------------------------------------------
@@ -227,10 +234,10 @@ def test_shipped_presets_load():
     assert {"onnx-python", "python", "onnx-python-tensorrt-pytorch"} <= set(names)
     for name in names:
         s = load_set(preset_path(name), {})
-        assert s.options.version and s.options.backends
-        assert s.path.read_text().startswith("#")  # says what it is for
-    assert load_set(preset_path("onnx-python"), {}).options.backends == ("onnxruntime", "python")
-    assert set(load_set(preset_path("onnx-python-tensorrt-pytorch"), {}).options.backends) == {
+        assert s.images.version and s.selection.backends
+        assert s.source.read_text().startswith("#")  # says what it is for
+    assert load_set(preset_path("onnx-python"), {}).selection.backends == ("onnxruntime", "python")
+    assert set(load_set(preset_path("onnx-python-tensorrt-pytorch"), {}).selection.backends) == {
         "onnxruntime", "python", "tensorrt", "pytorch"}
 
 

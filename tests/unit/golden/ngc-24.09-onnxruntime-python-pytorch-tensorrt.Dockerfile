@@ -43,6 +43,7 @@ LABEL \
     com.nvidia.tritonserver.version="2.50.0" \
     org.opencontainers.image.base.digest="sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
     org.opencontainers.image.base.name="nvcr.io/nvidia/tritonserver:24.09-py3-min" \
+    org.opencontainers.image.created="2024-09-01T00:00:00Z" \
     org.opencontainers.image.title="Triton Inference Server (composed)" \
     org.opencontainers.image.version="24.09" \
     org.triton-composer.backends="onnxruntime,python,pytorch,tensorrt" \

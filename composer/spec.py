@@ -1,0 +1,613 @@
+"""The composition spec: everything a user asks of one composed image, as one typed value.
+
+Every option is declared once, in OPTIONS below: the spec field it sets, its flag on the
+command line, its key in a backend set, its help text and its kind (how a value is read and
+checked). The CLI's parameters, the set reader (composer.sets), the bundle manifest and the
+records come from these declarations, so a new option is one declaration plus its use in the
+template. A set file and the command line give equal specs; a field given on the command line
+replaces the set's value of that field (lists included: nothing is merged).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+from urllib.parse import urlsplit
+
+from composer.catalog import RELEASE_PATTERN
+from composer.errors import UsageError
+
+DEFAULT_REGISTRY = "nvcr.io/nvidia"
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Label keys: letters, digits and . _ - / (reverse-DNS style, as OCI recommends).
+LABEL_KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+# Labels the composer sets itself: a user's --label may not change them.
+OWN_LABEL_PREFIXES = ("org.triton-composer.", "org.opencontainers.image.", "com.nvidia.")
+
+
+# -- the spec ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which parts of Triton go into the image."""
+
+    backends: tuple[str, ...] = ()
+    repoagents: tuple[str, ...] = ()
+    caches: tuple[str, ...] = ()
+    custom_backends: tuple[tuple[str, Path], ...] = ()  # name -> a local folder
+    backend_images: tuple[tuple[str, str], ...] = ()  # name -> the full image to take it from
+    with_headers: bool = False
+
+
+@dataclass(frozen=True)
+class Images:
+    """Which base images: a release in a registry, or images named outright."""
+
+    version: str | None = None
+    registry: str = DEFAULT_REGISTRY
+    full: str | None = None
+    min: str | None = None
+
+
+@dataclass(frozen=True)
+class Packages:
+    """Python packages for python-backend models, and where pip may get them.
+
+    Index URLs may carry credentials: they never reach a rendered file, a record or any output.
+    """
+
+    specs: tuple[str, ...] = ()  # requirement lines, from --pip and --requirements
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    trusted_hosts: tuple[str, ...] = ()
+    wheelhouse: Path | None = None
+    ca_cert: Path | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.specs)
+
+    def build_args(self) -> dict[str, str]:
+        """pip's own environment variables, handed to the install step only."""
+        args = {}
+        if self.index_url:
+            args["PIP_INDEX_URL"] = self.index_url
+        if self.extra_index_urls:
+            args["PIP_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
+        if self.trusted_hosts:
+            args["PIP_TRUSTED_HOST"] = " ".join(self.trusted_hosts)
+        return args
+
+
+@dataclass(frozen=True)
+class Result:
+    """What becomes of the built image."""
+
+    tag: str | None = None
+    push: str | None = None
+    smoke_test: bool = True
+    model_repository: Path | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class CompositionSpec:
+    """The whole description of one composed image, as the user gave it."""
+
+    selection: Selection = Selection()
+    images: Images = Images()
+    packages: Packages = Packages()
+    result: Result = Result()
+    name: str = "command line"  # a set's file stem, or "command line"
+    source: Path | None = None  # the set file it came from
+
+    def get(self, path: str) -> Any:
+        group, name = path.split(".")
+        return getattr(getattr(self, group), name)
+
+    def with_fields(self, values: Mapping[str, Any]) -> "CompositionSpec":
+        """This spec with `values` (field path -> value) in place of its own."""
+        groups: dict[str, dict[str, Any]] = {}
+        for path, value in values.items():
+            group, name = path.split(".")
+            groups.setdefault(group, {})[name] = value
+        changes = {g: dataclasses.replace(getattr(self, g), **v) for g, v in groups.items()}
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self, *, portable_only: bool = False) -> dict:
+        """Field path -> plain value; portable_only leaves out secrets and host-only values."""
+        out = {}
+        for option in unique_fields():
+            if portable_only and not option.portable:
+                continue
+            out[option.field] = option.kind.plain(self.get(option.field))
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], **extra: Any) -> "CompositionSpec":
+        by_field = {o.field: o for o in unique_fields()}
+        unknown = sorted(set(values) - set(by_field))
+        if unknown:
+            raise UsageError(f"unknown composition field {unknown[0]}")
+        return cls(**extra).with_fields({f: by_field[f].kind.typed(v) for f, v in values.items()})
+
+
+# -- kinds: how one option's value is read and checked ----------------------------
+
+
+class Invalid(Exception):
+    """A value that is not valid for its option; the message says what would be."""
+
+
+class Kind:
+    """How an option's values are read (command line, set file) and checked.
+
+    `read` turns what the command line or YAML gave (strings, lists, mappings) into the typed
+    value, raising Invalid; `cli_type` is what the typer parameter holds; `repeatable` makes
+    the flag repeatable; `plain`/`typed` convert for JSON (bundle manifests).
+    """
+
+    cli_type: Any = str
+    repeatable = False
+    yaml_shape = "string"  # "string", "list", "mapping", "boolean"
+
+    def read(self, raw: Any, base: Path) -> Any:
+        return raw
+
+    def plain(self, value: Any) -> Any:
+        return value
+
+    def typed(self, value: Any) -> Any:
+        return value
+
+
+class Text(Kind):
+    def __init__(self, check: Callable[[str], str | None] = lambda v: None, what: str = "a string"):
+        self.check, self.what = check, what
+
+    def read(self, raw: str, base: Path) -> str:
+        value = str(raw).strip()
+        if not value:
+            raise Invalid(f"expected {self.what}, got an empty string")
+        problem = self.check(value)
+        if problem:
+            raise Invalid(problem)
+        return value
+
+
+class Flag(Kind):
+    cli_type = bool
+    yaml_shape = "boolean"
+
+    def __init__(self, inverted: bool = False):
+        self.inverted = inverted  # --no-smoke-test sets smoke_test to False
+
+    def read(self, raw: bool, base: Path) -> bool:
+        return bool(raw)
+
+
+class Strings(Kind):
+    """A list of strings, each checked; `unique` refuses the same one twice."""
+
+    repeatable = True
+    yaml_shape = "list"
+
+    def __init__(self, check: Callable[[str], str | None] = lambda v: None, what: str = "a list of strings",
+                 unique: bool = False):
+        self.check, self.what, self.unique = check, what, unique
+
+    def read(self, raw: Sequence[str], base: Path) -> tuple[str, ...]:
+        values = []
+        for item in raw:
+            item = str(item).strip()
+            if not item:
+                raise Invalid(f"expected {self.what}, got an empty string")
+            problem = self.check(item)
+            if problem:
+                raise Invalid(problem)
+            if self.unique and item in values:
+                raise Invalid(f"'{item}' is listed twice")
+            values.append(item)
+        return tuple(values)
+
+    def plain(self, value):
+        return list(value)
+
+    def typed(self, value):
+        return tuple(value)
+
+
+class RequirementFiles(Kind):
+    """Files of requirement lines: the value is their lines (pip options refused)."""
+
+    cli_type = Path
+    repeatable = True
+    yaml_shape = "list"
+
+    def read(self, raw: Sequence[Any], base: Path) -> tuple[str, ...]:
+        lines: list[str] = []
+        for item in raw:
+            path = _local(base, item)
+            if not path.is_file():
+                raise Invalid(f"no such file {item}" + (f" (relative to {base})" if not Path(str(item)).is_absolute() else ""))
+            lines += read_requirement_file(path)
+        return tuple(lines)
+
+    plain = Strings.plain
+    typed = Strings.typed
+
+
+class LocalPath(Kind):
+    """A file or folder on this machine, resolved against the set's folder (or the cwd)."""
+
+    cli_type = Path
+
+    def __init__(self, what: str, must_exist: bool = True):
+        self.what, self.must_exist = what, must_exist  # what: "file" or "folder"
+
+    def read(self, raw: Any, base: Path) -> Path:
+        text = str(raw).strip()
+        if not text:
+            raise Invalid(f"expected a {self.what}, got an empty string")
+        path = _local(base, text)
+        if self.must_exist:
+            exists = path.is_file() if self.what == "file" else path.is_dir()
+            if not exists:
+                where = "" if Path(text).is_absolute() else f" (relative to {base})"
+                raise Invalid(f"no such {self.what} {text}{where}")
+        return path
+
+    def plain(self, value):
+        return str(value) if value is not None else None
+
+    def typed(self, value):
+        return Path(value) if value is not None else None
+
+
+class Named(Kind):
+    """NAME=VALUE pairs (a mapping in a set): custom backends, backend images, labels."""
+
+    repeatable = True
+    yaml_shape = "mapping"
+
+    def __init__(self, value: Kind, name_check: Callable[[str], str | None], what: str, keys: tuple[str, ...] = ()):
+        self.value, self.name_check, self.what, self.keys = value, name_check, what, keys
+
+    def read(self, raw: Iterable[tuple[str, Any]], base: Path) -> tuple[tuple[str, Any], ...]:
+        result: dict[str, Any] = {}
+        for name, value in raw:
+            problem = self.name_check(name)
+            if problem:
+                raise Invalid(problem)
+            if name in result:
+                raise Invalid(f"'{name}' is given twice")
+            result[name] = self.value.read(value, base)
+        return tuple(sorted(result.items()))
+
+    def plain(self, value):
+        return [[k, self.value.plain(v)] for k, v in value]
+
+    def typed(self, value):
+        return tuple((k, self.value.typed(v)) for k, v in value)
+
+
+class FromEnvironment(Kind):
+    """In a set: the name of an environment variable holding the value (a set holds no secret)."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def read(self, raw: str, base: Path) -> str:
+        return raw
+
+
+# -- checks shared by every input -------------------------------------------------
+
+
+def check_release(value: str) -> str | None:
+    if not RELEASE_PATTERN.match(value):
+        return f"'{value}' is not a release: releases are named YY.MM, e.g. 24.09"
+    return None
+
+
+def check_name(value: str) -> str | None:
+    if not NAME_PATTERN.match(value):
+        return f"'{value}' is not a name (letters, digits, '.', '_' or '-')"
+    return None
+
+
+def check_reference(value: str) -> str | None:
+    if any(c.isspace() or ord(c) < 32 for c in value):
+        return f"'{_printable(value)}' is not an image reference (it holds spaces or control characters)"
+    return None
+
+
+def check_requirement(value: str) -> str | None:
+    if value.startswith("-"):
+        return (f"pip options ({value.split()[0]}) are not packages: use --pip-index-url, "
+                "--pip-extra-index-url or --wheelhouse")
+    if any(ord(c) < 32 for c in value):
+        return f"'{_printable(value)}' holds control characters"
+    return None
+
+
+def check_url(value: str) -> str | None:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"'{_redact_url(value)}' is not an http(s) URL"
+    return None
+
+
+def check_host(value: str) -> str | None:
+    if not re.match(r"^[A-Za-z0-9.-]+(:\d+)?$", value):
+        return f"'{_printable(value)}' is not a host name"
+    return None
+
+
+def check_label_key(value: str) -> str | None:
+    if not LABEL_KEY_PATTERN.match(value):
+        return f"'{_printable(value)}' is not a label key (letters, digits, '.', '_', '-', '/')"
+    if value.startswith(OWN_LABEL_PREFIXES):
+        return f"label {value} is set by the composer itself; choose another key"
+    return None
+
+
+def check_label_value(value: str) -> str | None:
+    if any(ord(c) < 32 for c in value):
+        return "a label value is one line of text (no control characters)"
+    return None
+
+
+def read_requirement_file(path: Path) -> list[str]:
+    """Requirement lines of a file; pip options belong on the command line, not in it."""
+    specs = []
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Invalid(f"cannot read {path}: {exc}") from None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("-"):
+            raise Invalid(
+                f"{path}:{number}: pip options ({line.split()[0]}) go on the command line "
+                "(--pip-index-url, --pip-extra-index-url, --wheelhouse)"
+            )
+        specs.append(line)
+    return specs
+
+
+# -- the declarations -------------------------------------------------------------
+
+BUILD, RENDER, BUNDLE, WHEELS, BACKENDS = "build", "render", "bundle", "wheels", "backends"
+COMPOSING = (BUILD, RENDER, BUNDLE)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of the spec: its field, flag, set key, kind and help, declared once."""
+
+    field: str  # "group.name" in CompositionSpec
+    flag: str | None  # on the command line; None: only in sets
+    key: str | None  # in a set file ("packages.pip"); None: only on the command line
+    kind: Kind
+    help: str
+    short: str | None = None
+    commands: tuple[str, ...] = COMPOSING
+    envvar: str | None = None
+    portable: bool = True  # carried in a bundle manifest (secrets and host paths are not)
+    # For one flag that feeds two fields (--image full=REF / min=REF): the NAME this field takes.
+    flag_key: str | None = None
+
+    @property
+    def param(self) -> str:
+        """The python parameter name of the flag in the typer command."""
+        return (self.flag or "").lstrip("-").replace("-", "_")
+
+
+_NAMES = Strings(check_name, "a list of names", unique=True)
+_REF = Text(check_reference, "an image reference")
+
+OPTIONS: tuple[Option, ...] = (
+    # images
+    Option("images.version", "--version", "version", Text(check_release, "a release YY.MM"),
+           "Triton release, YY.MM (e.g. 24.09).", short="-v", commands=COMPOSING + (WHEELS, BACKENDS)),
+    Option("images.registry", "--registry", "registry", _REF,
+           f"Registry prefix holding tritonserver images: a mirror, or localhost/standin (default {DEFAULT_REGISTRY}).",
+           commands=COMPOSING + (WHEELS, BACKENDS)),
+    Option("images.full", "--image", "images.full", _REF, "Name a base image outright: full=REF or min=REF.",
+           commands=COMPOSING + (WHEELS, BACKENDS), flag_key="full"),
+    Option("images.min", "--image", "images.min", _REF, "Name a base image outright: full=REF or min=REF.",
+           commands=COMPOSING + (WHEELS, BACKENDS), flag_key="min"),
+    # selection
+    Option("selection.backends", "--backend", "backends", _NAMES, "A backend to include (repeatable).",
+           short="-b", commands=COMPOSING + (WHEELS,)),
+    Option("selection.repoagents", "--repoagent", "repoagents", _NAMES, "A repository agent to include (repeatable)."),
+    Option("selection.caches", "--cache", "caches", _NAMES, "A cache implementation to include (repeatable)."),
+    Option("selection.custom_backends", "--custom-backend", "custom_backends",
+           Named(LocalPath("folder"), check_name, "NAME=DIR"), "Copy a local backend folder in: NAME=DIR (repeatable).",
+           portable=False),
+    Option("selection.backend_images", "--backend-image", "backend_images", Named(_REF, check_name, "NAME=REF"),
+           "Take a backend from another full image (another release): NAME=REF (repeatable)."),
+    Option("selection.with_headers", "--with-headers", "with_headers", Flag(), "Include /opt/tritonserver/include."),
+    # result
+    Option("result.tag", "--tag", "tag", _REF, "Tag for the composed image (default names release and backends).",
+           short="-t"),
+    Option("result.labels", "--label", "labels", Named(Text(check_label_value, "a label value"), check_label_key,
+           "KEY=VALUE"), "A label on the composed image: KEY=VALUE (repeatable).", commands=(BUILD, RENDER, BUNDLE)),
+    Option("result.smoke_test", "--no-smoke-test", "smoke_test", Flag(inverted=True),
+           "Tag without serving the samples first.", commands=(BUILD, BUNDLE)),
+    Option("result.model_repository", "--model-repository", "model_repository", LocalPath("folder"),
+           "Smoke-test these models instead of the samples: each must reach READY.", commands=(BUILD,),
+           portable=False),
+    Option("result.push", "--push", "push", _REF, "Push the image as REF once its smoke test passed.",
+           commands=(BUILD,)),
+    # packages
+    Option("packages.specs", "--pip", "packages.pip", Strings(check_requirement, "a list of strings"),
+           "A python package for python models, pip requirement syntax (repeatable).",
+           commands=COMPOSING + (WHEELS,)),
+    Option("packages.specs", "--requirements", "packages.requirements", RequirementFiles(),
+           "A requirements file (repeatable).", short="-r", commands=COMPOSING + (WHEELS,)),
+    Option("packages.index_url", "--pip-index-url", "packages.index_url_env",
+           FromEnvironment("the package index URL"),
+           "Package index (may hold credentials: never written anywhere; env COMPOSER_PIP_INDEX_URL).",
+           commands=(BUILD, RENDER, WHEELS), envvar="COMPOSER_PIP_INDEX_URL", portable=False),
+    Option("packages.extra_index_urls", "--pip-extra-index-url", "packages.extra_index_urls",
+           Strings(check_url, "a list of URLs"), "Extra package index (repeatable).",
+           commands=(BUILD, RENDER, WHEELS), portable=False),
+    Option("packages.trusted_hosts", "--pip-trusted-host", "packages.trusted_hosts",
+           Strings(check_host, "a list of host names"), "Host pip may reach without valid TLS (repeatable).",
+           commands=(BUILD, RENDER, WHEELS), portable=False),
+    Option("packages.wheelhouse", "--wheelhouse", "packages.wheelhouse", LocalPath("folder", must_exist=False),
+           "Install from this folder of wheels only, no index.", commands=COMPOSING, portable=False),
+    Option("packages.ca_cert", "--ca-cert", "packages.ca_cert", LocalPath("file"),
+           "CA certificate trusted by the install step only.", commands=(BUILD, RENDER, WHEELS), portable=False),
+)
+
+# Keys a set may not hold, and why.
+REFUSED_KEYS = {
+    "packages.index_url": "a set never holds an index URL (it may carry credentials): put it in an environment "
+                          "variable and name that variable with index_url_env",
+}
+
+
+def unique_fields() -> list[Option]:
+    """The first declaration of each field (for records and manifests)."""
+    seen, result = set(), []
+    for option in OPTIONS:
+        if option.field not in seen:
+            seen.add(option.field)
+            result.append(option)
+    return result
+
+
+def options_for(command: str) -> list[Option]:
+    return [o for o in OPTIONS if o.flag and command in o.commands]
+
+
+# -- the command line ---------------------------------------------------------------
+
+
+def flags_for(command: str) -> list[Option]:
+    """One declaration per distinct flag of `command` (--image feeds two fields)."""
+    seen, result = set(), []
+    for option in options_for(command):
+        if option.flag not in seen:
+            seen.add(option.flag)
+            result.append(option)
+    return result
+
+
+def given_on_command_line(command: str, values: Mapping[str, Any], cwd: Path | None = None) -> dict[str, Any]:
+    """Field path -> typed value for each field the command line gave (not given: absent).
+
+    `values` maps each flag's parameter name to what typer parsed. Every value is checked here;
+    a bad one is a UsageError naming the flag.
+    """
+    base = cwd or Path.cwd()
+    given: dict[str, Any] = {}
+    for option in options_for(command):
+        raw = values.get(option.param)
+        if raw is None or raw is False or (option.kind.repeatable and not raw):
+            continue
+        try:
+            if option.flag_key is not None:
+                pairs = _pairs(raw, option.flag)
+                allowed = sorted(o.flag_key for o in OPTIONS if o.flag == option.flag)
+                stray = [k for k, _ in pairs if k not in allowed]
+                if stray:
+                    raise Invalid(f"takes {' or '.join(f'{k}=REF' for k in allowed)}, not {stray[0]}=...")
+                picked = [v for k, v in pairs if k == option.flag_key]
+                if not picked:
+                    continue
+                value = option.kind.read(picked[-1], base)
+            elif isinstance(option.kind, Flag):
+                value = not option.kind.inverted
+            elif isinstance(option.kind, Named):
+                value = option.kind.read(_pairs(raw, option.flag), base)
+            else:
+                value = option.kind.read(raw, base)
+        except Invalid as problem:
+            shown = ", ".join(map(str, raw)) if isinstance(raw, (list, tuple)) else raw
+            if option.kind is not None and not option.portable and option.field == "packages.index_url":
+                shown = _redact_url(str(raw))
+            raise UsageError(f"{option.flag} {_printable(str(shown))}: {problem}") from None
+        if option.field in given and isinstance(value, tuple):
+            value = given[option.field] + value  # --pip and --requirements feed one field
+        given[option.field] = value
+    return given
+
+
+def _pairs(raw: Iterable[str], flag: str | None) -> list[tuple[str, str]]:
+    pairs = []
+    for item in raw:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key or not value:
+            raise Invalid(f"takes NAME=VALUE, got '{_printable(str(item))}'")
+        pairs.append((key, value))
+    return pairs
+
+
+# -- checks across fields -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A spec that cannot be built as a whole; `key` is the set key it is reported at."""
+
+    key: str
+    in_set: str
+    on_command_line: str
+
+
+def problems(spec: CompositionSpec, command: str = BUILD) -> list[Problem]:
+    """What is wrong with the spec as a whole (each field was checked when it was read)."""
+    found = []
+    if not spec.images.version and not spec.images.full:
+        found.append(Problem(
+            "version", 'missing: give version: "YY.MM" (or images: {full: REF})',
+            "give --version YY.MM (or --image full=REF), or a backend set with --set"))
+    s = spec.selection
+    if command != BACKENDS and not (s.backends or s.custom_backends or s.backend_images):
+        found.append(Problem(
+            "backends", "select at least one backend (backends: [NAME, ...] or custom_backends)",
+            "select at least one backend with --backend NAME (composer backends lists them)"))
+    p = spec.packages
+    if (p.wheelhouse or p.index_url or p.extra_index_urls or p.ca_cert) and not p.specs:
+        found.append(Problem(
+            "packages", "package sources are given but no package: add pip: [SPEC] or requirements: [FILE]",
+            "package sources were given but no package: add --pip SPEC or --requirements FILE"))
+    return found
+
+
+def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
+    """The spec, or a UsageError for the first problem (as the command line names it)."""
+    found = problems(spec, command)
+    if found:
+        raise UsageError(found[0].on_command_line)
+    return spec
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def _local(base: Path, text: Any) -> Path:
+    return (base / Path(str(text)).expanduser()).resolve()
+
+
+def _printable(text: str) -> str:
+    """Control characters shown escaped, so an error stays one line."""
+    return "".join(c if ord(c) >= 32 else repr(c)[1:-1] for c in text)
+
+
+def _redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        return url.replace(f"{parts.username or ''}:{parts.password or ''}@", "***@").replace(
+            f"{parts.username}@", "***@")
+    return url

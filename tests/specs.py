@@ -1,0 +1,17 @@
+"""Tests build CompositionSpecs by field name, as the command line or a set would."""
+
+from composer.spec import CompositionSpec, Packages
+
+_FIELDS = {
+    "backends": "selection.backends", "repoagents": "selection.repoagents", "caches": "selection.caches",
+    "custom_backends": "selection.custom_backends", "backend_images": "selection.backend_images",
+    "with_headers": "selection.with_headers", "version": "images.version", "registry": "images.registry",
+    "full_image": "images.full", "min_image": "images.min", "tag": "result.tag", "push": "result.push",
+    "labels": "result.labels", "smoke_test": "result.smoke_test", "model_repository": "result.model_repository",
+}
+
+
+def spec(packages: Packages | None = None, **fields) -> CompositionSpec:
+    """e.g. spec(backends=("python",), version="24.09", tag="x:y", packages=Packages(specs=("six",)))"""
+    made = CompositionSpec().with_fields({_FIELDS[name]: value for name, value in fields.items()})
+    return made if packages is None else CompositionSpec(made.selection, made.images, packages, made.result)
