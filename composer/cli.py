@@ -440,7 +440,8 @@ def wheels(
 ) -> None:
     """Download on this machine the wheels a build's packages need, so the build runs offline."""
     from composer.packages import download_wheels, python_target
-    from composer.pipeline import plan_from_engine
+    from composer.pipeline import inspect_images, resolve_targets
+    from composer.plan import release_constraints
 
     out = Printer(as_json)
     catalog = Catalog.load()
@@ -449,13 +450,15 @@ def wheels(
     spec = _one_spec(WHEELS, set_files, given, catalog)
     if not spec.packages:
         raise UsageError("name the packages with --pip SPEC or --requirements FILE")
-    # The wheelhouse is what this command fills: plan without it.
-    spec = spec.with_fields({"packages.wheelhouse": None})
     engine = _engine()
-    plan, inspection = plan_from_engine(engine, spec, catalog, on_line=out.step)
-    target = python_target(engine, plan.full.ref, inspection.contents.python.version)
-    out.step(f"wheels for python {target.version} on {target.platform}, pins: {', '.join(plan.constraints) or 'none'}")
-    files = download_wheels(target, spec.packages, plan.constraints, output, on_line=out.step)
+    targets = resolve_targets(spec, catalog, engine)
+    inspection = inspect_images(engine, targets, out.step)
+    if inspection.contents.python is None:
+        raise UsageError(f"{targets.full} has no python: its python backend cannot take packages")
+    constraints = release_constraints(targets.release)
+    target = python_target(engine, targets.full, inspection.contents.python.version)
+    out.step(f"wheels for python {target.version} on {target.platform}, pins: {', '.join(constraints) or 'none'}")
+    files = download_wheels(target, spec.packages, constraints, output, on_line=out.step)
     out.result(
         {"wheelhouse": str(output), "python": target.version, "platform": target.platform,
          "wheels": [f.name for f in files]},

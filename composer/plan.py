@@ -277,7 +277,7 @@ def make_plan(
         tag=tag,
         notes=tuple(notes),
         packages=packages,
-        constraints=(release.numpy,) if release.numpy and packages else (),
+        constraints=release_constraints(release) if packages else (),
         pip_in_image=offer.has_pip,
         site_packages=f"/usr/local/lib/python{offer.python or release.python}/dist-packages" if packages else None,
         foreign_backends=foreign,
@@ -306,6 +306,11 @@ def _pip_command(packages: Packages, offer: Offer, full_ref: str) -> tuple[str, 
             "(composer wheels puts one in)"
         )
     return ("python3", "-m", "pip")
+
+
+def release_constraints(release: Release) -> tuple[str, ...]:
+    """The pins pip must hold for the release's python backend (numpy<2 from 24.06 on)."""
+    return (release.numpy,) if release.numpy else ()
 
 
 def created_label(environ: Mapping[str, str]) -> str:

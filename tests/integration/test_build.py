@@ -41,8 +41,8 @@ def composer(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
 
 def test_build_onnxruntime_python_offline_and_smoke(engine, standin_images, test_tag):
     options = spec(backends=("onnxruntime", "python"), version="24.09", registry=REGISTRY, tag=test_tag)
-    plan, contents = plan_from_engine(engine, options, Catalog.load())
-    assert {"identity", "pytorch"} <= set(contents.names("backend"))
+    plan, inspection = plan_from_engine(engine, options, Catalog.load())
+    assert {"identity", "pytorch"} <= set(inspection.contents.names("backend"))
 
     result = build_image(engine, plan, network=False, labels=TEST_LABEL)  # no network in the build
 
