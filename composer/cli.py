@@ -212,13 +212,13 @@ def build(
 
 def _report(out: Printer, outcomes, junit: Optional[Path]) -> None:
     """Print the outcomes (and write JUnit); any failure makes the command fail."""
-    from composer.junit import write_junit
+    from composer.junit import outcome_entries, write_junit
 
     for outcome in outcomes:
         if isinstance(outcome.error, SmokeTestFailed):
             out.smoke_failure(outcome.error.report, outcome.error.log_tail)
     if junit is not None:
-        write_junit(outcomes, junit)
+        write_junit(outcome_entries(outcomes), junit)
     failed = [o for o in outcomes if o.error is not None]
     if len(outcomes) == 1 and failed:
         raise failed[0].error

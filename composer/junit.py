@@ -98,3 +98,16 @@ def _clean(text: str) -> str:
 def _line(text: str) -> str:
     """A message attribute: one line, as CI tools show it in their summaries."""
     return " ".join(_clean(text).split())
+
+
+def outcome_entries(outcomes) -> list[tuple]:
+    """composer.pipeline.Outcome values as write_junit takes them: a failed build is a failing case."""
+    entries: list[tuple] = []
+    for outcome in outcomes:
+        report = outcome.result.smoke if outcome.result else getattr(outcome.error, "report", None)
+        if report is not None:
+            entries.append((outcome.tag, report))
+        elif outcome.error is not None:
+            entries.append((outcome.tag, None, outcome.error.message))
+        # built with --no-smoke-test: nothing to report
+    return entries
