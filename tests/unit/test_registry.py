@@ -16,8 +16,6 @@ from composer.registry import (
     classify,
     load_auth,
     push_image,
-    registry_host,
-    repository_name,
 )
 
 SECRET = "pa:ss-w0rd"
@@ -249,26 +247,12 @@ def test_missing_image_and_digest_target():
 # -- references and the HTTP API's address ----------------------------------------
 
 
-@pytest.mark.parametrize(
-    "ref, host, name",
-    [
-        ("127.0.0.1:5000/tritonserver:24.09-py3", "127.0.0.1:5000", "tritonserver"),
-        ("nvcr.io/nvidia/tritonserver:24.09-py3", "nvcr.io", "nvidia/tritonserver"),
-        ("localhost/standin/tritonserver:24.09-py3", "localhost", "standin/tritonserver"),
-        ("ubuntu:22.04", "docker.io", "library/ubuntu"),
-        ("someone/thing", "docker.io", "someone/thing"),
-    ],
-)
-def test_registry_host_and_repository_name(ref, host, name):
-    assert registry_host(ref) == host
-    assert repository_name(ref) == name
-
-
-def test_http_for_local_registries_https_otherwise():
-    assert RegistryApi("127.0.0.1:5000").base_url == "http://127.0.0.1:5000"
-    assert RegistryApi("localhost:5000").base_url == "http://localhost:5000"
-    assert RegistryApi("nvcr.io").base_url == "https://nvcr.io"
-    assert RegistryApi("docker.io").base_url == "https://registry-1.docker.io"
+def test_https_unless_the_engine_calls_the_registry_insecure():
+    assert RegistryApi("127.0.0.1:5000", insecure=True, session=StubSession({})).base_url() == "http://127.0.0.1:5000"
+    assert RegistryApi("localhost:5000", insecure=True, session=StubSession({})).base_url() == "http://localhost:5000"
+    assert RegistryApi("127.0.0.1:5000").base_url() == "https://127.0.0.1:5000"
+    assert RegistryApi("nvcr.io").base_url() == "https://nvcr.io"
+    assert RegistryApi("docker.io").base_url() == "https://registry-1.docker.io"
     assert SECRET not in repr(RegistryApi("nvcr.io", RegistryAuth("a", SECRET)))
 
 
@@ -293,7 +277,11 @@ class StubSession:
     sent: list[tuple[str, dict, object]] = field(default_factory=list)
 
     def get(self, url, headers=None, auth=None, timeout=None, params=None):
+        import requests
+
         self.sent.append((url, dict(headers or {}), auth))
+        if url not in self.answers:
+            raise requests.ConnectionError(f"nothing listens for {url}")
         queue = self.answers[url]
         return queue.pop(0) if len(queue) > 1 else queue[0]
 
@@ -309,9 +297,9 @@ def _manifest(config: str) -> dict:
 
 def test_missing_tag_is_none_and_accept_headers_name_docker_and_oci():
     session = StubSession({BASE + "t": [_Response(404)]})
-    api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), session=session)
+    api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), insecure=True, session=session)
     assert api.holds_image("tritonserver", "t", IMAGE) is None
-    url, headers, auth = session.sent[0]
+    url, headers, auth = session.sent[-1]
     assert "application/vnd.oci.image.manifest.v1+json" in headers["Accept"]
     assert V2 in headers["Accept"]
     assert auth == ("a", SECRET)
@@ -320,7 +308,7 @@ def test_missing_tag_is_none_and_accept_headers_name_docker_and_oci():
 def test_same_config_digest_means_held_and_another_means_not():
     held = _Response(200, _manifest(IMAGE.id), {"Docker-Content-Digest": "sha256:" + "1" * 64})
     other = _Response(200, _manifest("sha256:" + "9" * 64), {"Docker-Content-Digest": "sha256:" + "2" * 64})
-    api = RegistryApi("127.0.0.1:5000", session=StubSession({BASE + "same": [held], BASE + "other": [other]}))
+    api = RegistryApi("127.0.0.1:5000", insecure=True, session=StubSession({BASE + "same": [held], BASE + "other": [other]}))
     assert api.holds_image("tritonserver", "same", IMAGE).digest == "sha256:" + "1" * 64
     assert api.holds_image("tritonserver", "other", IMAGE) is None
 
@@ -329,7 +317,7 @@ def test_recorded_repo_digest_means_held_without_reading_the_config():
     digest = "sha256:" + "1" * 64
     image = ImageInfo(IMAGE.id, "x", (), (f"127.0.0.1:5000/tritonserver@{digest}",), {}, {}, 0)
     answer = _Response(200, _manifest("sha256:" + "9" * 64), {"Docker-Content-Digest": digest})
-    api = RegistryApi("127.0.0.1:5000", session=StubSession({BASE + "t": [answer]}))
+    api = RegistryApi("127.0.0.1:5000", insecure=True, session=StubSession({BASE + "t": [answer]}))
     assert api.holds_image("tritonserver", "t", image) is not None
 
 
@@ -342,7 +330,7 @@ def test_an_index_is_held_when_one_of_its_images_is():
             BASE + child: [_Response(200, _manifest(IMAGE.id))],
         }
     )
-    assert RegistryApi("127.0.0.1:5000", session=session).holds_image("tritonserver", "t", IMAGE) is not None
+    assert RegistryApi("127.0.0.1:5000", insecure=True, session=session).holds_image("tritonserver", "t", IMAGE) is not None
 
 
 def test_bearer_token_challenge_is_answered():
@@ -364,7 +352,7 @@ def test_bearer_token_challenge_is_answered():
 def test_refused_and_unreachable_registries_are_one_line_errors():
     import requests
 
-    api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), session=StubSession({BASE + "t": [_Response(401)]}))
+    api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), insecure=True, session=StubSession({BASE + "t": [_Response(401)]}))
     with pytest.raises(RegistryError, match="cannot read 127.0.0.1:5000/tritonserver:t: the registry refused"):
         api.manifest("tritonserver", "t")
 
@@ -373,5 +361,5 @@ def test_refused_and_unreachable_registries_are_one_line_errors():
             raise requests.ConnectionError(f"refused, and here is {SECRET}")
 
     with pytest.raises(RegistryError) as caught:
-        RegistryApi("127.0.0.1:5000", session=Down()).manifest("tritonserver", "t")
+        RegistryApi("127.0.0.1:5000", insecure=True, session=Down()).manifest("tritonserver", "t")
     assert caught.value.message == "cannot read 127.0.0.1:5000/tritonserver:t: registry 127.0.0.1:5000 does not answer"
