@@ -164,13 +164,6 @@ class Engine:
             raise ImageNotFound(f"cannot pull {ref}: the engine reported no image")
         return info
 
-    def registry_digest(self, ref: str, auth: Mapping[str, str] | None = None) -> str | None:
-        """The digest `ref` has in its registry now, asked without pulling; None if unreachable."""
-        try:
-            return self.client.api.inspect_distribution(ref, auth_config=auth)["Descriptor"]["digest"]
-        except (docker.errors.APIError, requests.exceptions.RequestException, KeyError):
-            return None
-
     def tag(self, image_id: str, ref: str) -> None:
         repo, tag = split_ref(ref)
         self.client.api.tag(image_id, repo, tag=tag, force=True)
