@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from composer.refs import ImageRef
-from composer.registry import Registries, RegistryAuth, push_image
+from composer.registry import Registries, push_image
 
 pytestmark = pytest.mark.integration
 
