@@ -644,7 +644,7 @@ def mirror_release(
     registry is asked again that the tag names the pushed digest.
     """
     name = getattr(release, "name", release)
-    source, dest = check_registry_prefix(source, "--from"), check_registry_prefix(dest, "--to")
+    source, dest = check_registry_prefix(source, "--registry"), check_registry_prefix(dest, "--to")
     if source == dest:
         raise UsageError(f"cannot mirror {source} onto itself: give a different destination")
     dest_host = ImageRef.parse(f"{dest}/tritonserver").host
