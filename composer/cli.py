@@ -251,7 +251,7 @@ def lock(
     """Resolve a set's base images to digests into a lock file beside it (for --locked builds)."""
     from composer.lock import lock_spec
     from composer.pipeline import resolve_targets
-    from composer.registry import Registries
+    from composer.registry import Registries, load_auth
 
     out = Printer(as_json)
     catalog = Catalog.load()
