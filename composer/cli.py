@@ -245,17 +245,22 @@ def _report(out: Printer, outcomes, junit: Optional[Path]) -> None:
 @reports_errors
 def lock(
     set_files: List[str] = typer.Option(..., "--set", "-s", help="Backend set(s) to lock (repeatable)."),
+    registry_auth: Optional[str] = RegistryAuthOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Resolve a set's base images to digests into a lock file beside it (for --locked builds)."""
     from composer.lock import lock_spec
     from composer.pipeline import resolve_targets
+    from composer.registry import Registries, load_auth
 
     out = Printer(as_json)
     catalog = Catalog.load()
     specs = _specs(BUILD, set_files, {}, catalog)
+    auth = load_auth(registry_auth)
     engine = _engine()
-    locks = [lock_spec(engine, spec, resolve_targets(spec, catalog, engine), out.step) for spec in specs]
+    registries = Registries(engine, auth)
+    locks = [lock_spec(engine, spec, resolve_targets(spec, catalog, engine), out.step, registries=registries)
+             for spec in specs]
     out.result(
         {"locks": [{"path": str(l.path), "images": [i.record() for i in l.images]} for l in locks]},
         "\n".join(f"wrote {l.path}: " + ", ".join(f"{i.role} {i.digest[:19]}" for i in l.images) for l in locks),

@@ -20,6 +20,7 @@ import requests.exceptions
 
 from composer.errors import BuildFailed, EngineUnavailable, ImageNotFound, RegistryError
 from composer.progress import LineSink, quiet
+from composer.refs import ImageRef, digest_for
 
 # Called with one line of engine output (a build step, pull progress, ...).
 
@@ -41,11 +42,8 @@ class ImageInfo:
 
     @property
     def digest(self) -> str | None:
-        """The registry digest (sha256:...) if the image came from or went to a registry."""
-        for rd in self.repo_digests:
-            if "@" in rd:
-                return rd.split("@", 1)[1]
-        return None
+        """The registry digest (sha256:...) recorded for this ref's own repository, if any."""
+        return digest_for(self.ref, self.repo_digests)
 
 
 @dataclass
@@ -165,13 +163,6 @@ class Engine:
         if info is None:
             raise ImageNotFound(f"cannot pull {ref}: the engine reported no image")
         return info
-
-    def registry_digest(self, ref: str, auth: Mapping[str, str] | None = None) -> str | None:
-        """The digest `ref` has in its registry now, asked without pulling; None if unreachable."""
-        try:
-            return self.client.api.inspect_distribution(ref, auth_config=auth)["Descriptor"]["digest"]
-        except (docker.errors.APIError, requests.exceptions.RequestException, KeyError):
-            return None
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, tag = split_ref(ref)
@@ -386,6 +377,13 @@ class Engine:
             raise RegistryError(f"cannot push {ref}: the registry reported no digest")
         return digest
 
+    def registry_config(self) -> dict:
+        """The engine's RegistryConfig (insecure registries and CIDRs), as `docker info` shows it."""
+        try:
+            return dict(self.client.info().get("RegistryConfig") or {})
+        except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+            raise EngineUnavailable(f"cannot read the engine's registry settings: {exc}") from exc
+
     def credentials_for(self, registry: str) -> dict[str, str] | None:
         """The engine's own credentials for `registry` (~/.docker/config.json, credential helpers).
 
@@ -428,16 +426,10 @@ class Engine:
                     raise BuildFailed(f"cannot load {archive}: {event['error']}")
 
 
-def split_ref(ref: str) -> tuple[str, str | None]:
-    """Split an image reference into repository and tag (or digest)."""
-    if "@" in ref:
-        repo, digest = ref.split("@", 1)
-        return repo, digest
-    slash = ref.rfind("/")
-    colon = ref.rfind(":")
-    if colon > slash:
-        return ref[:colon], ref[colon + 1 :]
-    return ref, "latest"
+def split_ref(ref: str) -> tuple[str, str]:
+    """Split an image reference into repository and tag (or digest), as the engine API takes them."""
+    parsed = ImageRef.parse(ref)
+    return parsed.familiar_name, parsed.digest or parsed.tag_or_latest
 
 
 def _engine_address() -> str:

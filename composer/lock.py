@@ -11,12 +11,17 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import yaml
 
 from composer.errors import ImageNotFound, UsageError
 from composer.progress import LineSink, quiet
+from composer.refs import ImageRef, digest_for
+
+if TYPE_CHECKING:  # the engine and registry clients are only passed through here
+    from composer.engine import Engine
+    from composer.registry import Registries
 
 LOCK_SUFFIX = ".lock.yaml"
 LOCK_VERSION = 1
@@ -63,12 +68,7 @@ def digest_of(info) -> str:
     The registry digest of info.ref's own repository (a digest is only valid in the repository
     it came from); else the image id, for images that exist only locally.
     """
-    wanted = _repository(info.ref)
-    for repo_digest in info.repo_digests:
-        repo, _, digest = repo_digest.partition("@")
-        if digest and _repository(repo) == wanted:
-            return digest
-    return info.id
+    return digest_for(info.ref, info.repo_digests) or info.id
 
 
 def locked_image(role: str, info) -> LockedImage:
@@ -150,11 +150,86 @@ def check_current(lock: LockFile, current: Mapping[str, str]) -> None:
         raise UsageError(f"the set has a {missing[0]} image that is not in the lock: {relock}")
 
 
+# -- resolving and checking against the registries ---------------------------------
+
+
+def lock_images(
+    engine: "Engine",
+    set_path: Path,
+    roles: Sequence[tuple[str, str]],
+    registries: "Registries",
+    on_line: LineSink = quiet,
+) -> LockFile:
+    """Resolve each (role, ref) to where it points now and write the lock beside `set_path`.
+
+    A tag is asked of its registry (with the command's credentials; nothing is pulled). An image
+    whose repository never held it (built or tagged on this engine only) is locked by image id.
+    A registry that refuses or does not answer is an error: never a silent fall back to a local copy.
+    """
+    _check_not_shipped(Path(set_path))
+    images = []
+    for role, ref in roles:
+        on_line(f"resolving {ref}")
+        images.append(_resolve(engine, role, ref, registries, on_line))
+    return write_lock(set_path, images)
+
+
+def check_lock(
+    engine: "Engine",
+    set_path: Path,
+    roles: Sequence[tuple[str, str]],
+    registries: "Registries",
+    on_line: LineSink = quiet,
+) -> dict[str, str]:
+    """Fail unless every base image is where the lock of `set_path` pinned it (the registry is
+    asked, with credentials); else role -> what to build from (repo@digest, or an image id)."""
+    lock = read_lock(set_path)
+    relock = f"run composer lock --set {set_path}"
+    current = {}
+    for role, ref in roles:
+        locked = lock.image(role)
+        if locked is None:
+            current[role] = ""  # check_current names the role missing from the lock
+            continue
+        if locked.ref != ref:
+            raise UsageError(f"{Path(set_path).name}: the lock pins {locked.ref} but the build uses {ref}: {relock}")
+        current[role] = _digest_now(engine, locked, registries)
+    check_current(lock, current)
+    on_line(f"lock {lock.path.name}: every base image is where it was locked")
+    return {image.role: pinned_ref(image) for image in lock.images}
+
+
+def _resolve(engine: "Engine", role: str, ref: str, registries: "Registries", on_line: LineSink) -> LockedImage:
+    parsed = ImageRef.parse(ref, f"the {role} image")
+    if parsed.digest:
+        return LockedImage(role, ref, parsed.digest)
+    local = engine.image(ref)
+    if local is not None and digest_for(parsed, local.repo_digests) is None:
+        on_line(f"{ref}: its repository never held this image (it exists on this engine only): locked by image id")
+        return LockedImage(role, ref, local.id, local=True)
+    digest = registries.digest(parsed)
+    if digest is None:
+        raise ImageNotFound(f"cannot lock {ref}: registry {parsed.host} has no {parsed.repository}:{parsed.tag_or_latest}")
+    return LockedImage(role, ref, digest)
+
+
+def _digest_now(engine: "Engine", locked: LockedImage, registries: "Registries") -> str:
+    """Where a locked image's ref points now: the engine's image id for a local one, else its
+    registry's answer (a tag its registry no longer has points at "nothing")."""
+    if locked.local:
+        info = engine.image(locked.ref)
+        return info.id if info else "nothing"
+    parsed = ImageRef.parse(locked.ref)
+    if parsed.digest:
+        return parsed.digest
+    return registries.digest(parsed) or "nothing"
+
+
 def pinned_ref(image: LockedImage) -> str:
     """What to build from: repo@sha256:... for a registry digest, the image id for a local image."""
     if image.local:
         return image.digest
-    return f"{_repository(image.ref, normalize=False)}@{image.digest}"
+    return str(ImageRef.parse(image.ref).without_tag().with_digest(image.digest))
 
 
 def set_digest(set_path: Path) -> str:
@@ -186,21 +261,6 @@ def _parse(raw, path: Path, set_path: Path, relock: str) -> LockFile:
     return LockFile(path=path, set_digest=raw["set_digest"], images=tuple(images), set_path=set_path)
 
 
-def _repository(ref: str, normalize: bool = True) -> str:
-    """The repository of an image reference, without tag or digest (docker.io spelled out when normalizing)."""
-    name = ref.split("@", 1)[0]
-    if name.rfind(":") > name.rfind("/"):
-        name = name.rsplit(":", 1)[0]
-    if not normalize:
-        return name
-    first, _, rest = name.partition("/")
-    if not rest or ("." not in first and ":" not in first and first != "localhost"):
-        name = f"docker.io/{name}"  # Docker Hub: "ubuntu" is docker.io/library/ubuntu
-    if name.startswith("docker.io/") and name.count("/") == 1:
-        name = name.replace("docker.io/", "docker.io/library/", 1)
-    return name
-
-
 def _check_role(role: str, set_path: Path) -> None:
     if role in ("full", "min") or (role.startswith("backend:") and len(role) > len("backend:")):
         return
@@ -226,60 +286,29 @@ def _short(digest: str) -> str:
     return f"{algorithm}:{hexdigest[:12]}" if hexdigest else digest[:19]
 
 
-# -- resolving against the engine and registries ------------------------------------------
+# -- a spec's base images (composer.pipeline.Targets) ------------------------------------
 
 
-def current_image(engine, ref: str, on_line: LineSink = quiet):
-    """What `ref` names now: pulled afresh when its registry answers, else the local image."""
-    try:
-        return engine.pull(ref, on_line=on_line)
-    except ImageNotFound:
-        info = engine.image(ref)
-        if info is None:
-            raise
-        return info
-
-
-def lock_spec(engine, spec, targets, on_line: LineSink = quiet) -> LockFile:
-    """Resolve a set's base images (composer.pipeline.Targets) to digests into the lock beside it."""
+def lock_spec(engine: "Engine", spec, targets, on_line: LineSink = quiet, *,
+              registries: "Registries | None" = None) -> LockFile:
+    """Resolve a set's base images to digests into the lock beside it (see lock_images)."""
     if spec.source is None:
         raise UsageError("composer lock works on backend sets: give --set FILE")
-    images = []
-    for role, ref in targets.roles():
-        on_line(f"resolving {ref}")
-        images.append(locked_image(role, current_image(engine, ref, on_line)))
-    return write_lock(spec.source, images)
+    return lock_images(engine, spec.source, targets.roles(), registries or _registries(engine), on_line)
 
 
-def verify_lock(engine, spec, targets, on_line: LineSink = quiet):
+def verify_lock(engine: "Engine", spec, targets, on_line: LineSink = quiet, *,
+                registries: "Registries | None" = None):
     """Refuse to build if a base image tag has moved since the lock was written; else the targets
     pinned to the locked digests (so a stale local copy is never used)."""
     if spec.source is None:
         raise UsageError("--locked needs a backend set (--set FILE) with a lock file beside it")
-    lock = read_lock(spec.source)
-    current = {}
-    for role, ref in targets.roles():
-        locked = lock.image(role)
-        if locked is not None and locked.ref != ref:
-            raise UsageError(
-                f"{spec.source.name}: the lock pins {locked.ref} but the build uses {ref}: "
-                f"run composer lock --set {spec.source}"
-            )
-        current[role] = _digest_now(engine, ref, locked)
-    check_current(lock, current)
-    on_line(f"lock {lock.path.name}: every base image is where it was locked")
-    return targets.pinned({image.role: pinned_ref(image) for image in lock.images})
+    pinned = check_lock(engine, spec.source, targets.roles(), registries or _registries(engine), on_line)
+    return targets.pinned(pinned)
 
 
-def _digest_now(engine, ref: str, locked) -> str:
-    """Where `ref` points now: its registry's answer (no pull), else the local image."""
-    if locked is not None and locked.local:
-        info = engine.image(ref)
-        return info.id if info else "nothing"
-    digest = engine.registry_digest(ref)
-    if digest is not None:
-        return digest
-    info = engine.image(ref)
-    if info is None:
-        raise ImageNotFound(f"{ref}: neither its registry nor the engine has it")
-    return digest_of(info)
+def _registries(engine: "Engine") -> "Registries":
+    """The engine's own trust and docker login, when the caller gave no credentials."""
+    from composer.registry import Registries
+
+    return Registries(engine)

@@ -375,8 +375,9 @@ def compose(
         targets = resolve_targets(spec, catalog, engine)
         if run.locked:
             from composer.lock import verify_lock
+            from composer.registry import Registries
 
-            targets = verify_lock(engine, spec, targets, run.on_line)
+            targets = verify_lock(engine, spec, targets, run.on_line, registries=Registries(engine, run.registry_auth))
         plan, _ = plan_from_engine(engine, spec, catalog, run.on_line, targets)
     if run.on_plan is not None:
         run.on_plan(plan)

@@ -12,21 +12,24 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
+import ipaddress
 import json
 import os
 import re
+import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 import requests
+import requests.adapters
 
-from composer.engine import Engine, ImageInfo, split_ref
+from composer.engine import Engine, ImageInfo
 from composer.errors import ImageNotFound, RegistryError, UsageError
 from composer.progress import LineSink, quiet
-
-DOCKER_HUB = "docker.io"
+from composer.refs import DOCKER_HUB, ImageRef, check_registry_prefix, digest_for, parse_tag_ref
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -137,32 +140,6 @@ def _parse_pair(text: str) -> RegistryAuth | None:
     return RegistryAuth(username, password)
 
 
-# -- references ---------------------------------------------------------------
-
-
-def registry_host(ref: str) -> str:
-    """The registry a reference lives in (docker.io when the first part is not a host)."""
-    first, sep, _rest = ref.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return DOCKER_HUB
-
-
-def repository_name(ref: str) -> str:
-    """The repository path inside its registry, e.g. nvidia/tritonserver."""
-    repo, _tag = split_ref(ref)
-    host = registry_host(ref)
-    name = repo[len(host) + 1 :] if repo.startswith(host + "/") else repo
-    if host == DOCKER_HUB and "/" not in name:
-        name = "library/" + name
-    return name
-
-
-def _full_tag(ref: str) -> str:
-    repo, tag = split_ref(ref)
-    return f"{repo}:{tag}"
-
-
 # -- failures -----------------------------------------------------------------
 
 
@@ -226,6 +203,7 @@ def push_image(
     """
     if "@" in ref:
         raise UsageError(f"cannot push to {ref}: a push target is a tag, not a digest")
+    parse_tag_ref(ref, "push target")
     source = engine.image(image_id_or_tag)
     if source is None:
         raise ImageNotFound(f"cannot push {ref}: image {image_id_or_tag} is not on the engine")
@@ -250,7 +228,7 @@ def _push_with_retries(
     on_line: LineSink,
     sleep: Callable[[float], None],
 ) -> str:
-    host = registry_host(ref)
+    host = ImageRef.parse(ref).host
     scrub = auth.redact if auth else (lambda text: text)
     lines = (lambda line: on_line(scrub(line)))
     attempts = max(0, retries) + 1
@@ -292,13 +270,12 @@ def _restore_tag(
     now = engine.image(source.id)
     if now is None:
         return
-    wanted = _full_tag(ref)
-    repo = split_ref(ref)[0]
-    other_names = [t for t in now.tags if t != wanted] + [
-        d for d in now.repo_digests if d.split("@", 1)[0] != repo
+    wanted = parse_tag_ref(ref, "push target")
+    other_names = [t for t in now.tags if parse_tag_ref(t) != wanted] + [
+        d for d in now.repo_digests if not ImageRef.parse(d).same_repository(wanted)
     ]
     if other_names:
-        engine.remove_image(wanted)  # only the tag goes: the image keeps its other names
+        engine.remove_image(str(wanted))  # only the tag goes: the image keeps its other names
     else:
         # Removing the only name would delete the image the caller gave by id.
         on_line(f"kept the tag {ref}: it is the only name of image {source.id}")
@@ -307,6 +284,113 @@ def _restore_tag(
 def _one_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[0] if lines else "unknown error"
+
+
+# -- trust: which CA, and where plain http is allowed -----------------------------------------
+
+SYSTEM_CERTS_D = Path("/etc/docker/certs.d")
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+
+
+def certs_dirs(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
+    """Where engines keep a CA per registry: the system engine's folder, then a rootless
+    engine's ($XDG_CONFIG_HOME/docker/certs.d) and the user's docker config folder."""
+    env = os.environ if environ is None else environ
+    home = Path(env.get("HOME") or Path.home())
+    config = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
+    return (SYSTEM_CERTS_D, config / "docker" / "certs.d", home / ".docker" / "certs.d")
+
+
+def ca_files(host: str, *, explicit: Path | None = None, dirs: Sequence[Path] | None = None) -> tuple[Path, ...]:
+    """The CA files to trust for `host`, besides the system's: every *.crt in <certs.d>/<host>/
+    (as the engine reads them), then the explicit one (--registry-ca)."""
+    found: list[Path] = []
+    for folder in certs_dirs() if dirs is None else dirs:
+        try:
+            found += sorted(path for path in (Path(folder) / host).glob("*.crt") if path.is_file())
+        except OSError:
+            continue
+    if explicit is not None:
+        found.append(Path(explicit))
+    return tuple(found)
+
+
+def check_ca_file(path: Path, what: str = "--registry-ca") -> Path:
+    """A readable PEM file holding at least one certificate."""
+    try:
+        text = Path(path).read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise UsageError(f"{what} {path}: not a PEM certificate file (expected -----BEGIN CERTIFICATE-----)")
+    return Path(path)
+
+
+@dataclass(frozen=True)
+class InsecureRegistries:
+    """The registries the engine calls insecure, the only ones spoken to over plain http:
+    its configured ones (`docker info`: RegistryConfig), 127.0.0.0/8 and localhost."""
+
+    names: frozenset[str] = frozenset()
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+    @classmethod
+    def from_engine_config(cls, config: Mapping) -> "InsecureRegistries":
+        indexes = config.get("IndexConfigs") or {}
+        names = frozenset(
+            name for name, index in indexes.items() if isinstance(index, Mapping) and index.get("Secure") is False
+        )
+        networks = []
+        for cidr in config.get("InsecureRegistryCIDRs") or ():
+            try:
+                networks.append(ipaddress.ip_network(cidr, strict=False))
+            except (TypeError, ValueError):
+                continue
+        return cls(names, tuple(networks))
+
+    def allows_http(self, host: str) -> bool:
+        if host in self.names:
+            return True
+        hostname = _hostname(host)
+        if hostname == "localhost":
+            return True
+        try:
+            address = ipaddress.ip_address(hostname)
+        except ValueError:
+            return False  # a name: only the engine's IndexConfigs can make it insecure
+        return address in LOOPBACK or any(address in network for network in self.networks)
+
+
+def _hostname(host: str) -> str:
+    """host[:port] without the port (IPv6 in brackets unwrapped)."""
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def may_send_credentials(realm: str, registry_host: str) -> bool:
+    """Credentials go to a token realm only over https, or to the registry's own host."""
+    url = urlsplit(realm)
+    if url.scheme == "https":
+        return True
+    return url.scheme == "http" and url.netloc.lower() == registry_host.lower()
+
+
+class _TrustAdapter(requests.adapters.HTTPAdapter):
+    """Verifies TLS against the system's CAs plus the registry's own (as the engine does)."""
+
+    def __init__(self, cafiles: Sequence[Path]):
+        self._context = ssl.create_default_context()
+        for cafile in cafiles:
+            try:
+                self._context.load_verify_locations(cafile=str(cafile))
+            except (OSError, ssl.SSLError):
+                raise UsageError(f"{cafile}: not a readable PEM CA certificate") from None
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs):
+        kwargs["ssl_context"] = self._context
+        return super().init_poolmanager(*args, **kwargs)
 
 
 # -- registry HTTP API --------------------------------------------------------
@@ -326,22 +410,41 @@ class RemoteManifest:
 class RegistryApi:
     """A small client of a registry's HTTP API v2 (reads manifests only).
 
-    Plain http for 127.0.0.1/localhost registries (as the engine allows), https otherwise;
-    Basic auth, plus the bearer-token dance registries such as nvcr.io and Docker Hub use.
+    https, verified against the system's CAs plus `ca_files`; plain http only when the engine
+    calls the registry insecure (`insecure`), and then only after https did not answer. Basic
+    auth, plus the bearer-token dance registries such as nvcr.io and Docker Hub use.
     """
 
     host: str
     auth: RegistryAuth | None = None
+    insecure: bool = False
+    ca_files: tuple[Path, ...] = ()
     timeout: float = 10.0
     session: requests.Session = field(default_factory=requests.Session)
     _token: str | None = field(default=None, repr=False)
+    _base: str | None = field(default=None, repr=False)
+    _withheld: str | None = field(default=None, repr=False)  # a realm that got no credentials
+
+    def __post_init__(self) -> None:
+        if self.ca_files and hasattr(self.session, "mount"):
+            self.session.mount("https://", _TrustAdapter(self.ca_files))
 
     @property
+    def api_host(self) -> str:
+        return "registry-1.docker.io" if self.host == DOCKER_HUB else self.host
+
     def base_url(self) -> str:
-        hostname = self.host.rsplit(":", 1)[0] if not self.host.endswith("]") else self.host
-        local = hostname in ("localhost", "[::1]") or hostname.startswith("127.")
-        api_host = "registry-1.docker.io" if self.host == DOCKER_HUB else self.host
-        return f"{'http' if local else 'https'}://{api_host}"
+        """https://HOST; for an insecure registry whose https does not answer, http://HOST."""
+        if self._base is None:
+            self._base = f"https://{self.api_host}"
+            if self.insecure:
+                self._base = self._probe()
+        return self._base
+
+    def digest(self, ref: ImageRef) -> str | None:
+        """The digest `ref` (a tag) points at in its registry now; None when it has no such tag."""
+        found = self.manifest(ref.repository, ref.digest or ref.tag_or_latest)
+        return found.digest if found else None
 
     def manifest(self, name: str, reference: str) -> RemoteManifest | None:
         """The manifest `name:reference` (tag or digest), or None when the registry has none."""
@@ -351,7 +454,7 @@ class RegistryApi:
         if response.status_code == 404:
             return None
         if response.status_code in (401, 403):
-            raise RegistryError(f"cannot read {what}: the registry refused the credentials")
+            raise RegistryError(f"cannot read {what}: {self._refusal()}")
         if response.status_code >= 400:
             raise RegistryError(f"cannot read {what}: the registry answered HTTP {response.status_code}")
         body = response.content
@@ -372,7 +475,7 @@ class RegistryApi:
         remote = self.manifest(name, tag)
         if remote is None:
             return None
-        if f"{self.host}/{name}@{remote.digest}" in image.repo_digests:
+        if digest_for(ImageRef(self.host, name), image.repo_digests) == remote.digest:
             return remote
         if remote.config_digest == image.id:
             return remote
@@ -382,15 +485,44 @@ class RegistryApi:
                 return remote
         return None
 
+    def _refusal(self) -> str:
+        if self._withheld:
+            return (f"the registry wants a token from {self._withheld}, plain http on another host, "
+                    "so no credentials were sent there")
+        if self.auth is None:
+            return f"the registry asks for credentials and none were given (--registry-auth, or docker login {self.host})"
+        return "the registry refused the credentials"
+
+    def _untrusted(self) -> str:
+        return (f"cannot verify the TLS certificate of registry {self.host}: trust its CA in "
+                f"{SYSTEM_CERTS_D}/{self.host}/ca.crt (as the engine does) or give --registry-ca FILE")
+
+    def _probe(self) -> str:
+        """https if the registry answers it, else http (only called for insecure registries)."""
+        https, http = f"https://{self.api_host}", f"http://{self.api_host}"
+        try:
+            self.session.get(https + "/v2/", timeout=self.timeout)
+            return https
+        except requests.exceptions.SSLError as exc:
+            if "CERTIFICATE_VERIFY_FAILED" in str(exc) or "certificate verify failed" in str(exc):
+                raise RegistryError(self._untrusted()) from None
+            return http  # no TLS there at all
+        except (requests.ConnectionError, requests.Timeout):
+            return http
+        except requests.RequestException:
+            return http
+
     def _get(self, path: str, name: str, what: str) -> requests.Response:
-        url = self.base_url + path
         headers = {"Accept": ", ".join(MANIFEST_TYPES)}
         try:
+            url = self.base_url() + path
             response = self._send(url, headers)
             if response.status_code == 401:
                 challenge = response.headers.get("WWW-Authenticate", "")
                 if challenge.lower().startswith("bearer") and self._fetch_token(challenge, name):
                     response = self._send(url, headers)
+        except requests.exceptions.SSLError:
+            raise RegistryError(self._untrusted()) from None
         except (requests.ConnectionError, requests.Timeout):
             raise RegistryError(f"cannot read {what}: registry {self.host} does not answer") from None
         except requests.RequestException as exc:
@@ -408,16 +540,56 @@ class RegistryApi:
     def _fetch_token(self, challenge: str, name: str) -> bool:
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         realm = params.pop("realm", None)
-        if not realm:
+        if not realm or urlsplit(realm).scheme not in ("http", "https"):
             return False
         params.setdefault("scope", f"repository:{name}:pull")
-        basic = (self.auth.username, self.auth.password) if self.auth else None
+        basic = None
+        if self.auth is not None:
+            if may_send_credentials(realm, self.api_host):
+                basic = (self.auth.username, self.auth.password)
+            else:
+                self._withheld = realm.split("?", 1)[0]
         response = self.session.get(realm, params=params, auth=basic, timeout=self.timeout)
         if response.status_code != 200:
             return False
-        data = response.json()
+        try:
+            data = response.json()
+        except ValueError:
+            return False
         self._token = data.get("token") or data.get("access_token")
         return bool(self._token)
+
+
+@dataclass
+class Registries:
+    """The registry clients of one command: the engine's trust (certs.d CAs, insecure
+    registries) and the command's credentials (explicit, else the engine's docker login)."""
+
+    engine: Engine
+    auth: RegistryAuth | None = None
+    ca_file: Path | None = None
+    _clients: dict[str, RegistryApi] = field(default_factory=dict, repr=False)
+    _insecure: InsecureRegistries | None = field(default=None, repr=False)
+
+    def client(self, host: str) -> RegistryApi:
+        if host not in self._clients:
+            if self._insecure is None:
+                self._insecure = InsecureRegistries.from_engine_config(self.engine.registry_config())
+            self._clients[host] = RegistryApi(
+                host,
+                self.auth or self.engine_auth(host),
+                insecure=self._insecure.allows_http(host),
+                ca_files=ca_files(host, explicit=self.ca_file),
+            )
+        return self._clients[host]
+
+    def engine_auth(self, host: str) -> RegistryAuth | None:
+        found = self.engine.credentials_for(host)
+        return RegistryAuth(found["username"], found["password"]) if found else None
+
+    def digest(self, ref: ImageRef) -> str | None:
+        """Where `ref` points in its registry now (None: no such tag); refusals are errors."""
+        return self.client(ref.host).digest(ref)
 
 
 # -- mirror -------------------------------------------------------------------
@@ -457,6 +629,7 @@ def mirror_release(
     dest: str,
     auth: RegistryAuth | None = None,
     source_auth: RegistryAuth | None = None,
+    registry_ca: Path | None = None,
     on_line: LineSink = quiet,
     retries: int = 3,
     backoff: float = 1.0,
@@ -466,19 +639,17 @@ def mirror_release(
 
     `release` is a catalog Release or its name (YY.MM). A source image already on the engine is
     used as is (stand-ins are local only); otherwise it is pulled. What `dest` holds is read from
-    its HTTP API, so a re-run pushes nothing when the destination already has the same images.
+    its HTTP API (trusting the CA the engine trusts for it, or `registry_ca`), so a re-run
+    pushes nothing when the destination already has the same images; after a push the
+    registry is asked again that the tag names the pushed digest.
     """
     name = getattr(release, "name", release)
-    source, dest = source.rstrip("/"), dest.rstrip("/")
+    source, dest = check_registry_prefix(source, "--registry"), check_registry_prefix(dest, "--to")
     if source == dest:
         raise UsageError(f"cannot mirror {source} onto itself: give a different destination")
-    dest_host = registry_host(f"{dest}/tritonserver")
-    api_auth = auth
-    if api_auth is None:
-        found = engine.credentials_for(dest_host)
-        api_auth = RegistryAuth(found["username"], found["password"]) if found else None
-    api = RegistryApi(dest_host, api_auth)
-    scrub = _scrubber(auth, source_auth, api_auth)
+    dest_host = ImageRef.parse(f"{dest}/tritonserver").host
+    api = Registries(engine, auth, registry_ca).client(dest_host)
+    scrub = _scrubber(auth, source_auth, api.auth)
     say = (lambda line: on_line(scrub(line)))
     images: list[MirroredImage] = []
     for suffix in ("-py3", "-py3-min"):
@@ -490,7 +661,8 @@ def mirror_release(
             info = engine.pull(src_ref, auth=source_auth.as_config() if source_auth else None, on_line=say)
         else:
             say(f"{src_ref} is on the engine ({info.id})")
-        held = api.holds_image(repository_name(dst_ref), split_ref(dst_ref)[1] or "latest", info)
+        target = ImageRef.parse(dst_ref)
+        held = api.holds_image(target.repository, target.tag_or_latest, info)
         if held is not None:
             say(f"{dst_ref} already holds it ({held.digest}): nothing to move")
             images.append(MirroredImage(src_ref, dst_ref, held.digest, moved=False))
@@ -499,6 +671,9 @@ def mirror_release(
         digest = push_image(
             engine, info.id, dst_ref, auth=auth, retries=retries, backoff=backoff, on_line=say, sleep=sleep
         )
+        now = api.digest(target)
+        if now != digest:
+            raise RegistryError(f"pushed {dst_ref} ({digest}) but the registry names {now or 'nothing'} by it")
         images.append(MirroredImage(src_ref, dst_ref, digest, moved=True))
     return MirrorResult(str(name), tuple(images))
 

@@ -1,4 +1,6 @@
-"""Integration fixtures: a real registry (Debian's docker-registry) with htpasswd auth."""
+"""Integration fixtures: a real registry (Debian's docker-registry) with htpasswd auth, over plain
+http or over TLS with a certificate from a CA the test makes (trusted by the engine through
+/etc/docker/certs.d/<host>/ca.crt, as a site's private registry would be)."""
 
 from __future__ import annotations
 
@@ -45,11 +47,41 @@ class TestRegistry:
     username: str = "composer"
     password: str = "not-a-real-secret-7f3b"
     pid: int | None = None
+    tls: bool = False  # serve https with a certificate signed by ca_cert
     _started: list[int] = field(default_factory=list)
 
     @property
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.host}"
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.root / "tls" / "ca.crt"
+
+    @property
+    def verify(self) -> str | bool:
+        return str(self.ca_cert) if self.tls else True
+
+    def make_certificates(self) -> None:
+        """A CA of the test's own and a server certificate for 127.0.0.1 signed by it (openssl)."""
+        tls = self.root / "tls"
+        tls.mkdir(exist_ok=True)
+        (tls / "server.ext").write_text(
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+        )
+        for command in (
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=triton-composer test CA",
+             "-keyout", "ca.key", "-out", "ca.crt"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", "server.key",
+             "-out", "server.csr"],
+            ["x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", "server.ext", "-out", "server.crt"],
+        ):
+            subprocess.run(["openssl", *command], cwd=tls, check=True, capture_output=True, timeout=60)
 
     @property
     def auth(self) -> RegistryAuth:
@@ -65,11 +97,13 @@ class TestRegistry:
             ["htpasswd", "-Bbn", self.username, self.password], check=True, capture_output=True, text=True
         ).stdout.strip()
         htpasswd.write_text(line + "\n")
+        tls = self.root / "tls"
+        serve_tls = f"  tls:\n    certificate: {tls / 'server.crt'}\n    key: {tls / 'server.key'}\n"
         self.config.write_text(
             "version: 0.1\n"
             "log:\n  level: warn\n"
             f"storage:\n  filesystem:\n    rootdirectory: {self.root / 'data'}\n  delete:\n    enabled: true\n"
-            f"http:\n  addr: {self.host}\n"
+            f"http:\n  addr: {self.host}\n{serve_tls if self.tls else ''}"
             f"auth:\n  htpasswd:\n    realm: triton-composer-test\n    path: {htpasswd}\n"
         )
 
@@ -99,15 +133,16 @@ class TestRegistry:
     def manifest(self, name: str, reference: str) -> requests.Response:
         """GET /v2/NAME/manifests/REFERENCE as the registry's user (for checks in tests)."""
         return requests.get(
-            f"http://{self.host}/v2/{name}/manifests/{reference}",
+            f"{self.url}/v2/{name}/manifests/{reference}",
             headers={"Accept": ", ".join(MANIFEST_TYPES)},
             auth=(self.username, self.password),
             timeout=10,
+            verify=self.verify,
         )
 
     def tags(self, name: str) -> list[str]:
         response = requests.get(
-            f"http://{self.host}/v2/{name}/tags/list", auth=(self.username, self.password), timeout=10
+            f"{self.url}/v2/{name}/tags/list", auth=(self.username, self.password), timeout=10, verify=self.verify
         )
         if response.status_code == 404:
             return []
@@ -115,16 +150,51 @@ class TestRegistry:
         return response.json().get("tags") or []
 
 
-@pytest.fixture
-def registry(tmp_path_factory, engine):
-    """A fresh authenticated registry on an ephemeral port; local tags naming it are removed after."""
-    missing = [tool for tool in ("htpasswd", "docker-registry", "curl") if shutil.which(tool) is None]
+def _need(*tools: str) -> None:
+    missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
-        why = f"needs {', '.join(missing)} (apt: apache2-utils, docker-registry, curl): run scripts/bootstrap"
+        why = f"needs {', '.join(missing)} (apt: apache2-utils, docker-registry, curl, openssl): run scripts/bootstrap"
         if os.environ.get("CI"):
             pytest.fail(f"CI is set and the registry tests cannot run: {why}", pytrace=False)
         pytest.skip(why)
-    reg = TestRegistry(root=tmp_path_factory.mktemp("registry"), port=_free_port())
+
+
+@pytest.fixture
+def registry(tmp_path_factory, engine):
+    """A fresh authenticated registry on an ephemeral port; local tags naming it are removed after."""
+    _need("htpasswd", "docker-registry", "curl")
+    yield from _serve(TestRegistry(root=tmp_path_factory.mktemp("registry"), port=_free_port()), engine)
+
+
+CERTS_D = Path("/etc/docker/certs.d")
+
+
+@pytest.fixture
+def tls_registry(tmp_path_factory, engine):
+    """An authenticated registry over TLS with a CA of the test's own, which the engine (and so the
+    composer) trusts through /etc/docker/certs.d/127.0.0.1:PORT/ca.crt, removed after."""
+    _need("htpasswd", "docker-registry", "curl", "openssl")
+    if not os.access(CERTS_D.parent, os.W_OK):
+        why = f"needs write access to {CERTS_D.parent} to make the engine trust the test CA"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and the TLS registry tests cannot run: {why}", pytrace=False)
+        pytest.skip(why)
+    reg = TestRegistry(root=tmp_path_factory.mktemp("registry"), port=_free_port(), tls=True)
+    reg.make_certificates()
+    trusted = CERTS_D / reg.host
+    trusted.mkdir(parents=True, exist_ok=True)
+    try:
+        shutil.copyfile(reg.ca_cert, trusted / "ca.crt")
+        yield from _serve(reg, engine)
+    finally:
+        shutil.rmtree(trusted, ignore_errors=True)
+        try:
+            CERTS_D.rmdir()  # only when no one else keeps a CA there
+        except OSError:
+            pass
+
+
+def _serve(reg: TestRegistry, engine):
     reg.write_config()
     try:
         reg.start()

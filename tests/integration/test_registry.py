@@ -9,7 +9,8 @@ import pytest
 
 from composer.engine import Engine
 from composer.errors import RegistryError
-from composer.registry import RegistryAuth, mirror_release, push_image, registry_host
+from composer.refs import ImageRef
+from composer.registry import RegistryAuth, mirror_release, push_image
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +125,7 @@ def test_mirror_moves_only_what_is_missing(engine, standin_images, registry):
         tag = image.dest.rsplit(":", 1)[1]
         assert registry.manifest("tritonserver", tag).headers["Docker-Content-Digest"] == image.digest
         assert image.digest in "\n".join(lines)
-    assert registry_host(first.images[0].dest) == registry.host
+    assert ImageRef.parse(first.images[0].dest).host == registry.host
     assert registry.password not in "\n".join(lines)
 
     again = mirror_release(engine, RELEASE, source=STANDIN, dest=registry.host, auth=registry.auth)

@@ -6,11 +6,13 @@ import pytest
 import yaml
 
 from composer.engine import ImageInfo
-from composer.errors import UsageError
+from composer.errors import ImageNotFound, RegistryError, UsageError
 from composer.lock import (
     LockedImage,
     check_current,
+    check_lock,
     digest_of,
+    lock_images,
     lock_path,
     locked_image,
     pinned_ref,
@@ -145,3 +147,98 @@ def test_pinned_ref():
     assert pinned_ref(LockedImage("full", "localhost:5000/x/y:24.09-py3", D1)) == "localhost:5000/x/y@" + D1
     assert pinned_ref(LockedImage("full", "x/y@" + D2, D2)) == "x/y@" + D2
     assert pinned_ref(LockedImage("full", "localhost/x:1", ID, local=True)) == ID
+
+
+# -- resolving against registries (fake engine and registries at the boundary) ----------
+
+
+class FakeEngine:
+    def __init__(self, *images: ImageInfo):
+        self.images = {i.ref: i for i in images}
+
+    def image(self, ref):
+        return self.images.get(ref)
+
+
+class FakeRegistries:
+    """Where tags point in their registries; a refusal raises as the real client does."""
+
+    def __init__(self, tags=None, refuse=False):
+        self.tags, self.refuse, self.asked = dict(tags or {}), refuse, []
+
+    def digest(self, ref):
+        self.asked.append(str(ref))
+        if self.refuse:
+            raise RegistryError(f"cannot read {ref}: the registry refused the credentials")
+        return self.tags.get(str(ref))
+
+
+FULL, MIN = "reg.example/nvidia/tritonserver:24.09-py3", "reg.example/nvidia/tritonserver:24.09-py3-min"
+ROLES = [("full", FULL), ("min", MIN)]
+
+
+def test_lock_asks_the_registry_even_when_a_local_copy_exists(set_file):
+    stale = info(FULL, ["reg.example/nvidia/tritonserver@" + D2])  # pulled before the tag moved
+    registries = FakeRegistries({FULL: D1, MIN: D2})
+    lock = lock_images(FakeEngine(stale), set_file, ROLES, registries)
+    assert [(i.role, i.digest, i.local) for i in lock.images] == [("full", D1, False), ("min", D2, False)]
+    assert registries.asked == [FULL, MIN]
+
+
+def test_an_image_its_repository_never_held_is_locked_by_id_without_asking(set_file):
+    only_here = info("localhost/standin/tritonserver:24.09-py3", ["127.0.0.1:5000/other@" + D1])
+    registries = FakeRegistries({MIN: D2})
+    lines = []
+    roles = [("full", only_here.ref), ("min", MIN)]
+    lock = lock_images(FakeEngine(only_here), set_file, roles, registries, lines.append)
+    assert lock.image("full") == LockedImage("full", only_here.ref, ID, local=True)
+    assert registries.asked == [MIN]
+    assert any("locked by image id" in line for line in lines)
+
+
+def test_a_refusing_registry_fails_the_lock_and_writes_nothing(set_file):
+    local = info(FULL, ["reg.example/nvidia/tritonserver@" + D1])
+    with pytest.raises(RegistryError, match="refused the credentials"):
+        lock_images(FakeEngine(local), set_file, ROLES, FakeRegistries(refuse=True))
+    assert not lock_path(set_file).exists()
+
+
+def test_a_tag_its_registry_does_not_have_cannot_be_locked(set_file):
+    with pytest.raises(ImageNotFound, match="registry reg.example has no nvidia/tritonserver:24.09-py3-min"):
+        lock_images(FakeEngine(), set_file, ROLES, FakeRegistries({FULL: D1}))
+
+
+def test_check_lock_asks_the_registry_and_never_falls_back_to_the_local_copy(set_file):
+    write_lock(set_file, [LockedImage("full", FULL, D1), LockedImage("min", MIN, D2)])
+    local = FakeEngine(info(FULL, ["reg.example/nvidia/tritonserver@" + D1]))  # still the locked digest
+    lines = []
+    assert check_lock(local, set_file, ROLES, FakeRegistries({FULL: D1, MIN: D2}), lines.append) == {
+        "full": "reg.example/nvidia/tritonserver@" + D1,
+        "min": "reg.example/nvidia/tritonserver@" + D2,
+    }
+    assert lines == ["lock team.lock.yaml: every base image is where it was locked"]
+    with pytest.raises(UsageError, match="moved since the lock"):
+        check_lock(local, set_file, ROLES, FakeRegistries({FULL: "sha256:" + "d" * 64, MIN: D2}))
+    with pytest.raises(UsageError, match=r"moved since the lock \(locked sha256:1{12}, now nothing\)"):
+        check_lock(local, set_file, ROLES, FakeRegistries({MIN: D2}))
+    lines.clear()
+    with pytest.raises(RegistryError, match="refused the credentials"):
+        check_lock(local, set_file, ROLES, FakeRegistries(refuse=True), lines.append)
+    assert lines == []
+
+
+def test_check_lock_of_local_images_compares_image_ids(set_file):
+    ref = "localhost/standin/tritonserver:24.09-py3"
+    write_lock(set_file, [LockedImage("full", ref, ID, local=True), LockedImage("min", MIN, D2)])
+    registries = FakeRegistries({MIN: D2})
+    pinned = check_lock(FakeEngine(info(ref)), set_file, [("full", ref), ("min", MIN)], registries)
+    assert pinned["full"] == ID and registries.asked == [MIN]
+    with pytest.raises(UsageError, match="moved since the lock"):
+        check_lock(FakeEngine(info(ref, id=D1)), set_file, [("full", ref), ("min", MIN)], registries)
+
+
+def test_check_lock_refuses_a_ref_the_lock_does_not_pin(set_file):
+    write_lock(set_file, [LockedImage("full", FULL, D1), LockedImage("min", MIN, D2)])
+    with pytest.raises(UsageError, match="the lock pins .*24.09-py3 but the build uses .*24.10-py3"):
+        check_lock(FakeEngine(), set_file, [("full", FULL.replace("24.09", "24.10")), ("min", MIN)],
+                   FakeRegistries())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -11,13 +12,17 @@ from composer.engine import ImageInfo
 from composer.errors import ImageNotFound, RegistryError, UsageError
 from composer.registry import (
     Failure,
+    InsecureRegistries,
+    Registries,
     RegistryApi,
     RegistryAuth,
+    ca_files,
+    certs_dirs,
+    check_ca_file,
     classify,
     load_auth,
+    may_send_credentials,
     push_image,
-    registry_host,
-    repository_name,
 )
 
 SECRET = "pa:ss-w0rd"
@@ -249,26 +254,12 @@ def test_missing_image_and_digest_target():
 # -- references and the HTTP API's address ----------------------------------------
 
 
-@pytest.mark.parametrize(
-    "ref, host, name",
-    [
-        ("127.0.0.1:5000/tritonserver:24.09-py3", "127.0.0.1:5000", "tritonserver"),
-        ("nvcr.io/nvidia/tritonserver:24.09-py3", "nvcr.io", "nvidia/tritonserver"),
-        ("localhost/standin/tritonserver:24.09-py3", "localhost", "standin/tritonserver"),
-        ("ubuntu:22.04", "docker.io", "library/ubuntu"),
-        ("someone/thing", "docker.io", "someone/thing"),
-    ],
-)
-def test_registry_host_and_repository_name(ref, host, name):
-    assert registry_host(ref) == host
-    assert repository_name(ref) == name
-
-
-def test_http_for_local_registries_https_otherwise():
-    assert RegistryApi("127.0.0.1:5000").base_url == "http://127.0.0.1:5000"
-    assert RegistryApi("localhost:5000").base_url == "http://localhost:5000"
-    assert RegistryApi("nvcr.io").base_url == "https://nvcr.io"
-    assert RegistryApi("docker.io").base_url == "https://registry-1.docker.io"
+def test_https_unless_the_engine_calls_the_registry_insecure():
+    assert RegistryApi("127.0.0.1:5000", insecure=True, session=StubSession({})).base_url() == "http://127.0.0.1:5000"
+    assert RegistryApi("localhost:5000", insecure=True, session=StubSession({})).base_url() == "http://localhost:5000"
+    assert RegistryApi("127.0.0.1:5000").base_url() == "https://127.0.0.1:5000"
+    assert RegistryApi("nvcr.io").base_url() == "https://nvcr.io"
+    assert RegistryApi("docker.io").base_url() == "https://registry-1.docker.io"
     assert SECRET not in repr(RegistryApi("nvcr.io", RegistryAuth("a", SECRET)))
 
 
@@ -293,7 +284,11 @@ class StubSession:
     sent: list[tuple[str, dict, object]] = field(default_factory=list)
 
     def get(self, url, headers=None, auth=None, timeout=None, params=None):
+        import requests
+
         self.sent.append((url, dict(headers or {}), auth))
+        if url not in self.answers:
+            raise requests.ConnectionError(f"nothing listens for {url}")
         queue = self.answers[url]
         return queue.pop(0) if len(queue) > 1 else queue[0]
 
@@ -309,9 +304,9 @@ def _manifest(config: str) -> dict:
 
 def test_missing_tag_is_none_and_accept_headers_name_docker_and_oci():
     session = StubSession({BASE + "t": [_Response(404)]})
-    api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), session=session)
+    api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), insecure=True, session=session)
     assert api.holds_image("tritonserver", "t", IMAGE) is None
-    url, headers, auth = session.sent[0]
+    url, headers, auth = session.sent[-1]
     assert "application/vnd.oci.image.manifest.v1+json" in headers["Accept"]
     assert V2 in headers["Accept"]
     assert auth == ("a", SECRET)
@@ -320,7 +315,7 @@ def test_missing_tag_is_none_and_accept_headers_name_docker_and_oci():
 def test_same_config_digest_means_held_and_another_means_not():
     held = _Response(200, _manifest(IMAGE.id), {"Docker-Content-Digest": "sha256:" + "1" * 64})
     other = _Response(200, _manifest("sha256:" + "9" * 64), {"Docker-Content-Digest": "sha256:" + "2" * 64})
-    api = RegistryApi("127.0.0.1:5000", session=StubSession({BASE + "same": [held], BASE + "other": [other]}))
+    api = RegistryApi("127.0.0.1:5000", insecure=True, session=StubSession({BASE + "same": [held], BASE + "other": [other]}))
     assert api.holds_image("tritonserver", "same", IMAGE).digest == "sha256:" + "1" * 64
     assert api.holds_image("tritonserver", "other", IMAGE) is None
 
@@ -329,7 +324,7 @@ def test_recorded_repo_digest_means_held_without_reading_the_config():
     digest = "sha256:" + "1" * 64
     image = ImageInfo(IMAGE.id, "x", (), (f"127.0.0.1:5000/tritonserver@{digest}",), {}, {}, 0)
     answer = _Response(200, _manifest("sha256:" + "9" * 64), {"Docker-Content-Digest": digest})
-    api = RegistryApi("127.0.0.1:5000", session=StubSession({BASE + "t": [answer]}))
+    api = RegistryApi("127.0.0.1:5000", insecure=True, session=StubSession({BASE + "t": [answer]}))
     assert api.holds_image("tritonserver", "t", image) is not None
 
 
@@ -342,7 +337,7 @@ def test_an_index_is_held_when_one_of_its_images_is():
             BASE + child: [_Response(200, _manifest(IMAGE.id))],
         }
     )
-    assert RegistryApi("127.0.0.1:5000", session=session).holds_image("tritonserver", "t", IMAGE) is not None
+    assert RegistryApi("127.0.0.1:5000", insecure=True, session=session).holds_image("tritonserver", "t", IMAGE) is not None
 
 
 def test_bearer_token_challenge_is_answered():
@@ -364,7 +359,7 @@ def test_bearer_token_challenge_is_answered():
 def test_refused_and_unreachable_registries_are_one_line_errors():
     import requests
 
-    api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), session=StubSession({BASE + "t": [_Response(401)]}))
+    api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), insecure=True, session=StubSession({BASE + "t": [_Response(401)]}))
     with pytest.raises(RegistryError, match="cannot read 127.0.0.1:5000/tritonserver:t: the registry refused"):
         api.manifest("tritonserver", "t")
 
@@ -373,5 +368,183 @@ def test_refused_and_unreachable_registries_are_one_line_errors():
             raise requests.ConnectionError(f"refused, and here is {SECRET}")
 
     with pytest.raises(RegistryError) as caught:
-        RegistryApi("127.0.0.1:5000", session=Down()).manifest("tritonserver", "t")
+        RegistryApi("127.0.0.1:5000", insecure=True, session=Down()).manifest("tritonserver", "t")
     assert caught.value.message == "cannot read 127.0.0.1:5000/tritonserver:t: registry 127.0.0.1:5000 does not answer"
+
+
+# -- trust: token realms, insecure registries, CA files ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "realm, host, sent",
+    [
+        ("https://auth.example/token", "reg.example", True),  # https anywhere
+        ("https://reg.example/token", "reg.example", True),
+        ("http://reg.example:5000/token", "reg.example:5000", True),  # the registry's own host
+        ("http://REG.example:5000/token", "reg.example:5000", True),
+        ("http://auth.example/token", "reg.example", False),  # plain http elsewhere
+        ("http://reg.example:5001/token", "reg.example:5000", False),  # another port is another host
+        ("http://reg.example/token", "reg.example:5000", False),
+        ("ftp://reg.example/token", "reg.example", False),
+    ],
+)
+def test_realm_rule(realm, host, sent):
+    assert may_send_credentials(realm, host) is sent
+
+
+def _challenge(realm: str) -> _Response:
+    return _Response(401, headers={"WWW-Authenticate": f'Bearer realm="{realm}",service="reg"'})
+
+
+def test_a_plain_http_realm_elsewhere_gets_no_credentials_and_the_error_says_why():
+    base = "http://127.0.0.1:5000/v2/n/manifests/t"
+    session = StubSession(
+        {base: [_challenge("http://evil.example/token")], "http://evil.example/token": [_Response(200, {"token": "anon"})]}
+    )
+    api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), insecure=True, session=session)
+    with pytest.raises(RegistryError) as caught:
+        api.manifest("n", "t")
+    realm_requests = [auth for url, _h, auth in session.sent if url.startswith("http://evil.example")]
+    assert realm_requests == [None]
+    assert "http://evil.example/token" in caught.value.message and "no credentials were sent" in caught.value.message
+    assert SECRET not in caught.value.message
+
+
+def test_an_https_realm_and_the_registrys_own_http_realm_get_credentials():
+    base = "http://127.0.0.1:5000/v2/n/manifests/t"
+    for realm in ("https://auth.example/token", "http://127.0.0.1:5000/token"):
+        session = StubSession(
+            {base: [_challenge(realm), _Response(200, _manifest(IMAGE.id))], realm: [_Response(200, {"token": "t"})]}
+        )
+        api = RegistryApi("127.0.0.1:5000", RegistryAuth("a", SECRET), insecure=True, session=session)
+        assert api.manifest("n", "t") is not None
+        assert [auth for url, _h, auth in session.sent if url == realm] == [("a", SECRET)]
+
+
+def test_a_secure_registry_is_never_spoken_to_over_http():
+    session = StubSession({})
+    with pytest.raises(RegistryError, match="does not answer"):
+        RegistryApi("reg.example", session=session).manifest("n", "t")
+    assert session.sent and all(url.startswith("https://") for url, _h, _a in session.sent)
+
+
+def test_missing_credentials_are_named():
+    session = StubSession({"https://reg.example/v2/n/manifests/t": [_Response(401)]})
+    with pytest.raises(RegistryError) as caught:
+        RegistryApi("reg.example", session=session).manifest("n", "t")
+    assert caught.value.message == (
+        "cannot read reg.example/n:t: the registry asks for credentials and none were given "
+        "(--registry-auth, or docker login reg.example)"
+    )
+
+
+ENGINE_CONFIG = {
+    "IndexConfigs": {
+        "docker.io": {"Name": "docker.io", "Secure": True},
+        "build.internal:5000": {"Name": "build.internal:5000", "Secure": False},
+    },
+    "InsecureRegistryCIDRs": ["127.0.0.0/8", "10.20.0.0/16", "not-a-cidr"],
+}
+
+
+@pytest.mark.parametrize(
+    "host, insecure",
+    [
+        ("127.0.0.1:5000", True),
+        ("127.9.9.9", True),
+        ("localhost", True),
+        ("localhost:5000", True),
+        ("build.internal:5000", True),  # the engine's --insecure-registry
+        ("build.internal", False),  # that name on another port is not
+        ("build.internal:5001", False),
+        ("10.20.3.4:443", True),  # in an insecure CIDR
+        ("10.21.3.4", False),
+        ("docker.io", False),
+        ("nvcr.io", False),
+        ("harbor.example", False),
+        ("[::1]:5000", False),  # the engine does not call ::1 insecure
+    ],
+)
+def test_insecure_rule(host, insecure):
+    assert InsecureRegistries.from_engine_config(ENGINE_CONFIG).allows_http(host) is insecure
+
+
+def test_loopback_is_insecure_even_when_the_engine_lists_nothing():
+    rule = InsecureRegistries.from_engine_config({})
+    assert rule.allows_http("127.0.0.1:5000") and rule.allows_http("localhost:5000")
+    assert not rule.allows_http("10.20.3.4")
+
+
+def test_ca_files_are_the_engines_for_that_host_then_the_explicit_one(tmp_path):
+    system, rootless, user = tmp_path / "etc", tmp_path / "xdg", tmp_path / "home"
+    (system / "reg.example:5000").mkdir(parents=True)
+    (system / "reg.example:5000" / "ca.crt").write_text("x")
+    (system / "reg.example:5000" / "client.cert").write_text("x")  # a client certificate, no CA
+    (system / "reg.example:5000" / "b.crt").write_text("x")
+    (rootless / "reg.example:5000").mkdir(parents=True)
+    (rootless / "reg.example:5000" / "ca.crt").write_text("x")
+    (system / "reg.example").mkdir()
+    (system / "reg.example" / "ca.crt").write_text("x")  # the same name on another port: not used
+    explicit = tmp_path / "site-ca.pem"
+    dirs = (system, rootless, user)
+
+    assert ca_files("reg.example:5000", dirs=dirs) == (
+        system / "reg.example:5000" / "b.crt",
+        system / "reg.example:5000" / "ca.crt",
+        rootless / "reg.example:5000" / "ca.crt",
+    )
+    assert ca_files("reg.example:5000", explicit=explicit, dirs=dirs)[-1] == explicit
+    assert ca_files("other.example", dirs=dirs) == ()
+    assert ca_files("other.example", explicit=explicit, dirs=dirs) == (explicit,)
+
+
+def test_certs_dirs_follow_the_rootless_engine_and_the_user():
+    assert certs_dirs({"HOME": "/home/u"}) == (
+        Path("/etc/docker/certs.d"), Path("/home/u/.config/docker/certs.d"), Path("/home/u/.docker/certs.d"),
+    )
+    assert certs_dirs({"HOME": "/home/u", "XDG_CONFIG_HOME": "/x"})[1] == Path("/x/docker/certs.d")
+
+
+def test_check_ca_file(tmp_path):
+    good = tmp_path / "ca.pem"
+    good.write_text("-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----\n")
+    assert check_ca_file(good) == good
+    with pytest.raises(UsageError, match=r"--registry-ca .*nope: cannot read it"):
+        check_ca_file(tmp_path / "nope")
+    (tmp_path / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
+    with pytest.raises(UsageError, match="not a PEM certificate file"):
+        check_ca_file(tmp_path / "key.pem")
+
+
+@dataclass
+class _TrustEngine:
+    """Only what Registries asks of an engine: its registry settings and its docker login."""
+
+    logins: dict = field(default_factory=dict)
+    asked: list = field(default_factory=list)
+
+    def registry_config(self) -> dict:
+        return ENGINE_CONFIG
+
+    def credentials_for(self, host: str):
+        self.asked.append(host)
+        return self.logins.get(host)
+
+
+def test_registries_use_explicit_credentials_else_the_engines_login_per_host(tmp_path):
+    import requests.certs
+
+    engine = _TrustEngine(logins={"reg.example": {"username": "bob", "password": SECRET}})
+    bundle = Path(requests.certs.where())  # a real PEM file of CAs
+    registries = Registries(engine, ca_file=bundle)
+    client = registries.client("reg.example")
+    assert client.auth == RegistryAuth("bob", SECRET) and client.insecure is False
+    assert client.ca_files[-1] == bundle
+    assert registries.client("reg.example") is client
+    assert registries.client("127.0.0.1:5000").insecure is True
+    assert registries.client("other.example").auth is None
+    explicit = Registries(engine, RegistryAuth("alice", SECRET)).client("reg.example")
+    assert explicit.auth == RegistryAuth("alice", SECRET)
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    with pytest.raises(UsageError, match="bad.pem: not a readable PEM CA certificate"):
+        Registries(engine, ca_file=tmp_path / "bad.pem").client("reg.example")
