@@ -258,8 +258,8 @@ def lock(
     specs = _specs(BUILD, set_files, {}, catalog)
     auth = load_auth(registry_auth)
     engine = _engine()
-    registries = Registries(engine, auth)
-    locks = [lock_spec(engine, spec, resolve_targets(spec, catalog, engine), out.step, registries=registries)
+    locks = [lock_spec(engine, spec, resolve_targets(spec, catalog, engine), out.step,
+                       registries=Registries(engine, auth, spec.images.registry_ca))
              for spec in specs]
     out.result(
         {"locks": [{"path": str(l.path), "images": [i.record() for i in l.images]} for l in locks]},
@@ -277,6 +277,9 @@ def mirror(
     source_auth: Optional[str] = typer.Option(
         None, "--source-auth", help="Credentials for --registry: file:PATH or env:NAME (user:password)."
     ),
+    registry_ca: Optional[Path] = typer.Option(
+        None, "--registry-ca", help="CA certificate of the registries (beyond /etc/docker/certs.d)."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Copy a release's full and min images into a private registry; only what is missing moves."""
@@ -286,8 +289,10 @@ def mirror(
     release = Catalog.load().release(version)
     auth, src_auth = load_auth(registry_auth), load_auth(source_auth)
     engine = _engine()
+    if registry_ca is not None and not registry_ca.is_file():
+        raise UsageError(f"--registry-ca {registry_ca}: no such file")
     result = mirror_release(engine, release, source=source, dest=to, auth=auth, source_auth=src_auth,
-                            on_line=out.step)
+                            registry_ca=registry_ca.resolve() if registry_ca else None, on_line=out.step)
     out.result(
         result.to_dict(),
         "\n".join(f"{'moved' if i.moved else 'present'}  {i.dest}@{i.digest}" for i in result.images),

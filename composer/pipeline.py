@@ -33,6 +33,7 @@ from composer.plan import (
     resolve_release,
 )
 from composer.progress import LineSink, quiet
+from composer.refs import ImageRef, build_source
 from composer.render import BuildContext, write_context
 from composer.smoke import SmokeOptions, SmokeReport, smoke_test
 from composer.spec import CompositionSpec
@@ -83,12 +84,8 @@ def resolve_targets(spec: CompositionSpec, catalog: Catalog, engine: Engine | No
         raise UsageError("give --version YY.MM: without an engine the release of the full image is unknown")
     info = engine.require_image(images.full)
     release = resolve_release(None, catalog, info.env)
-    minimal = images.min
-    if minimal is None:
-        repository = images.full.split("@", 1)[0]
-        if repository.rfind(":") > repository.rfind("/"):
-            repository = repository[: repository.rfind(":")]
-        minimal = f"{repository}:{release.name}-py3-min"
+    # The min image sits beside the full one: same repository, tag <release>-py3-min.
+    minimal = images.min or str(ImageRef.parse(images.full).without_digest().with_tag(f"{release.name}-py3-min"))
     return Targets(release, images.full, minimal, spec.selection.backend_images)
 
 
@@ -164,21 +161,25 @@ def plan_from_inspection(
     pin=False builds FROM the names rather than the registry digests (for loaded bundles,
     whose image ids were checked instead: a loaded image has no digest reference).
     """
-    full_info, min_info = inspection.full, inspection.min
-    full = BaseImage("full", full_info.ref, full_info.id, full_info.digest, pin)
-    minimal = BaseImage("min", min_info.ref, min_info.id, min_info.digest, pin)
+    notes: list[str] = []
+
+    def base(role: str, info: ImageInfo) -> BaseImage:
+        """Built FROM its own repository's digest, or by id when only another repository has one."""
+        if not pin:
+            return BaseImage(role, info.ref, info.id, info.digest, source=info.ref)
+        source = build_source(info.ref, info.id, info.repo_digests)
+        if source.note:
+            notes.append(source.note)
+        return BaseImage(role, info.ref, info.id, info.digest, source=source.ref)
+
+    full, minimal = base("full", inspection.full), base("min", inspection.min)
     foreign = tuple(
-        foreign_backend(
-            name,
-            BaseImage(f"backend:{name}", info.ref, info.id, info.digest, pin),
-            Offer.from_contents(contents),
-            info.env.get(RELEASE_ENV),
-        )
+        foreign_backend(name, base(f"backend:{name}", info), Offer.from_contents(contents), info.env.get(RELEASE_ENV))
         for name, info, contents in inspection.backend_images
     )
     offer = Offer.from_contents(inspection.contents)
-    return make_plan(spec, release, offer, catalog, full, minimal, full_info.env, foreign,
-                     created=created or created_label(os.environ))
+    return make_plan(spec, release, offer, catalog, full, minimal, inspection.full.env, foreign,
+                     created=created or created_label(os.environ), notes=tuple(notes))
 
 
 def plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | None = None) -> CompositionPlan:
@@ -377,7 +378,8 @@ def compose(
             from composer.lock import verify_lock
             from composer.registry import Registries
 
-            targets = verify_lock(engine, spec, targets, run.on_line, registries=Registries(engine, run.registry_auth))
+            registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
+            targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)
         plan, _ = plan_from_engine(engine, spec, catalog, run.on_line, targets)
     if run.on_plan is not None:
         run.on_plan(plan)

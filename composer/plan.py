@@ -16,6 +16,7 @@ from typing import Mapping
 from composer import __version__
 from composer.catalog import Catalog, Release
 from composer.errors import UsageError
+from composer.refs import ImageRef
 from composer.spec import NAME_PATTERN, CompositionSpec, Packages
 
 ROOT = "/opt/tritonserver"
@@ -66,19 +67,21 @@ class Offer:
 class BaseImage:
     """A base image of the composition: the ref the user gave, and what it resolved to."""
 
-    role: str  # "full" or "min"
+    role: str  # "full", "min" or "backend:<name>"
     ref: str
     id: str | None = None
-    digest: str | None = None  # registry digest, when the image came from a registry
-    # Build FROM the digest (reproducible); off where the engine holds the image only by name
-    # and id, as after loading a bundle (its ids are checked instead).
-    pin: bool = True
+    digest: str | None = None  # the registry digest of ref's own repository, when it has one
+    # What the Dockerfile builds FROM, as resolved (composer.refs.build_source): repo@digest, the
+    # image id, or the name; None where nothing was resolved (a plan from the catalog).
+    source: str | None = None
 
     @property
     def from_ref(self) -> str:
         """What the Dockerfile builds FROM: pinned by digest when there is one."""
-        if self.pin and self.digest and "@" not in self.ref:
-            return f"{self.ref.rsplit(':', 1)[0] if _has_tag(self.ref) else self.ref}@{self.digest}"
+        if self.source:
+            return self.source
+        if self.digest:
+            return str(ImageRef.parse(self.ref).without_tag().with_digest(self.digest))
         return self.ref
 
     def record(self) -> dict:
@@ -214,6 +217,7 @@ def make_plan(
     full_env: Mapping[str, str] | None = None,
     foreign: tuple[ForeignBackend, ...] = (),
     created: str | None = None,
+    notes: tuple[str, ...] = (),
 ) -> CompositionPlan:
     """Check the selection against what the full image offers and fix every detail of the image.
 
@@ -234,7 +238,7 @@ def make_plan(
         offered = ", ".join(offer.components.get("backend", ())) or "none"
         raise UsageError(f"select at least one backend with --backend NAME (offered by {offer.source}: {offered})")
 
-    notes: list[str] = []
+    notes: list[str] = list(notes)
     for other in foreign:
         if other.release and other.release != release.name:
             notes.append(
@@ -413,7 +417,3 @@ def _labels(release, full: BaseImage, minimal: BaseImage, backends, repoagents, 
     if minimal.digest:
         labels["org.opencontainers.image.base.digest"] = minimal.digest
     return tuple(sorted((key, value) for key, value in labels.items() if value))
-
-
-def _has_tag(ref: str) -> bool:
-    return ref.rfind(":") > ref.rfind("/")

@@ -145,6 +145,11 @@ def check_registry_prefix(text: str, what: str = "--registry") -> str:
     return prefix
 
 
+def reference_problem(text: str) -> str | None:
+    """Why `text` is not an image reference, or None when it is one."""
+    return _invalid(text)
+
+
 def is_image_id(text: str) -> bool:
     """An engine image id (sha256:<64 hex>), which is no reference."""
     return bool(_IMAGE_ID.fullmatch(text))

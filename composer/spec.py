@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from composer.catalog import RELEASE_PATTERN
 from composer.errors import UsageError
+from composer.refs import PREFIX_SHAPE, SHAPE, reference_problem
 
 DEFAULT_REGISTRY = "nvcr.io/nvidia"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -52,6 +53,7 @@ class Images:
     registry: str = DEFAULT_REGISTRY
     full: str | None = None
     min: str | None = None
+    registry_ca: Path | None = None  # a CA the composer's registry client trusts, beyond the engine's
 
 
 @dataclass(frozen=True)
@@ -321,8 +323,21 @@ def check_name(value: str) -> str | None:
 
 
 def check_reference(value: str) -> str | None:
-    if any(c.isspace() or ord(c) < 32 for c in value):
-        return f"'{_printable(value)}' is not an image reference (it holds spaces or control characters)"
+    problem = reference_problem(value)
+    return f"not a valid image reference ({problem}): expected {SHAPE}" if problem else None
+
+
+def check_tag_reference(value: str) -> str | None:
+    """A reference to write (--tag, --push): a tag, never a digest."""
+    if "@" in value and not reference_problem(value):
+        return "names a digest: give a tag to write, e.g. registry.example/team/triton:1.0"
+    return check_reference(value)
+
+
+def check_prefix(value: str) -> str | None:
+    prefix = value.rstrip("/")
+    if not prefix or "@" in prefix or reference_problem(f"{prefix}/x"):
+        return f"not a valid registry prefix: expected {PREFIX_SHAPE}"
     return None
 
 
@@ -412,18 +427,22 @@ class Option:
 
 _NAMES = Strings(check_name, "a list of names", unique=True)
 _REF = Text(check_reference, "an image reference")
+_TAG_REF = Text(check_tag_reference, "an image reference")
 
 OPTIONS: tuple[Option, ...] = (
     # images
     Option("images.version", "--version", "version", Text(check_release, "a release YY.MM"),
            "Triton release, YY.MM (e.g. 24.09).", short="-v", commands=COMPOSING + (WHEELS, BACKENDS)),
-    Option("images.registry", "--registry", "registry", _REF,
+    Option("images.registry", "--registry", "registry", Text(check_prefix, "a registry prefix"),
            f"Registry prefix holding tritonserver images: a mirror, or localhost/standin (default {DEFAULT_REGISTRY}).",
            commands=COMPOSING + (WHEELS, BACKENDS)),
     Option("images.full", "--image", "images.full", _REF, "Name a base image outright: full=REF or min=REF.",
            commands=COMPOSING + (WHEELS, BACKENDS), flag_key="full"),
     Option("images.min", "--image", "images.min", _REF, "Name a base image outright: full=REF or min=REF.",
            commands=COMPOSING + (WHEELS, BACKENDS), flag_key="min"),
+    Option("images.registry_ca", "--registry-ca", "registry_ca", LocalPath("file"),
+           "CA certificate for registries with their own CA (beyond /etc/docker/certs.d), used by the composer's "
+           "registry client.", commands=(BUILD, BUNDLE), portable=False),
     # selection
     Option("selection.backends", "--backend", "backends", _NAMES, "A backend to include (repeatable).",
            short="-b", commands=COMPOSING + (WHEELS,)),
@@ -436,7 +455,7 @@ OPTIONS: tuple[Option, ...] = (
            "Take a backend from another full image (another release): NAME=REF (repeatable)."),
     Option("selection.with_headers", "--with-headers", "with_headers", Flag(), "Include /opt/tritonserver/include."),
     # result
-    Option("result.tag", "--tag", "tag", _REF, "Tag for the composed image (default names release and backends).",
+    Option("result.tag", "--tag", "tag", _TAG_REF, "Tag for the composed image (default names release and backends).",
            short="-t"),
     Option("result.labels", "--label", "labels", Named(Text(check_label_value, "a label value"), check_label_key,
            "KEY=VALUE"), "A label on the composed image: KEY=VALUE (repeatable).", commands=(BUILD, RENDER, BUNDLE)),
@@ -445,7 +464,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("result.model_repository", "--model-repository", "model_repository", LocalPath("folder"),
            "Smoke-test these models instead of the samples: each must reach READY.", commands=(BUILD,),
            portable=False),
-    Option("result.push", "--push", "push", _REF, "Push the image as REF once its smoke test passed.",
+    Option("result.push", "--push", "push", _TAG_REF, "Push the image as REF once its smoke test passed.",
            commands=(BUILD,)),
     # packages
     Option("packages.specs", "--pip", "packages.pip", Strings(check_requirement, "a list of strings"),
