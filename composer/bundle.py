@@ -44,10 +44,7 @@ def write_bundle(
     *,
     on_line: LineSink = quiet,
 ) -> Path:
-    """Write the bundle archive `out`; package sources must be a wheelhouse (no index across a gap)."""
-    if spec.packages and spec.packages.wheelhouse is None:
-        raise UsageError("a bundle carries packages only from a wheelhouse: make one with composer wheels, "
-                         "then pass --wheelhouse")
+    """Write the bundle archive `out`; packages travel as the plan's wheelhouse (fetched on this side)."""
     staging = out.with_name(out.name + ".staging")
     if staging.exists():
         shutil.rmtree(staging)
@@ -58,8 +55,8 @@ def write_bundle(
         engine.save(refs, staging / IMAGES)
         for name, source in spec.selection.custom_backends:
             shutil.copytree(source, staging / "custom-backends" / name, symlinks=True)
-        if spec.packages.wheelhouse is not None:
-            shutil.copytree(spec.packages.wheelhouse, staging / "wheelhouse")
+        if plan.packages.wheelhouse is not None:
+            shutil.copytree(plan.packages.wheelhouse, staging / "wheelhouse")
         write_context(plan, staging / "context")  # for reading; the build renders it again
         manifest = {
             "format": FORMAT,
@@ -67,7 +64,7 @@ def write_bundle(
             # No index URL or CA: a bundle never holds a secret, and installs from its wheelhouse.
             "spec": spec.to_dict(portable_only=True),
             "custom_backends": [name for name, _ in spec.selection.custom_backends],
-            "wheelhouse": spec.packages.wheelhouse is not None,
+            "wheelhouse": plan.packages.wheelhouse is not None,
             "inspection": inspection.to_dict(),
             "tag": plan.tag,
         }

@@ -309,6 +309,8 @@ def bundle(
     as_json: bool = JsonOpt,
 ) -> None:
     """Write one archive with everything a build needs, for a machine that reaches no registry."""
+    import tempfile
+
     from composer.bundle import write_bundle
     from composer.pipeline import plan_from_engine
 
@@ -316,8 +318,9 @@ def bundle(
     catalog = Catalog.load()
     spec = _one_spec(BUNDLE, set_files, given, catalog)
     engine = _engine()
-    plan, inspection = plan_from_engine(engine, spec, catalog, on_line=out.step)
-    path = write_bundle(engine, plan, spec, inspection, output, on_line=out.step)
+    with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
+        plan, inspection = plan_from_engine(engine, spec, catalog, on_line=out.step, wheels=Path(wheels))
+        path = write_bundle(engine, plan, spec, inspection, output, on_line=out.step)
     size = path.stat().st_size
     out.result({"bundle": str(path), "size": size, "tag": plan.tag, "backends": list(plan.all_backends)},
                f"wrote {path} ({human_size(size)}); on the other side: composer build --bundle {path.name}")
@@ -336,12 +339,19 @@ def render(
     as_json: bool = JsonOpt,
 ) -> None:
     """Write the Dockerfile and build context only (no build)."""
-    from composer.pipeline import plan_from_catalog, plan_from_engine
-    from composer.render import write_context
+    import tempfile
 
     out = Printer(as_json)
     catalog = Catalog.load()
     spec = _one_spec(RENDER, set_files, given, catalog)
+    with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
+        _render(out, spec, catalog, output, offline, Path(wheels))
+
+
+def _render(out: Printer, spec: CompositionSpec, catalog: Catalog, output: Path, offline: bool, wheels: Path) -> None:
+    from composer.pipeline import plan_from_catalog, plan_from_engine
+    from composer.render import write_context
+
     engine = None
     if not offline:
         try:
@@ -353,7 +363,7 @@ def render(
     plan = None
     if engine is not None:
         try:
-            plan, _ = plan_from_engine(engine, spec, catalog, on_line=out.step)
+            plan, _ = plan_from_engine(engine, spec, catalog, on_line=out.step, wheels=wheels)
         except ImageNotFound as missing:
             if not spec.images.version:
                 raise
@@ -363,9 +373,6 @@ def render(
     for note in plan.notes:
         out.step(f"note: {note}")
     context = write_context(plan, output)
-    if spec.packages.build_args():
-        names = " ".join(f"--build-arg {name}" for name in sorted(spec.packages.build_args()))
-        out.step(f"note: pass the package index at build time: docker build {names} ... (values from your environment)")
     out.result(
         {"dockerfile": str(context.dockerfile), "context": str(context.directory), "tag": plan.tag,
          "composition": plan.record()},

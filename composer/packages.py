@@ -57,17 +57,26 @@ class PythonTarget:
 
 
 def secrets_of(packages: Packages) -> list[str]:
-    """The credential parts of the index URLs: what must never be shown or stored."""
+    """Whole secrets in the index and requirement URLs: what must never be shown or stored.
+
+    The password (or a token given as the user name), the whole user:password, the query string
+    and the whole URL; never a user name alone, so ordinary text is not scrambled.
+    """
     found = []
-    for url in (packages.index_url, *packages.extra_index_urls):
+    urls = [packages.index_url, *packages.extra_index_urls]
+    urls += [line.split("@", 1)[1].strip() for line in packages.specs if " @ " in line or "@ " in line]
+    for url in urls:
         if not url:
             continue
         parts = urlsplit(url)
-        for secret in (parts.password, parts.username):
-            if secret:
-                found.append(secret)
+        if parts.password:
+            found += [parts.password, f"{parts.username}:{parts.password}"]
+        elif parts.username:
+            found.append(parts.username)  # a token in the user name's place
         if parts.query:
             found.append(parts.query)
+        if parts.password or parts.username or parts.query:
+            found.append(url)
     return sorted(set(found), key=len, reverse=True)
 
 
@@ -80,6 +89,28 @@ def redactor(secrets: Iterable[str]) -> Callable[[str], str]:
         return text
 
     return redact
+
+
+def public_requirement(line: str) -> str:
+    """A requirement line as it may be recorded: credentials and query removed from its URL."""
+    if "@" not in line or "://" not in line:
+        return line
+    name, _, url = line.partition("@")
+    parts = urlsplit(url.strip())
+    if not (parts.username or parts.password or parts.query):
+        return line
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{name.strip()} @ {parts.scheme}://{host}{parts.path}"
+
+
+def installable_requirement(line: str) -> str:
+    """A requirement line as the build installs it from a wheelhouse: a direct URL becomes its
+    name (the wheel was fetched on the host; the build reaches no URL)."""
+    if "://" in line and "@" in line:
+        return line.split("@", 1)[0].strip()
+    return line
 
 
 def python_target(engine: Engine, full_ref: str, python_version: str) -> PythonTarget:
@@ -105,14 +136,18 @@ def download_wheels(
     on_line: LineSink = quiet,
 ) -> list[Path]:
     """Fetch on the host every wheel the requirements need (and pip itself) into `out`."""
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write the wheelhouse {out}: {exc.strerror or exc}") from None
     redact = redactor(secrets_of(packages))
-    with tempfile.TemporaryDirectory() as tmp:
+    env = _index_env(packages)  # in pip's environment, never on its command line (ps shows argv)
+    with tempfile.TemporaryDirectory(prefix="triton-composer-pip-") as tmp:
         requirements, constraint_file = _files(Path(tmp), packages.specs, constraints)
-        common = target.pip_args() + _index_args(packages) + ["--dest", str(out)]
+        common = target.pip_args() + ["--dest", str(out)]
         _pip(["download", *common, "--requirement", str(requirements), "--constraint", str(constraint_file)],
-             constraints, redact, on_line)
-        _pip(["download", *common, "--no-deps", "pip"], constraints, redact, on_line)
+             constraints, redact, on_line, env=env)
+        _pip(["download", *common, "--no-deps", "pip"], constraints, redact, on_line, env=env)
     return sorted(out.glob("*.whl"))
 
 
@@ -122,7 +157,8 @@ def check_wheelhouse(
     """Resolve the requirements against the wheelhouse alone, on the host; (name, version) pairs."""
     assert packages.wheelhouse is not None
     with tempfile.TemporaryDirectory() as tmp:
-        requirements, constraint_file = _files(Path(tmp), packages.specs, constraints)
+        requirements, constraint_file = _files(Path(tmp), [installable_requirement(s) for s in packages.specs],
+                                               constraints)
         report = Path(tmp) / "report.json"
         _pip(
             ["install", "--dry-run", "--ignore-installed", "--target", str(Path(tmp) / "target"),
@@ -168,21 +204,23 @@ def _files(tmp: Path, specs, constraints) -> tuple[Path, Path]:
     return requirements, constraint_file
 
 
-def _index_args(packages: Packages) -> list[str]:
-    args = []
+def _index_env(packages: Packages) -> dict[str, str]:
+    """pip's own environment variables for the indexes, trusted hosts and CA."""
+    env = {}
     if packages.index_url:
-        args += ["--index-url", packages.index_url]
-    for url in packages.extra_index_urls:
-        args += ["--extra-index-url", url]
-    for host in packages.trusted_hosts:
-        args += ["--trusted-host", host]
+        env["PIP_INDEX_URL"] = packages.index_url
+    if packages.extra_index_urls:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(packages.extra_index_urls)
+    if packages.trusted_hosts:
+        env["PIP_TRUSTED_HOST"] = " ".join(packages.trusted_hosts)
     if packages.ca_cert:
-        args += ["--cert", str(packages.ca_cert)]
-    return args
+        env["PIP_CERT"] = str(packages.ca_cert)
+    return env
 
 
-def _pip(args, constraints, redact, on_line, *, isolated: bool = False, where: str = "the index") -> None:
-    env = dict(os.environ)
+def _pip(args, constraints, redact, on_line, *, isolated: bool = False, where: str = "the index",
+         env: dict[str, str] | None = None) -> None:
+    env = {**os.environ, **(env or {})}
     if isolated:  # the host's own pip settings (find-links, indexes) must not fill gaps
         env["PIP_CONFIG_FILE"] = os.devnull
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"

@@ -21,7 +21,7 @@ from composer.catalog import Catalog, Release
 from composer.contents import FullImageContents, inspect_full
 from composer.engine import Engine, ImageInfo
 from composer.errors import BuildFailed, ComposerError, SmokeTestFailed, UsageError
-from composer.packages import check_wheelhouse, explain_pip_failure, python_target, redactor, secrets_of
+from composer.packages import check_wheelhouse, download_wheels, explain_pip_failure, python_target, redactor, secrets_of
 from composer.plan import (
     BaseImage,
     CompositionPlan,
@@ -30,6 +30,7 @@ from composer.plan import (
     foreign_backend,
     image_refs,
     make_plan,
+    release_constraints,
     resolve_release,
 )
 from composer.progress import LineSink, quiet
@@ -206,14 +207,36 @@ def check_packages(engine: Engine, plan: CompositionPlan, contents: FullImageCon
 
 def plan_from_engine(
     engine: Engine, spec: CompositionSpec, catalog: Catalog, on_line: LineSink = quiet,
-    targets: Targets | None = None,
+    targets: Targets | None = None, wheels: Path | None = None,
 ) -> tuple[CompositionPlan, Inspection]:
-    """Look inside the real base images, then plan: the selection is checked against them."""
+    """Look inside the real base images, then plan: the selection is checked against them.
+
+    Packages from an index are fetched on the host into the folder `wheels` first, so the plan
+    (and the build) install from a wheelhouse and no index URL reaches the engine.
+    """
     targets = targets or resolve_targets(spec, catalog, engine)
     inspection = inspect_images(engine, targets, on_line)
+    if wheels is not None:
+        spec = fetch_packages(engine, spec, targets, inspection, wheels, on_line)
     plan = plan_from_inspection(spec, catalog, targets.release, inspection)
     check_packages(engine, plan, inspection.contents, on_line)
     return plan, inspection
+
+
+def fetch_packages(engine: Engine, spec: CompositionSpec, targets: Targets, inspection: Inspection,
+                   folder: Path, on_line: LineSink = quiet) -> CompositionSpec:
+    """The spec with its packages fetched from their index into `folder` on the host (a
+    wheelhouse), and no index, trusted host or CA left in it: those stay on the host."""
+    packages = spec.packages
+    if not packages or packages.wheelhouse is not None:
+        return spec
+    if inspection.contents.python is None:
+        raise UsageError(f"{targets.full} has no python: --pip packages need the python backend's python")
+    target = python_target(engine, targets.full, inspection.contents.python.version)
+    on_line(f"fetching wheels on this machine for python {target.version} ({target.platform})")
+    download_wheels(target, packages, release_constraints(targets.release), folder, on_line=on_line)
+    return spec.with_fields({"packages.wheelhouse": folder, "packages.index_url": None,
+                             "packages.extra_index_urls": (), "packages.trusted_hosts": (), "packages.ca_cert": None})
 
 
 def _info_dict(info: ImageInfo) -> dict:
@@ -264,7 +287,6 @@ def build_image(
     smoke: bool = True,
     model_repository: Path | None = None,
     context_dir: Path | None = None,
-    network: bool = False,
     labels: dict[str, str] | None = None,
     on_line: LineSink = quiet,
     on_smoke_line: LineSink | None = None,
@@ -277,23 +299,20 @@ def build_image(
     """
     workdir = Path(tempfile.mkdtemp(prefix="triton-composer-")) if context_dir is None else context_dir
     packages = plan.packages
-    # Only an install from an index needs the network; everything else comes from the images.
-    network = network or (bool(packages) and packages.wheelhouse is None)
     redact = redactor(secrets_of(packages))
     try:
         context: BuildContext = write_context(plan, workdir)
         on_line(f"build context: {context.directory}")
         image_id = engine.build(
             context.directory,
-            network_mode=None if network else "none",
+            network_mode="none",  # everything comes from the images and the context
             labels=labels,
-            buildargs=packages.build_args(),
             redact=redact,
             on_line=on_line,
         )
     except BuildFailed as failure:
         if packages and "pip" in failure.log_tail:
-            where = f"the wheelhouse {packages.wheelhouse}" if packages.wheelhouse else "the index"
+            where = f"the wheelhouse {packages.wheelhouse}"
             raise BuildFailed(
                 "installing python packages failed: " + explain_pip_failure(failure.log_tail, plan.constraints, where),
                 log_tail=failure.log_tail,
@@ -380,7 +399,13 @@ def compose(
 
             registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
             targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)
-        plan, _ = plan_from_engine(engine, spec, catalog, run.on_line, targets)
+        with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
+            plan, _ = plan_from_engine(engine, spec, catalog, run.on_line, targets, wheels=Path(wheels))
+            return _build_and_push(engine, spec, plan, run)
+    return _build_and_push(engine, spec, plan, run)
+
+
+def _build_and_push(engine: Engine, spec: CompositionSpec, plan: CompositionPlan, run: Run) -> Outcome:
     if run.on_plan is not None:
         run.on_plan(plan)
     result = build_image(

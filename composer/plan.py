@@ -16,6 +16,7 @@ from typing import Mapping
 from composer import __version__
 from composer.catalog import Catalog, Release
 from composer.errors import UsageError
+from composer.packages import public_requirement
 from composer.refs import ImageRef
 from composer.spec import NAME_PATTERN, CompositionSpec, Packages
 
@@ -172,7 +173,7 @@ class CompositionPlan:
             "with_headers": self.with_headers,
             "base_images": {"full": self.full.record(), "min": self.min.record()},
             "backend_images": {f.name: f.record() for f in self.foreign_backends},
-            "requested_packages": list(self.packages.specs),
+            "requested_packages": [public_requirement(spec) for spec in self.packages.specs],
         }
 
 
@@ -290,15 +291,18 @@ def make_plan(
 
 
 def _pip_command(packages: Packages, offer: Offer, full_ref: str) -> tuple[str, ...]:
-    """How the packages stage runs pip: the full image's own, or pip straight from its wheel."""
+    """How the packages stage runs pip: the full image's own, or pip straight from its wheel.
+
+    The build installs from a wheelhouse only (composer build fetches one on the host when the
+    packages come from an index), so no index URL ever reaches the engine.
+    """
     if not packages:
         return ()
     if packages.wheelhouse is None:
-        if not offer.has_pip:
-            raise UsageError(
-                f"{full_ref} has no pip: give --wheelhouse DIR (composer wheels -o DIR fills one, pip included)"
-            )
-        return ("python3", "-m", "pip")
+        raise UsageError(
+            "python packages are installed from a wheelhouse: give --wheelhouse DIR (composer wheels -o DIR "
+            "fills one), or let composer build or render fetch them with an engine at hand"
+        )
     if not packages.wheelhouse.is_dir():
         raise UsageError(f"--wheelhouse {packages.wheelhouse}: no such folder")
     pips = sorted(packages.wheelhouse.glob("pip-*.whl"))

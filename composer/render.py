@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from composer.errors import UsageError
+from composer.packages import installable_requirement
 from composer.plan import ROOT, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
@@ -44,8 +45,6 @@ def render_dockerfile(plan: CompositionPlan) -> str:
     collect_paths += [f"backends/{f.name}" for f in plan.foreign_backends]
     text = templates().get_template("compose.Dockerfile.j2").render(
         plan=plan, root=ROOT, collect_paths=collect_paths,
-        # Build arguments by name only: their values (index URLs) never enter the Dockerfile.
-        pip_build_args=sorted(plan.packages.build_args()),
     )
     return text.rstrip("\n") + "\n"
 
@@ -76,19 +75,17 @@ def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
 
 
 def _write_packages(plan: CompositionPlan, folder: Path) -> None:
-    """requirements, the release's constraints, the wheelhouse and the CA for the packages stage."""
+    """requirements, the release's constraints and the wheelhouse for the packages stage."""
     if folder.exists():
         shutil.rmtree(folder)
     packages = plan.packages
     if not packages:
         return
     folder.mkdir(parents=True)
-    (folder / "requirements.txt").write_text("".join(f"{spec}\n" for spec in packages.specs))
+    lines = [installable_requirement(spec) for spec in packages.specs]
+    (folder / "requirements.txt").write_text("".join(f"{line}\n" for line in lines))
     (folder / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.constraints))
-    if packages.wheelhouse is not None:
-        wheels = folder / "wheelhouse"
-        wheels.mkdir()
-        for wheel in sorted(packages.wheelhouse.glob("*.whl")):
-            shutil.copy2(wheel, wheels / wheel.name)
-    if packages.ca_cert is not None:
-        shutil.copy2(packages.ca_cert, folder / "ca.pem")
+    wheels = folder / "wheelhouse"
+    wheels.mkdir()
+    for wheel in sorted(packages.wheelhouse.glob("*.whl")):
+        shutil.copy2(wheel, wheels / wheel.name)

@@ -60,7 +60,8 @@ class Images:
 class Packages:
     """Python packages for python-backend models, and where pip may get them.
 
-    Index URLs may carry credentials: they never reach a rendered file, a record or any output.
+    Index URLs may carry credentials: pip uses them on the host only (the build installs from a
+    wheelhouse), so they never reach the engine, a rendered file, a record or any output.
     """
 
     specs: tuple[str, ...] = ()  # requirement lines, from --pip and --requirements
@@ -72,17 +73,6 @@ class Packages:
 
     def __bool__(self) -> bool:
         return bool(self.specs)
-
-    def build_args(self) -> dict[str, str]:
-        """pip's own environment variables, handed to the install step only."""
-        args = {}
-        if self.index_url:
-            args["PIP_INDEX_URL"] = self.index_url
-        if self.extra_index_urls:
-            args["PIP_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
-        if self.trusted_hosts:
-            args["PIP_TRUSTED_HOST"] = " ".join(self.trusted_hosts)
-        return args
 
 
 @dataclass(frozen=True)

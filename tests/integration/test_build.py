@@ -44,7 +44,7 @@ def test_build_onnxruntime_python_offline_and_smoke(engine, standin_images, test
     plan, inspection = plan_from_engine(engine, options, Catalog.load())
     assert {"identity", "pytorch"} <= set(inspection.contents.names("backend"))
 
-    result = build_image(engine, plan, network=False, labels=TEST_LABEL)  # no network in the build
+    result = build_image(engine, plan, labels=TEST_LABEL)  # no network in the build
 
     assert result.tag == test_tag
     assert engine.image(test_tag).id == result.image_id

@@ -62,7 +62,7 @@ def test_wheelhouse_build_serves_bls_model_using_added_package(engine, wheelhous
         packages=Packages(specs=("packaging", "six"), wheelhouse=wheelhouse),
     )
     plan, _ = plan_from_engine(engine, options, Catalog.load())
-    result = build_image(engine, plan, network=False, labels=TEST_LABEL)  # the build has no network
+    result = build_image(engine, plan, labels=TEST_LABEL)  # the build has no network
 
     rows = {(r.subject, r.model): r for r in result.smoke.rows}
     assert rows[("package", "packaging")].status == "PASS"

@@ -70,24 +70,53 @@ def test_custom_backend_is_copied(ngc_plan, tmp_path):
     assert "COPY --chown=1000:1000 custom-backends/mine /opt/tritonserver/backends/mine" in context.dockerfile.read_text()
 
 
-def test_packages_from_a_private_index_keep_the_secret_out(ngc_plan, tmp_path):
-    from composer.spec import Packages as PackageOptions
+def test_packages_render_from_a_wheelhouse_without_secrets(ngc_plan, tmp_path):
+    """What the pipeline plans once it fetched the wheels on the host: no index, no secret."""
+    from composer.spec import Packages
 
     secret = "tok-3141592653"
-    packages = PackageOptions(specs=("tokenizers==0.20.0",), index_url=f"https://ci:{secret}@pypi.example/simple",
-                              trusted_hosts=("pypi.example",))
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    for name in ("pip-24.2-py3-none-any.whl", "mypkg-1.0-py3-none-any.whl"):
+        (wheelhouse / name).write_bytes(b"wheel")
+    url = f"https://ci:{secret}@files.example/mypkg-1.0-py3-none-any.whl?sig={secret}x"
+    packages = Packages(specs=("tokenizers==0.20.0", f"mypkg @ {url}"), wheelhouse=wheelhouse)
     plan = ngc_plan("python", packages=packages)
     context = write_context(plan, tmp_path / "ctx")
     text = context.dockerfile.read_text()
-    assert "FROM collect AS packages" in text
-    assert "ARG PIP_INDEX_URL" in text and "ARG PIP_TRUSTED_HOST" in text
-    assert '"python3", "-m", "pip", "install"' in text  # NGC's full image has pip
+    assert "FROM collect AS packages" in text and "ARG " not in text
+    assert '"python3", "/composer/packages/wheelhouse/pip-24.2-py3-none-any.whl/pip", "install"' in text
+    assert '"--no-index", "--find-links", "/composer/packages/wheelhouse"' in text
     assert "COPY --from=packages /composer/site-packages /usr/local/lib/python3.10/dist-packages" in text
     for path in context.directory.rglob("*"):
         if path.is_file():
             assert secret not in path.read_text(errors="replace"), path
     assert (context.directory / "packages" / "constraints.txt").read_text() == "numpy<2\n"
-    assert plan.packages.build_args()["PIP_INDEX_URL"].endswith("@pypi.example/simple")
+    assert (context.directory / "packages" / "requirements.txt").read_text() == "tokenizers==0.20.0\nmypkg\n"
+    assert plan.record()["requested_packages"] == [
+        "tokenizers==0.20.0", "mypkg @ https://files.example/mypkg-1.0-py3-none-any.whl"]
+
+
+def test_packages_from_an_index_are_never_planned_into_the_build(ngc_plan):
+    from composer.errors import UsageError
+    from composer.spec import Packages
+
+    with pytest.raises(UsageError, match="installed from a wheelhouse"):
+        ngc_plan("python", packages=Packages(specs=("six",), index_url="https://u:p@pypi.example/simple"))
+
+
+def test_redaction_takes_whole_secrets_only():
+    from composer.packages import redactor, secrets_of
+    from composer.spec import Packages
+
+    packages = Packages(specs=("x @ https://TOKEN123@files.example/x.whl",),
+                        index_url="https://S:pa55w0rd-long@pypi.example/simple?k=v",
+                        extra_index_urls=("https://plain.example/simple",))
+    redact = redactor(secrets_of(packages))
+    shown = redact("Successfully fetched https://S:pa55w0rd-long@pypi.example/simple?k=v with pa55w0rd-long "
+                   "and https://TOKEN123@files.example/x.whl from https://plain.example/simple")
+    assert "Successfully" in shown and "pa55w0rd" not in shown and "TOKEN123" not in shown
+    assert "https://plain.example/simple" in shown  # no secret, left alone
 
 
 def test_packages_need_the_python_backend(ngc_plan):
