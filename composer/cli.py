@@ -53,6 +53,8 @@ def reports_errors(command):
         except ComposerError as error:
             if isinstance(error, BuildFailed) and error.log_tail:  # the output first: the error is the last line
                 typer.echo("--- build output (tail) ---\n" + error.log_tail.rstrip(), err=True)
+            if kwargs.get("as_json") and not getattr(error, "reported", False):
+                _json_error(error)  # --json answers on every exit path
             typer.secho(f"error: {error.message}", err=True, fg="red")
             raise typer.Exit(error.exit_code)
         except KeyboardInterrupt:
@@ -71,6 +73,37 @@ def reports_errors(command):
             raise typer.Exit(70)
 
     return wrapper
+
+
+def _json_error(error: ComposerError) -> None:
+    import json
+
+    payload: dict[str, Any] = {"error": error.message, "exit_code": error.exit_code}
+    report = getattr(error, "report", None)
+    if report is not None:
+        payload["smoke_test"] = report.to_dict()
+    typer.echo(json.dumps(payload, indent=2, sort_keys=True))
+
+
+def _check_writable(path: Optional[Path], flag: str) -> None:
+    """An output file the command will write: refused before any work if it cannot be."""
+    if path is None:
+        return
+    path = path.absolute()
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; give a file name")
+    parent = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: cannot be written ({parent} is not a writable folder)")
+    try:  # the one sure test; the file is written in full at the end, on every exit path
+        existed = path.exists()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot be written ({exc.strerror or exc})") from None
 
 
 def _engine():
@@ -175,6 +208,7 @@ def build(
 
     out = Printer(as_json)
     catalog = Catalog.load()
+    _check_writable(junit, "--junit")
     if bundle is not None:
         allowed = {"result.tag", "result.push", "result.smoke_test", "result.model_repository", "result.labels"}
         if set_files or locked or set(given) - allowed:
@@ -220,25 +254,35 @@ def _report(out: Printer, outcomes, junit: Optional[Path]) -> None:
     if junit is not None:
         write_junit(outcome_entries(outcomes), junit)
     failed = [o for o in outcomes if o.error is not None]
+    payload = outcomes[0].to_dict() if len(outcomes) == 1 else {"images": [o.to_dict() for o in outcomes]}
     if len(outcomes) == 1 and failed:
-        raise failed[0].error
+        error = failed[0].error
+        if out.as_json:  # the result, smoke rows included, on every exit path
+            out.result({**payload, "exit_code": error.exit_code}, "")
+            error.reported = True
+        if outcomes[0].result is not None and outcomes[0].result.smoke and not out.as_json:
+            typer.echo(smoke_table(outcomes[0].result.smoke))
+        raise error
     for outcome in failed:
         typer.secho(f"error: {outcome.spec.name}: {outcome.error.message}", err=True, fg="red")
 
     def describe(outcome) -> str:
-        if outcome.error is not None:
-            return f"{outcome.spec.name}: FAILED: {outcome.error.message}"
         result = outcome.result
+        if result is None:
+            return f"{outcome.spec.name}: FAILED: {outcome.error.message}"
         lines = [smoke_table(result.smoke)] if result.smoke else []
+        if outcome.error is not None:
+            lines.append(f"{outcome.spec.name}: FAILED: {outcome.error.message}")
         lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
         if outcome.pushed:
             lines.append(f"pushed {outcome.pushed[0]}@{outcome.pushed[1]}")
         return "\n".join(lines)
 
-    payload = outcomes[0].to_dict() if len(outcomes) == 1 else {"images": [o.to_dict() for o in outcomes]}
     out.result(payload, "\n\n".join(describe(o) for o in outcomes))
     if failed:
-        raise ComposerError(f"{len(failed)} of {len(outcomes)} images failed: {', '.join(o.spec.name for o in failed)}")
+        error = ComposerError(f"{len(failed)} of {len(outcomes)} images failed: {', '.join(o.spec.name for o in failed)}")
+        error.reported = True  # the JSON result above says so
+        raise error
 
 
 @app.command()
@@ -341,9 +385,12 @@ def render(
     """Write the Dockerfile and build context only (no build)."""
     import tempfile
 
+    from composer.render import check_output
+
     out = Printer(as_json)
     catalog = Catalog.load()
     spec = _one_spec(RENDER, set_files, given, catalog)
+    check_output(output)  # before any work
     with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
         _render(out, spec, catalog, output, offline, Path(wheels))
 

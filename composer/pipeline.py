@@ -422,7 +422,10 @@ def _build_and_push(engine: Engine, spec: CompositionSpec, plan: CompositionPlan
         from composer.registry import push_image
 
         run.on_line(f"pushing {spec.result.push}")
-        digest = push_image(engine, result.tag, spec.result.push, auth=run.registry_auth, on_line=run.on_line)
+        try:
+            digest = push_image(engine, result.tag, spec.result.push, auth=run.registry_auth, on_line=run.on_line)
+        except ComposerError as error:  # the image was built, tagged and smoke-tested: keep that in the outcome
+            return Outcome(spec, result, None, error)
         run.on_line(f"pushed {spec.result.push}@{digest}")
         pushed = (spec.result.push, digest)
     return Outcome(spec, result, pushed)

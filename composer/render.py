@@ -7,6 +7,7 @@ files the templates refer to. The same plan always renders byte-identical files.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from importlib import resources
@@ -53,12 +54,36 @@ def composition_record(plan: CompositionPlan) -> str:
     return json.dumps(plan.record(), indent=2, sort_keys=True) + "\n"
 
 
-def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
-    """Write the Dockerfile and everything it copies into `directory`."""
-    directory = Path(directory)
+MARKER = ".triton-composer-context"  # left in every folder render writes, so it knows its own
+
+
+def check_output(directory: Path) -> Path:
+    """A folder render may write into: new, empty, or one it rendered before (its marker is
+    there). Anything else is a one-line error: nothing of the user's is deleted or overwritten."""
+    directory = Path(directory).absolute()
     if directory.exists() and not directory.is_dir():
-        raise UsageError(f"{directory} exists and is not a folder")
-    directory.mkdir(parents=True, exist_ok=True)
+        raise UsageError(f"-o {directory}: exists and is not a folder; give a new or empty folder")
+    if directory.is_dir() and any(directory.iterdir()) and not (directory / MARKER).is_file():
+        raise UsageError(f"-o {directory}: the folder holds files the composer did not write; "
+                         "give a new or empty folder (or one composer render wrote before)")
+    parent = directory if directory.exists() else next(p for p in directory.parents if p.exists())
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"-o {directory}: {parent} is not writable")
+    return directory
+
+
+def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
+    """Write the Dockerfile and everything it copies into `directory` (see check_output)."""
+    directory = check_output(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / MARKER).write_text("written by triton-composer render; it rewrites only its own files here\n")
+        return _write(plan, directory)
+    except OSError as exc:
+        raise UsageError(f"cannot write the build context in {directory}: {exc.strerror or exc}") from None
+
+
+def _write(plan: CompositionPlan, directory: Path) -> BuildContext:
     dockerfile = directory / "Dockerfile"
     dockerfile.write_text(render_dockerfile(plan))
     (directory / "composition.json").write_text(composition_record(plan))
