@@ -32,6 +32,7 @@ from composer.spec import (
     Named,
     Option,
     check_release,
+    check_url,
     problems,
 )
 
@@ -285,7 +286,10 @@ class _Reader:
         value = self.environ.get(name)
         if not value:
             raise self.fail(node, key, f"environment variable {name} is not set (it should hold {what})")
-        return value
+        problem = check_url(value.strip())
+        if problem:
+            raise self.fail(node, key, f"environment variable {name}: {problem}")
+        return value.strip()
 
 
 def _stem(path: Path) -> str:

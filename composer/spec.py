@@ -294,7 +294,11 @@ class FromEnvironment(Kind):
         self.what = what
 
     def read(self, raw: str, base: Path) -> str:
-        return raw
+        value = str(raw).strip()
+        problem = check_url(value)
+        if problem:
+            raise Invalid(problem)
+        return value
 
 
 # -- checks shared by every input -------------------------------------------------
@@ -341,9 +345,13 @@ def check_requirement(value: str) -> str | None:
 
 
 def check_url(value: str) -> str | None:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"'{_redact_url(value)}' is not an http(s) URL"
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        return f"'{_printable(_redact_url(value))}' is not a URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
+        return f"'{_printable(_redact_url(value))}' is not an http(s) URL"
     return None
 
 
@@ -465,17 +473,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("packages.index_url", "--pip-index-url", "packages.index_url_env",
            FromEnvironment("the package index URL"),
            "Package index (may hold credentials: never written anywhere; env COMPOSER_PIP_INDEX_URL).",
-           commands=(BUILD, RENDER, WHEELS), envvar="COMPOSER_PIP_INDEX_URL", portable=False),
+           commands=COMPOSING + (WHEELS,), envvar="COMPOSER_PIP_INDEX_URL", portable=False),
     Option("packages.extra_index_urls", "--pip-extra-index-url", "packages.extra_index_urls",
            Strings(check_url, "a list of URLs"), "Extra package index (repeatable).",
-           commands=(BUILD, RENDER, WHEELS), portable=False),
+           commands=COMPOSING + (WHEELS,), portable=False),
     Option("packages.trusted_hosts", "--pip-trusted-host", "packages.trusted_hosts",
            Strings(check_host, "a list of host names"), "Host pip may reach without valid TLS (repeatable).",
-           commands=(BUILD, RENDER, WHEELS), portable=False),
+           commands=COMPOSING + (WHEELS,), portable=False),
     Option("packages.wheelhouse", "--wheelhouse", "packages.wheelhouse", LocalPath("folder", must_exist=False),
            "Install from this folder of wheels only, no index.", commands=COMPOSING, portable=False),
     Option("packages.ca_cert", "--ca-cert", "packages.ca_cert", LocalPath("file"),
-           "CA certificate trusted by the install step only.", commands=(BUILD, RENDER, WHEELS), portable=False),
+           "CA certificate pip trusts when it fetches the packages on this machine.", commands=COMPOSING + (WHEELS,), portable=False),
 )
 
 # Keys a set may not hold, and why.

@@ -223,7 +223,7 @@ def test_override_flags(tmp_path):
 
 def test_override_unknown_field_is_a_bug(full_set):
     with pytest.raises(TypeError):
-        override(load_set(full_set, {"MY_INDEX": "u"}), {"selection.backend": ("python",)})
+        override(load_set(full_set, {"MY_INDEX": "https://u.example/simple"}), {"selection.backend": ("python",)})
 
 
 # -- presets ----------------------------------------------------------------------

@@ -1,0 +1,199 @@
+"""No secret outlives the command: a token planted in every channel (index URL, extra index URL,
+a requirement URL, --registry-auth, a CA file) is found nowhere after build, push, render, lock,
+bundle and a failed build: not in any image on the engine (layers, config, history, the
+intermediate images that are the legacy builder's cache), the rendered folder, the outputs,
+JSON, JUnit, the lock or the bundle."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REGISTRY = "localhost/standin"
+RUN = uuid.uuid4().hex
+TOKENS = {name: f"{name}-{RUN}" for name in ("index", "extra", "requirement", "ca")}
+# pip settings of this machine (extra indexes, find-links) must not fill gaps.
+ONLY_THE_GIVEN_INDEX = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": " ", "PIP_RETRIES": "0", "PIP_TIMEOUT": "5"}
+
+
+def composer(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "composer", *args], capture_output=True, text=True,
+                          env={**os.environ, **ONLY_THE_GIVEN_INDEX, **(env or {})}, timeout=1800)
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    """A PEP 503 simple index and file server that wants Basic credentials with a known password."""
+
+    folder: Path
+    passwords: tuple[str, ...]
+
+    def do_GET(self):  # noqa: N802 (the http.server API)
+        auth = self.headers.get("Authorization", "")
+        user_pass = base64.b64decode(auth[6:]).decode() if auth.startswith("Basic ") else ""
+        if user_pass.partition(":")[2] not in self.passwords:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="index"')
+            self.end_headers()
+            return
+        parts = [p for p in self.path.split("?")[0].split("/") if p]
+        wheels = sorted(self.folder.glob("*.whl"))
+        if parts[:1] == ["files"] and len(parts) == 2 and (self.folder / parts[1]).is_file():
+            body, kind = (self.folder / parts[1]).read_bytes(), "application/octet-stream"
+        elif parts[:1] in (["simple"], ["extra"]) and len(parts) == 2:
+            project = parts[1].lower().replace("_", "-")
+            links = [w.name for w in wheels if w.name.split("-")[0].lower().replace("_", "-") == project]
+            if not links:
+                self.send_response(404)
+                self.end_headers()
+                return
+            body = "".join(f'<a href="/files/{n}">{n}</a>\n' for n in links).encode()
+            kind = "text/html"
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    """Two servers on loopback (index, and extra index + files), each wanting its own password."""
+    folder = tmp_path_factory.mktemp("index")
+    download = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps", "-d", str(folder),
+         "six==1.16.0", "packaging==24.1", "pip==24.2"], capture_output=True, text=True)
+    assert download.returncode == 0, download.stderr
+    servers = []
+    for passwords in ((TOKENS["index"],), (TOKENS["extra"], TOKENS["requirement"])):
+        handler = type("Handler", (_Index,), {"folder": folder, "passwords": passwords})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    yield [f"127.0.0.1:{s.server_address[1]}" for s in servers], folder
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _all_image_ids() -> list[str]:
+    out = subprocess.run(["docker", "image", "ls", "-a", "-q", "--no-trunc"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return sorted(set(out.stdout.split()))
+
+
+def _engine_texts(ids: list[str]) -> str:
+    """History (no truncation) and inspect output of every image: where build arguments would show."""
+    texts = []
+    for image_id in ids:
+        for command in (["docker", "history", "--no-trunc", image_id], ["docker", "image", "inspect", image_id]):
+            run = subprocess.run(command, capture_output=True, text=True)
+            texts.append(run.stdout)
+    return "\n".join(texts)
+
+
+def _scan_file(path: Path, needles: list[bytes]) -> list[str]:
+    """Needles found in a file, read in chunks (bundles are large); tar members looked into."""
+    found = []
+    overlap = max(len(n) for n in needles)
+    with open(path, "rb") as fh:
+        tail = b""
+        while chunk := fh.read(1 << 24):
+            window = tail + chunk
+            found += [n.decode() for n in needles if n in window]
+            tail = window[-overlap:]
+    return found
+
+
+def test_planted_tokens_land_nowhere(engine, standin_images, registry, index, tmp_path):
+    (index_host, files_host), wheels = index
+    six = next(w.name for w in wheels.glob("six-*.whl"))
+    ca = tmp_path / "corporate-ca.pem"
+    ca.write_text(f"-----BEGIN CERTIFICATE-----\n{TOKENS['ca']}\n-----END CERTIFICATE-----\n")
+    packages = [
+        "--pip", f"six @ http://ci:{TOKENS['requirement']}@{files_host}/files/{six}",
+        "--pip", "packaging==24.1",
+        "--pip-index-url", f"http://bot:{TOKENS['index']}@{index_host}/simple",
+        "--pip-extra-index-url", f"http://bot:{TOKENS['extra']}@{files_host}/extra",
+        "--pip-trusted-host", "127.0.0.1", "--ca-cert", str(ca),
+    ]
+    auth = {"TEST_REGISTRY_AUTH": f"{registry.username}:{registry.password}"}
+    tag = f"triton-composer-test/secrets:{RUN[:10]}"
+    target = f"{registry.host}/team/secrets:{RUN[:10]}"
+    before = set(_all_image_ids())
+    outputs = []
+    try:
+        build = composer("build", "--registry", REGISTRY, "--version", "24.09", "-b", "python", *packages,
+                         "--tag", tag, "--push", target, "--registry-auth", "env:TEST_REGISTRY_AUTH",
+                         "--json", "--junit", str(tmp_path / "junit.xml"), env=auth)
+        assert build.returncode == 0, build.stderr
+        payload = json.loads(build.stdout)
+        assert payload["smoke_test"]["passed"] and payload["pushed"]["digest"].startswith("sha256:")
+        rows = {(r["subject"], r["status"]) for r in payload["smoke_test"]["rows"]}
+        assert ("package six", "PASS") in rows or any(s.startswith("package") for s, _ in rows)
+        record = json.loads(engine.run_once(tag, ["cat", "/opt/tritonserver/composition.json"], entrypoint=[]).output)
+        assert f"six @ http://{files_host}/files/{six}" in record["requested_packages"]  # where from, no secret
+        outputs += [build.stdout, build.stderr]
+
+        failed = composer("build", "--registry", REGISTRY, "--version", "24.09", "-b", "python", *packages,
+                          "--pip", "no-such-package-anywhere", "--tag", tag + "-failed", "--json",
+                          "--junit", str(tmp_path / "junit-failed.xml"))
+        assert failed.returncode != 0 and json.loads(failed.stdout)["error"]
+        outputs += [failed.stdout, failed.stderr]
+
+        render = composer("render", "-o", str(tmp_path / "context"), "--registry", REGISTRY, "--version", "24.09",
+                          "-b", "python", *packages, "--json")
+        assert render.returncode == 0, render.stderr
+        outputs += [render.stdout, render.stderr]
+
+        bundle = composer("bundle", "-o", str(tmp_path / "bundle.tar"), "--registry", REGISTRY, "--version",
+                          "24.09", "-b", "python", *packages, "--json")
+        assert bundle.returncode == 0, bundle.stderr
+        outputs += [bundle.stdout, bundle.stderr]
+
+        set_file = tmp_path / "secrets.yaml"
+        set_file.write_text(f'version: "24.09"\nregistry: {REGISTRY}\nbackends: [python]\n')
+        lock = composer("lock", "--set", str(set_file), "--registry-auth", "env:TEST_REGISTRY_AUTH", env=auth)
+        assert lock.returncode == 0, lock.stderr
+        outputs += [lock.stdout, lock.stderr]
+
+        secrets = list(TOKENS.values()) + [registry.password]
+        needles = [s.encode() for s in secrets]
+        for text in outputs:
+            assert not [s for s in secrets if s in text]
+        new_images = sorted(set(_all_image_ids()) - before)
+        assert new_images, "the build made images on the engine"
+        engine_text = _engine_texts(_all_image_ids())
+        assert not [s for s in secrets if s in engine_text]
+        for image_id in new_images:  # every layer and config of every image the commands left
+            archive = tmp_path / "image.tar"
+            save = subprocess.run(["docker", "save", "-o", str(archive), image_id], capture_output=True, text=True)
+            assert save.returncode == 0, save.stderr
+            assert _scan_file(archive, needles) == [], image_id
+            archive.unlink()
+        for path in [*tmp_path.rglob("*")]:
+            if path.is_file() and path != ca:
+                assert _scan_file(path, needles) == [], path
+    finally:
+        for name in (tag, target, tag + "-failed"):
+            subprocess.run(["docker", "image", "rm", name], capture_output=True)
+        shutil.rmtree(tmp_path / "context", ignore_errors=True)
