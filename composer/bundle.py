@@ -18,6 +18,7 @@ from composer import __version__
 from composer.engine import Engine
 from composer.errors import ComposerError, UsageError
 from composer.pipeline import Inspection
+from composer.packages import public_requirement
 from composer.plan import CompositionPlan
 from composer.render import write_context
 from composer.spec import CompositionSpec
@@ -62,7 +63,10 @@ def write_bundle(
             "format": FORMAT,
             "composer_version": __version__,
             # No index URL or CA: a bundle never holds a secret, and installs from its wheelhouse.
-            "spec": spec.to_dict(portable_only=True),
+            # Requirement URLs without their credentials: the wheels travel in the bundle.
+            "spec": spec.with_fields(
+                {"packages.specs": tuple(public_requirement(line) for line in spec.packages.specs)}
+            ).to_dict(portable_only=True),
             "custom_backends": [name for name, _ in spec.selection.custom_backends],
             "wheelhouse": plan.packages.wheelhouse is not None,
             "inspection": inspection.to_dict(),
