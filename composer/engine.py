@@ -118,9 +118,10 @@ class ContainerEngine(ABC):
     """
 
     @staticmethod
-    def connect(timeout: int = 600) -> "ContainerEngine":
-        """The engine the docker CLI would use (DOCKER_HOST, DOCKER_CONTEXT, current context)."""
-        return DockerEngine.connect(timeout=timeout)
+    def connect(timeout: int = 600, host: str | None = None) -> "ContainerEngine":
+        """The engine at `host` (a DOCKER_HOST value), else the one the docker CLI would use
+        (DOCKER_HOST, DOCKER_CONTEXT, the current context, the local socket)."""
+        return DockerEngine.connect(timeout=timeout, host=host)
 
     # -- images -------------------------------------------------------------
 
@@ -346,11 +347,13 @@ class DockerEngine(ContainerEngine):
         self.endpoint = endpoint or Endpoint.from_environment()
 
     @classmethod
-    def connect(cls, timeout: int = 600) -> "DockerEngine":
-        """Connect the way the docker CLI would (DOCKER_HOST, a docker context, the local socket)."""
-        endpoint = Endpoint.from_environment()
+    def connect(cls, timeout: int = 600, host: str | None = None) -> "DockerEngine":
+        """Connect to `host`, or the way the docker CLI would (DOCKER_HOST, a docker context, the socket)."""
+        endpoint = Endpoint(host) if host else Endpoint.from_environment()
         try:
-            if os.environ.get("DOCKER_HOST"):
+            if host:
+                client = docker.DockerClient(base_url=host, timeout=timeout, use_ssh_client=endpoint.scheme == "ssh")
+            elif os.environ.get("DOCKER_HOST"):
                 client = docker.from_env(timeout=timeout, use_ssh_client=endpoint.scheme == "ssh")
             else:
                 client = docker.DockerClient(base_url=endpoint.url, tls=endpoint.tls or False, timeout=timeout,
@@ -524,8 +527,10 @@ class DockerEngine(ContainerEngine):
                     api.put_archive(cid, "/", tar_of({k.lstrip("/"): v for k, v in files.items()}))
                 try:
                     api.start(cid)
-                except docker.errors.APIError as exc:  # e.g. the command does not exist in the image
-                    return RunResult(127, _explain(exc))
+                except docker.errors.APIError as exc:
+                    if not _not_found_command(_explain(exc)):
+                        raise
+                    return RunResult(127, _explain(exc))  # the command does not exist in the image
                 status = api.wait(cid, timeout=timeout)
                 stdout = api.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace")
                 stderr = api.logs(cid, stdout=False, stderr=True).decode("utf-8", "replace")
@@ -702,6 +707,13 @@ def _translated(what: str, error: type[ComposerError], *, absent_is_error: bool 
         raise error(f"{what}: {_explain(exc)}") from exc
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise EngineUnavailable(f"{what}: lost the engine: {_one_line(str(exc)) or type(exc).__name__}") from exc
+
+
+def _not_found_command(message: str) -> bool:
+    """An engine's way of saying the command to start is not in the image."""
+    lowered = message.lower()
+    return "executable file not found" in lowered or "no such file or directory" in lowered \
+        or "not found in $path" in lowered
 
 
 def _one_line(text: object) -> str:
