@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -27,6 +28,7 @@ import docker
 import docker.auth
 import docker.errors
 import docker.types
+import docker.utils
 import requests.exceptions
 
 from composer.errors import BuildFailed, ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError
@@ -345,6 +347,7 @@ class DockerEngine(ContainerEngine):
         self._client = client
         self._api = client.api
         self.endpoint = endpoint or Endpoint.from_environment()
+        self._podman: bool | None = None
 
     @classmethod
     def connect(cls, timeout: int = 600, host: str | None = None) -> "DockerEngine":
@@ -457,18 +460,21 @@ class DockerEngine(ContainerEngine):
         image_id = None
         progress = _Progress(on_line)
         try:
-            stream = self._api.build(
-                path=str(context),
-                dockerfile=dockerfile,
-                tag=tag,
-                labels=dict(labels or {}),
-                network_mode=network_mode,
-                buildargs=dict(buildargs or {}),
-                nocache=nocache,
-                rm=True,
-                forcerm=True,
-                decode=True,
-            )
+            if self.is_podman:
+                stream = self._podman_build(context, dockerfile, tag, labels, network_mode, buildargs, nocache)
+            else:
+                stream = self._api.build(
+                    path=str(context),
+                    dockerfile=dockerfile,
+                    tag=tag,
+                    labels=dict(labels or {}),
+                    network_mode=network_mode,
+                    buildargs=dict(buildargs or {}),
+                    nocache=nocache,
+                    rm=True,
+                    forcerm=True,
+                    decode=True,
+                )
             for event in stream:
                 if "stream" in event:
                     for line in redact(event["stream"]).splitlines():
@@ -488,11 +494,51 @@ class DockerEngine(ContainerEngine):
         except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
             raise EngineUnavailable(f"lost the Docker engine during the build: {redact(_one_line(str(exc)))}") from exc
         if image_id is None:
-            # Podman's service ends a build with "Successfully built ID" and no aux event.
+            # Podman's service ends a build with the image id (or "Successfully built ID"), no aux event.
             image_id = _built_id(tail, tag, self)
         if image_id is None:
             raise BuildFailed("image build failed: the engine returned no image id", log_tail="\n".join(tail))
         return image_id
+
+    @property
+    def is_podman(self) -> bool:
+        """Podman's service speaks the Docker API, with a few differences (builds, see below)."""
+        if self._podman is None:
+            with _translated("cannot ask the engine its version", EngineError):
+                components = self._api.version().get("Components") or []
+            self._podman = any("podman" in str(c.get("Name", "")).lower() for c in components)
+        return self._podman
+
+    def _podman_build(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
+        """A build through Podman's own endpoint: its Docker-compatible one ignores network_mode
+        "none" (RUN steps would share the host's network), the libpod one takes networkmode=1.
+        layers=1 keeps stage images as Docker's builder does: without it, Podman 4.3 deletes a
+        stage that is only a FROM, and that is the base image itself."""
+        if network_mode not in (None, "none"):
+            raise BuildFailed(f"image build failed: Podman builds take no network mode {network_mode!r}")
+        api = self._api
+        params = {"dockerfile": dockerfile, "labels": json.dumps(dict(labels or {})),
+                  "buildargs": json.dumps(dict(buildargs or {})), "rm": "1", "forcerm": "1", "layers": "1"}
+        if tag:
+            params["t"] = tag
+        if nocache:
+            params["nocache"] = "1"
+        if network_mode == "none":
+            params["networkmode"] = "1"  # buildah's NetworkDisabled
+        archive = docker.utils.tar(str(context))
+        try:
+            response = api.post(f"{api.base_url}/v4.0.0/libpod/build", params=params, data=archive, stream=True,
+                                headers={"Content-Type": "application/x-tar"}, timeout=api.timeout)
+            if response.status_code != 200:
+                raise BuildFailed(f"image build failed: {_response_message(response)}")
+            for line in response.iter_lines():
+                if line.strip():
+                    event = json.loads(line)
+                    if "error" in event:
+                        event["error"] = str(event["error"])
+                    yield event
+        finally:
+            archive.close()
 
     # -- containers ---------------------------------------------------------
 
@@ -638,6 +684,9 @@ class DockerEngine(ContainerEngine):
                 aux = event.get("aux") or {}
                 if "Digest" in aux:
                     digest = aux["Digest"]
+                elif digest is None:  # Podman says it only in the status line: "TAG: digest: sha256:... size: N"
+                    found = _DIGEST_STATUS.search(str(event.get("status") or ""))
+                    digest = found.group(1) if found else None
                 progress(event)
         if digest is None:
             raise RegistryError(f"cannot push {ref}: the registry reported no digest")
@@ -688,6 +737,9 @@ def split_ref(ref: str) -> tuple[str, str]:
     """Split an image reference into repository and tag (or digest), as the engine API takes them."""
     parsed = ImageRef.parse(ref)
     return parsed.familiar_name, parsed.digest or parsed.tag_or_latest
+
+
+_DIGEST_STATUS = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
 
 
 class _Absent(Exception):
