@@ -103,7 +103,7 @@ def test_inspect_full_runs_the_probe_without_network():
     c = inspect_full(engine, "ref:1")
     assert c.image == "ref:1" and c.stub_python == "3.11"
     run = engine.runs[0]
-    image, command, entrypoint, files = run["image"], run["command"], run["entrypoint"], run["files"]
+    command, entrypoint, files = run["command"], run["entrypoint"], run["files"]
     assert command == ["python3", "/tmp/composer_probe.py"] and entrypoint == []
     assert files["/tmp/composer_probe.py"] == contents.probe_source()
     assert b"def read_elf" in files["/tmp/composer_probe.py"]

@@ -103,6 +103,7 @@ def test_the_fake_is_a_complete_engine():
     lambda e: e.start("img", ["serve"], ports=[8000]),
     lambda e: e.push("127.0.0.1:5000/x:1"),
     lambda e: e.runtimes(),
+    lambda e: e.registry_config(),
     lambda e: e.pull("x:1"),
 ])
 @pytest.mark.parametrize("error", [api_error(), requests.ConnectionError("refused\nmore"), docker.errors.DockerException("x")])
