@@ -757,6 +757,8 @@ def _translated(what: str, error: type[ComposerError], *, absent_is_error: bool 
         raise error(f"{what}: {_explain(exc)}") from exc
     except docker.errors.APIError as exc:
         raise error(f"{what}: {_explain(exc)}") from exc
+    except requests.exceptions.Timeout as exc:
+        raise error(f"{what}: the engine gave no answer in time") from exc
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise EngineUnavailable(f"{what}: lost the engine: {_one_line(str(exc)) or type(exc).__name__}") from exc
 

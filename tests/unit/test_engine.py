@@ -185,3 +185,9 @@ def test_pushed_digest_from_aux_or_from_podmans_status_line():
         docker_engine(push_events=[{"status": "Pushed"}])[0].push("127.0.0.1:5000/x:1")
     with pytest.raises(RegistryError, match="^cannot push 127.0.0.1:5000/x:1: denied$"):
         docker_engine(push_events=[{"error": "denied\nmore"}])[0].push("127.0.0.1:5000/x:1")
+
+
+def test_an_engine_that_answers_too_late_is_one_line_naming_the_step():
+    engine, _ = docker_engine(raises=requests.ReadTimeout("read timed out\nmore"))
+    with pytest.raises(EngineError, match=r"^cannot run true in img: the engine gave no answer in time$"):
+        engine.run_once("img", ["true"])
