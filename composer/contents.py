@@ -1,13 +1,12 @@
-"""What a full Triton image offers, what its parts need, and what a -min image already has.
+"""What a full Triton image offers and what its parts need.
 
 The full image is read by running composer/in_image/probe.py inside it (files, not package lists, are
-the truth); the min image has no python, so it is read with `ldconfig -p` and `ls`.
+the truth). What the min image lacks is decided inside the build, by composer/in_image/collect.py.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -15,37 +14,6 @@ from typing import Any, Iterable, Mapping
 from composer.errors import ComposerError
 
 PROBE_PATH = "/tmp/composer_probe.py"
-KINDS = ("backend", "cache", "repoagent")
-
-# Libraries the NVIDIA container runtime injects from the host driver: never copied.
-DRIVER_SONAMES = frozenset(
-    {
-        "libcuda.so.1",
-        "libnvidia-ml.so.1",
-        "libnvidia-ptxjitcompiler.so.1",
-        "libnvidia-nvvm.so.4",
-        "libnvidia-opencl.so.1",
-        "libnvcuvid.so.1",
-        "libnvidia-encode.so.1",
-    }
-)
-
-# Where the min image's own libraries live; listed as well as read from ldconfig's cache.
-MIN_LIB_DIRS = (
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib",
-    "/usr/lib",
-    "/lib64",
-    "/usr/lib64",
-)
-
-
-def is_driver_library(soname: str) -> bool:
-    """A library the GPU driver provides at run time; "missing" from an image is normal for it."""
-    return soname in DRIVER_SONAMES
 
 
 def probe_source() -> bytes:
@@ -248,16 +216,6 @@ class FullImageContents:
         )
 
 
-@dataclass(frozen=True)
-class MinImageContents:
-    """What a -min image already provides: library sonames and maybe a python."""
-
-    image: str
-    sonames: frozenset[str]
-    has_python: bool
-    python_version: str | None = None
-
-
 def _not_full(ref: str, why: str) -> ComposerError:
     return ComposerError(f"{ref} does not look like a full Triton image: {why}")
 
@@ -270,17 +228,8 @@ def _first_line(text: str) -> str:
 def inspect_full(engine, ref: str) -> FullImageContents:
     """Run the probe inside the full image `ref` (no network) and read its report."""
     engine.require_image(ref, pull=False)
-    try:
-        result = engine.run_once(
-            ref, ["python3", PROBE_PATH], entrypoint=[], files={PROBE_PATH: probe_source()}
-        )
-    except ComposerError:
-        raise
-    except Exception as exc:  # the engine refuses to start a missing executable
-        text = str(exc)
-        if "python3" in text and ("not found" in text or "no such file" in text.lower()):
-            raise _not_full(ref, "it has no python3 to run the probe") from exc
-        raise ComposerError(f"cannot probe {ref}: {_first_line(text)}") from exc
+    # The engine gives exit code 127 when the image has no python3 to start.
+    result = engine.run_once(ref, ["python3", PROBE_PATH], entrypoint=[], files={PROBE_PATH: probe_source()})
     if result.exit_code in (126, 127) or (result.exit_code != 0 and "python3" in result.output and "not found" in result.output):
         raise _not_full(ref, "it has no python3 to run the probe")
     try:
@@ -294,74 +243,3 @@ def inspect_full(engine, ref: str) -> FullImageContents:
     if result.exit_code != 0:
         raise ComposerError(f"cannot probe {ref}: {_first_line(result.output)}")
     return FullImageContents.from_dict(doc, image=ref)
-
-
-_MIN_SCRIPT = """
-echo '@@ldconfig'
-(ldconfig -p || /sbin/ldconfig -p) 2>/dev/null
-echo '@@ls'
-for d in {dirs} $(echo "${{LD_LIBRARY_PATH:-}}" | tr ':' ' '); do [ -d "$d" ] && ls -1 "$d"; done 2>/dev/null
-echo '@@python'
-command -v python3 && python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
-exit 0
-"""
-
-_LDCONFIG_LINE = re.compile(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)")
-_SONAME_FILE = re.compile(r"^lib\S*\.so(\.\d+)*$")
-
-
-def parse_min_output(ref: str, output: str) -> MinImageContents:
-    """Parse the output of _MIN_SCRIPT (ldconfig cache, directory listings, python3)."""
-    section = ""
-    sonames: set[str] = set()
-    python_lines: list[str] = []
-    for line in output.splitlines():
-        if line.startswith("@@"):
-            section = line[2:].strip()
-            continue
-        if section == "ldconfig":
-            match = _LDCONFIG_LINE.match(line)
-            # 32-bit entries ("libc6" without a 64-bit tag) do not satisfy a 64-bit need.
-            if match and "64" in match.group(2):
-                sonames.add(match.group(1))
-        elif section == "ls":
-            name = line.strip()
-            if _SONAME_FILE.match(name):
-                sonames.add(name)
-        elif section == "python" and line.strip():
-            python_lines.append(line.strip())
-    has_python = bool(python_lines) and python_lines[0].startswith("/")
-    version = python_lines[1] if has_python and len(python_lines) > 1 and re.match(r"^\d+\.\d+$", python_lines[1]) else None
-    return MinImageContents(image=ref, sonames=frozenset(sonames), has_python=has_python, python_version=version)
-
-
-def inspect_min(engine, ref: str) -> MinImageContents:
-    """Read which libraries (and python) the -min image `ref` already has."""
-    engine.require_image(ref, pull=False)
-    script = _MIN_SCRIPT.format(dirs=" ".join(MIN_LIB_DIRS))
-    try:
-        result = engine.run_once(ref, ["sh", "-c", script], entrypoint=[])
-    except ComposerError:
-        raise
-    except Exception as exc:
-        raise ComposerError(f"cannot inspect {ref}: {_first_line(str(exc))}") from exc
-    if result.exit_code != 0 or "@@ldconfig" not in result.output:
-        raise ComposerError(f"cannot inspect {ref}: {_first_line(result.output)}")
-    return parse_min_output(ref, result.output)
-
-
-def runtime_files(
-    contents: FullImageContents, min_contents: MinImageContents, needs: Iterable[LibraryNeed]
-) -> list[LibraryNeed]:
-    """The needs the min image does not satisfy: what must be copied from the full image.
-
-    Matched by soname; deduplicated by path; sorted by path. Libraries under the Triton
-    root are never returned (the core and the components are copied whole).
-    """
-    root = contents.root.rstrip("/") + "/"
-    chosen: dict[str, LibraryNeed] = {}
-    for need in needs:
-        if need.soname in min_contents.sonames or need.path.startswith(root):
-            continue
-        chosen.setdefault(need.path, need)
-    return [chosen[p] for p in sorted(chosen)]

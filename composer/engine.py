@@ -1,31 +1,44 @@
-"""The one place that talks to Docker: a thin wrapper over the Docker SDK.
+"""The container engine: one interface (ContainerEngine), one implementation over the Docker SDK.
 
 Everything else in the composer speaks in plain values (image references, folders,
-dataclasses) and gets engine failures as ComposerError subclasses with a one-line message.
+dataclasses) and gets engine failures as ComposerError subclasses with a one-line message:
+no Docker SDK or requests exception ever leaves this module. The same Docker API is served by
+Docker engines (local, remote over tcp:// or ssh://, in a container) and by Podman's service.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import re
+import shutil
+import socket
+import subprocess
 import tarfile
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping, Union
+from urllib.parse import urlsplit
 
 import docker
+import docker.auth
 import docker.errors
+import docker.types
+import docker.utils
 import requests.exceptions
 
-from composer.errors import BuildFailed, EngineUnavailable, ImageNotFound, RegistryError
+from composer.errors import BuildFailed, ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError
 from composer.progress import LineSink, quiet
 from composer.refs import ImageRef, digest_for
 
-# Called with one line of engine output (a build step, pull progress, ...).
-
 START_HINT = "start one with scripts/ensure-docker, or point DOCKER_HOST at a running engine"
 
+# GPUs a container asks for: "all", "none" or a count.
+Gpus = Union[str, int]
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,7 @@ class ImageInfo:
     env: Mapping[str, str]
     labels: Mapping[str, str]
     size: int
+    layers: tuple[str, ...] = ()  # diff ids of its root filesystem, bottom first
 
     @property
     def digest(self) -> str | None:
@@ -46,7 +60,7 @@ class ImageInfo:
         return digest_for(self.ref, self.repo_digests)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
     exit_code: int
     output: str
@@ -54,34 +68,216 @@ class RunResult:
 
 @dataclass
 class Container:
-    """A container the composer started; remove() is safe to call more than once."""
+    """A container the composer started; remove() is safe to call more than once.
 
-    _engine: "Engine"
+    Its published ports are reached at `host` (where the engine publishes them, which is not
+    127.0.0.1 for a remote engine).
+    """
+
+    engine: "ContainerEngine"
     id: str
+    host: str = "127.0.0.1"
     ports: dict[int, int] = field(default_factory=dict)
+    _tunnels: list = field(default_factory=list, repr=False)
 
     def host_port(self, container_port: int) -> int:
         return self.ports[container_port]
 
+    def url(self, container_port: int) -> str:
+        """http://HOST:PORT of a published port."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.host_port(container_port)}"
+
     def logs(self, tail: int | str = "all") -> str:
-        try:
-            raw = self._engine.client.api.logs(self.id, stdout=True, stderr=True, tail=tail)
-        except docker.errors.APIError:
-            return ""
-        return raw.decode("utf-8", "replace")
+        return self.engine.container_logs(self.id, tail=tail)
 
     def running(self) -> bool:
-        try:
-            state = self._engine.client.api.inspect_container(self.id)["State"]
-        except docker.errors.NotFound:
-            return False
-        return bool(state.get("Running"))
+        return self.engine.container_running(self.id)
 
     def remove(self) -> None:
+        for tunnel in self._tunnels:
+            _stop(tunnel)
+        self._tunnels.clear()
+        self.engine.remove_container(self.id)
+
+
+def gpu_request(gpus: Gpus | None) -> int | None:
+    """How many GPUs `gpus` asks for: None for none, -1 for all; a bad value is refused."""
+    if gpus is None or gpus == "none" or gpus == 0:
+        return None
+    if gpus == "all":
+        return -1
+    if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0:
+        return gpus
+    raise EngineError(f"gpus {gpus!r}: give all, none or a positive number")
+
+
+class ContainerEngine(ABC):
+    """What the composer asks of a container engine. `connect()` gives the Docker API one.
+
+    Every method raises only ComposerError subclasses; "not there" is a value (None, no-op),
+    never an exception, where the caller has nothing to do about it.
+    """
+
+    @staticmethod
+    def connect(timeout: int = 600, host: str | None = None) -> "ContainerEngine":
+        """The engine at `host` (a DOCKER_HOST value), else the one the docker CLI would use
+        (DOCKER_HOST, DOCKER_CONTEXT, the current context, the local socket)."""
+        return DockerEngine.connect(timeout=timeout, host=host)
+
+    # -- images -------------------------------------------------------------
+
+    @abstractmethod
+    def image(self, ref: str) -> ImageInfo | None:
+        """The local image named `ref` (a tag, digest reference or id), or None."""
+
+    def require_image(self, ref: str, *, pull: bool = True, on_line: LineSink = quiet) -> ImageInfo:
+        """The image `ref`, pulled if it is not local (and `pull` allows)."""
+        info = self.image(ref)
+        if info is not None:
+            return info
+        if not pull:
+            raise ImageNotFound(f"image {ref} is not on the engine")
+        return self.pull(ref, on_line=on_line)
+
+    @abstractmethod
+    def pull(self, ref: str, *, on_line: LineSink = quiet, auth: Mapping[str, str] | None = None) -> ImageInfo: ...
+
+    @abstractmethod
+    def tag(self, image_id: str, ref: str) -> None: ...
+
+    @abstractmethod
+    def remove_image(self, ref: str, *, force: bool = False) -> None:
+        """Remove a name (or, by id, an image); an absent one is fine, one in use is an error."""
+
+    def discard_untagged(self, image_id: str) -> None:
+        """Remove an image only if nothing names it, so no existing tag is ever touched."""
+        info = self.image(image_id)
+        if info is None or info.tags:
+            return
         try:
-            self._engine.client.api.remove_container(self.id, force=True, v=True)
-        except docker.errors.NotFound:
-            pass
+            self.remove_image(image_id)
+        except ComposerError:
+            pass  # still used by a container or as a parent: leave it
+
+    @abstractmethod
+    def images_labelled(self, label: str) -> list[str]:
+        """Ids of images carrying `label` (key or key=value)."""
+
+    @abstractmethod
+    def image_names(self) -> list[str]:
+        """Every local tag and digest reference."""
+
+    @abstractmethod
+    def history(self, ref: str) -> list[str]:
+        """The instruction that made each layer of `ref`, newest first."""
+
+    @abstractmethod
+    def import_rootfs(self, tarball: Path, ref: str, changes: Iterable[str] = ()) -> str:
+        """Load a root filesystem tarball as an image (docker import); its id."""
+
+    @abstractmethod
+    def build(
+        self,
+        context: Path,
+        *,
+        dockerfile: str = "Dockerfile",
+        tag: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        network_mode: str | None = None,
+        buildargs: Mapping[str, str] | None = None,
+        nocache: bool = False,
+        redact: Callable[[str], str] = lambda line: line,
+        on_line: LineSink = quiet,
+    ) -> str:
+        """Build `context` and return the image id; on failure the output tail is kept.
+
+        `redact` scrubs every line before it is shown or kept (build arguments may hold secrets).
+        """
+
+    # -- containers ---------------------------------------------------------
+
+    @abstractmethod
+    def run_once(
+        self,
+        image: str,
+        command: list[str],
+        *,
+        entrypoint: list[str] | None = None,
+        files: Mapping[str, bytes] | None = None,
+        user: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        timeout: float = 300,
+    ) -> RunResult:
+        """Run `command` with no network in a short-lived container of `image`; its output.
+
+        A command the image lacks gives exit code 127, as in a shell.
+        """
+
+    @abstractmethod
+    def start(
+        self,
+        image: str,
+        command: list[str] | None = None,
+        *,
+        ports: Iterable[int] = (),
+        files: Mapping[str, bytes | Path] | None = None,
+        labels: Mapping[str, str] | None = None,
+        shm_size: str | None = None,
+        environment: Mapping[str, str] | None = None,
+        user: str | None = None,
+        gpus: Gpus | None = None,
+    ) -> Container:
+        """Start a container with `ports` published where only this machine reaches them
+        (the local engine's loopback), or where the remote engine publishes them."""
+
+    @abstractmethod
+    def containers_labelled(self, label: str) -> list[str]: ...
+
+    @abstractmethod
+    def container_logs(self, container_id: str, tail: int | str = "all") -> str:
+        """Its output so far ("" once it is gone)."""
+
+    @abstractmethod
+    def container_running(self, container_id: str) -> bool: ...
+
+    @abstractmethod
+    def remove_container(self, container_id: str) -> None:
+        """Remove it, running or not, with its volumes; an absent one is fine."""
+
+    @abstractmethod
+    def runtimes(self) -> frozenset[str]:
+        """The container runtimes the engine offers (docker info: Runtimes)."""
+
+    def offers_nvidia_runtime(self) -> bool:
+        """True when the engine can give containers GPUs (the NVIDIA container runtime)."""
+        return "nvidia" in self.runtimes()
+
+    # -- registries and archives ---------------------------------------------
+
+    @abstractmethod
+    def push(self, ref: str, *, auth: Mapping[str, str] | None = None, on_line: LineSink = quiet) -> str:
+        """Push `ref` and return the digest the registry reported."""
+
+    @abstractmethod
+    def registry_config(self) -> dict:
+        """The engine's RegistryConfig (insecure registries and CIDRs), as `docker info` shows it."""
+
+    @abstractmethod
+    def credentials_for(self, registry: str) -> dict[str, str] | None:
+        """The engine's own credentials for `registry`: {"username", "password"} or None."""
+
+    @abstractmethod
+    def save(self, refs: list[str], out: Path) -> None:
+        """Write `refs` to one tar archive (docker save); shared layers are stored once."""
+
+    @abstractmethod
+    def load(self, archive: Path) -> None:
+        """Load a `save` archive (docker load)."""
+
+
+# The name the rest of the composer uses for the interface.
+Engine = ContainerEngine
 
 
 def tar_of(files: Mapping[str, bytes | Path]) -> bytes:
@@ -99,66 +295,106 @@ def tar_of(files: Mapping[str, bytes | Path]) -> bytes:
     return buf.getvalue()
 
 
-class Engine:
-    """A Docker engine reached through the Docker SDK."""
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the engine listens, and so where the ports it publishes are reached.
 
-    def __init__(self, client: docker.DockerClient):
-        self.client = client
+    A local engine (unix socket) publishes on this machine's 127.0.0.1. A tcp:// engine
+    publishes on its own host at the address its operator configured (dockerd --ip, 0.0.0.0 by
+    default) and is reached at the host DOCKER_HOST names. An ssh:// engine publishes on the
+    remote's 127.0.0.1, reached through an ssh tunnel per port.
+    """
+
+    url: str
+    tls: object = None
+
+    @property
+    def scheme(self) -> str:
+        return urlsplit(self.url).scheme or "unix"
+
+    @property
+    def publish_ip(self) -> str | None:
+        """The host address to publish on; None leaves it to the engine's configuration."""
+        return None if self.scheme == "tcp" else "127.0.0.1"
+
+    @property
+    def reach_host(self) -> str:
+        if self.scheme == "tcp":
+            return urlsplit(self.url).hostname or "127.0.0.1"
+        return "127.0.0.1"
 
     @classmethod
-    def connect(cls, timeout: int = 600) -> "Engine":
-        """Connect the way the docker CLI would (DOCKER_HOST or the local socket)."""
+    def from_environment(cls) -> "Endpoint":
+        """DOCKER_HOST, else the docker context (DOCKER_CONTEXT or the CLI's current one)."""
+        host = os.environ.get("DOCKER_HOST")
+        if host:
+            return cls(host)
         try:
-            client = docker.from_env(timeout=timeout)
+            from docker.context import ContextAPI
+
+            context = ContextAPI.get_current_context()
+        except Exception:  # a broken context store: fall back as the SDK does
+            context = None
+        if context is not None and context.Host:
+            return cls(context.Host, context.TLSConfig or None)
+        return cls("unix:///var/run/docker.sock")
+
+
+class DockerEngine(ContainerEngine):
+    """A Docker API engine (Docker, or Podman's service) reached through the Docker SDK."""
+
+    def __init__(self, client: docker.DockerClient, endpoint: Endpoint | None = None):
+        self._client = client
+        self._api = client.api
+        self.endpoint = endpoint or Endpoint.from_environment()
+        self._podman: bool | None = None
+
+    @classmethod
+    def connect(cls, timeout: int = 600, host: str | None = None) -> "DockerEngine":
+        """Connect to `host`, or the way the docker CLI would (DOCKER_HOST, a docker context, the socket)."""
+        endpoint = Endpoint(host) if host else Endpoint.from_environment()
+        try:
+            if host:
+                client = docker.DockerClient(base_url=host, timeout=timeout, use_ssh_client=endpoint.scheme == "ssh")
+            elif os.environ.get("DOCKER_HOST"):
+                client = docker.from_env(timeout=timeout, use_ssh_client=endpoint.scheme == "ssh")
+            else:
+                client = docker.DockerClient(base_url=endpoint.url, tls=endpoint.tls or False, timeout=timeout,
+                                             use_ssh_client=endpoint.scheme == "ssh")
             client.ping()
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            where = _engine_address()
-            raise EngineUnavailable(f"no Docker engine answers at {where}: {START_HINT}") from exc
-        return cls(client)
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            raise EngineUnavailable(f"no Docker engine answers at {endpoint.url}: {START_HINT}") from exc
+        return cls(client, endpoint)
 
     # -- images -------------------------------------------------------------
 
     def image(self, ref: str) -> ImageInfo | None:
-        """The local image named `ref` (a tag, digest reference or id), or None."""
         try:
-            attrs = self.client.api.inspect_image(ref)
-        except docker.errors.ImageNotFound:
+            with _translated(f"cannot inspect image {ref}", ImageNotFound):
+                attrs = self._api.inspect_image(ref)
+        except _Absent:
             return None
-        except docker.errors.APIError as exc:
-            raise ImageNotFound(f"cannot inspect image {ref}: {_explain(exc)}") from exc
         config = attrs.get("Config") or {}
         env = dict(item.split("=", 1) for item in (config.get("Env") or []) if "=" in item)
         return ImageInfo(
             id=attrs["Id"],
             ref=ref,
-            tags=tuple(attrs.get("RepoTags") or ()),
+            tags=tuple(t for t in attrs.get("RepoTags") or () if t != "<none>:<none>"),
             repo_digests=tuple(attrs.get("RepoDigests") or ()),
             env=env,
             labels=dict(config.get("Labels") or {}),
             size=int(attrs.get("Size") or 0),
+            layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
         )
-
-    def require_image(self, ref: str, *, pull: bool = True, on_line: LineSink = quiet) -> ImageInfo:
-        """The image `ref`, pulled if it is not local (and `pull` allows)."""
-        info = self.image(ref)
-        if info is not None:
-            return info
-        if not pull:
-            raise ImageNotFound(f"image {ref} is not on the engine")
-        return self.pull(ref, on_line=on_line)
 
     def pull(self, ref: str, *, on_line: LineSink = quiet, auth: Mapping[str, str] | None = None) -> ImageInfo:
         repo, tag = split_ref(ref)
         progress = _Progress(on_line)
-        try:
-            for event in self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth):
+        with _translated(f"cannot pull {ref}", ImageNotFound, absent_is_error=True):
+            for event in self._api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth):
                 if "error" in event:
-                    raise ImageNotFound(f"cannot pull {ref}: {event['error'].strip()}")
+                    raise ImageNotFound(f"cannot pull {ref}: {_one_line(event['error'])}")
                 progress(event)
-        except docker.errors.APIError as exc:
-            raise ImageNotFound(f"cannot pull {ref}: {_explain(exc)}") from exc
-        except requests.exceptions.RequestException as exc:
-            raise EngineUnavailable(f"lost the Docker engine while pulling {ref}: {exc}") from exc
         info = self.image(ref)
         if info is None:
             raise ImageNotFound(f"cannot pull {ref}: the engine reported no image")
@@ -166,41 +402,40 @@ class Engine:
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, tag = split_ref(ref)
-        self.client.api.tag(image_id, repo, tag=tag, force=True)
+        with _translated(f"cannot tag {_short(image_id)} as {ref}", ImageNotFound, absent_is_error=True):
+            self._api.tag(image_id, repo, tag=tag, force=True)
 
     def remove_image(self, ref: str, *, force: bool = False) -> None:
         try:
-            self.client.api.remove_image(ref, force=force, noprune=False)
-        except docker.errors.ImageNotFound:
+            with _translated(f"cannot remove image {ref}", EngineError):
+                self._api.remove_image(ref, force=force, noprune=False)
+        except _Absent:
             pass
 
-    def discard_untagged(self, image_id: str) -> None:
-        """Remove an image only if nothing names it, so no existing tag is ever touched."""
-        info = self.image(image_id)
-        if info is None or info.tags:
-            return
-        try:
-            self.client.api.remove_image(image_id, force=False)
-        except docker.errors.APIError:
-            pass  # still used by a container or as a parent: leave it
-
     def images_labelled(self, label: str) -> list[str]:
-        """Ids of images carrying `label` (key or key=value)."""
-        return [img["Id"] for img in self.client.api.images(filters={"label": label})]
+        with _translated("cannot list images", EngineError):
+            return [img["Id"] for img in self._api.images(filters={"label": label})]
 
-    def containers_labelled(self, label: str) -> list[str]:
-        return [c["Id"] for c in self.client.api.containers(all=True, filters={"label": label})]
+    def image_names(self) -> list[str]:
+        with _translated("cannot list images", EngineError):
+            images = self._api.images()
+        names = []
+        for img in images:
+            names += [n for n in (img.get("RepoTags") or []) + (img.get("RepoDigests") or []) if "<none>" not in n]
+        return names
+
+    def history(self, ref: str) -> list[str]:
+        with _translated(f"cannot read the history of {ref}", ImageNotFound, absent_is_error=True):
+            return [str(layer.get("CreatedBy") or "") for layer in self._api.history(ref)]
 
     def import_rootfs(self, tarball: Path, ref: str, changes: Iterable[str] = ()) -> str:
-        """Load a root filesystem tarball as an image (docker import)."""
         repo, tag = split_ref(ref)
-        with open(tarball, "rb") as fh:
-            result = self.client.api.import_image_from_data(
-                fh, repository=repo, tag=tag, changes=list(changes) or None
-            )
-        status = json.loads(result.splitlines()[-1]) if isinstance(result, str) else result
-        if isinstance(status, dict) and "error" in status:
-            raise BuildFailed(f"cannot import {tarball}: {status['error']}")
+        with _translated(f"cannot import {tarball}", BuildFailed, absent_is_error=True), open(tarball, "rb") as fh:
+            result = self._api.import_image_from_data(fh, repository=repo, tag=tag, changes=list(changes) or None)
+        for line in (result.splitlines() if isinstance(result, str) else [result]):
+            status = json.loads(line) if isinstance(line, str) and line.strip().startswith("{") else line
+            if isinstance(status, dict) and "error" in status:
+                raise BuildFailed(f"cannot import {tarball}: {_one_line(status['error'])}")
         info = self.image(ref)
         if info is None:
             raise BuildFailed(f"cannot import {tarball}: the engine reported no image")
@@ -221,33 +456,32 @@ class Engine:
         redact: Callable[[str], str] = lambda line: line,
         on_line: LineSink = quiet,
     ) -> str:
-        """Build `context` and return the image id; on failure the output tail is kept.
-
-        `redact` scrubs every line before it is shown or kept (build arguments may hold secrets).
-        """
         tail: list[str] = []
         image_id = None
         progress = _Progress(on_line)
         try:
-            stream = self.client.api.build(
-                path=str(context),
-                dockerfile=dockerfile,
-                tag=tag,
-                labels=dict(labels or {}),
-                network_mode=network_mode,
-                buildargs=dict(buildargs or {}),
-                nocache=nocache,
-                rm=True,
-                forcerm=True,
-                decode=True,
-            )
+            if self.is_podman:
+                stream = self._podman_build(context, dockerfile, tag, labels, network_mode, buildargs, nocache)
+            else:
+                stream = self._api.build(
+                    path=str(context),
+                    dockerfile=dockerfile,
+                    tag=tag,
+                    labels=dict(labels or {}),
+                    network_mode=network_mode,
+                    buildargs=dict(buildargs or {}),
+                    nocache=nocache,
+                    rm=True,
+                    forcerm=True,
+                    decode=True,
+                )
             for event in stream:
                 if "stream" in event:
                     for line in redact(event["stream"]).splitlines():
                         if line.strip():
                             tail = (tail + [line])[-40:]
                             on_line(line)
-                elif "aux" in event and "ID" in event["aux"]:
+                elif "aux" in event and "ID" in (event["aux"] or {}):
                     image_id = event["aux"]["ID"]
                 elif "error" in event:
                     error = redact(event["error"]).strip()
@@ -257,11 +491,54 @@ class Engine:
                     progress(event)
         except docker.errors.APIError as exc:
             raise BuildFailed(f"image build failed: {redact(_explain(exc))}", log_tail="\n".join(tail)) from exc
-        except requests.exceptions.RequestException as exc:
-            raise EngineUnavailable(f"lost the Docker engine during the build: {exc}") from exc
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            raise EngineUnavailable(f"lost the Docker engine during the build: {redact(_one_line(str(exc)))}") from exc
+        if image_id is None:
+            # Podman's service ends a build with the image id (or "Successfully built ID"), no aux event.
+            image_id = _built_id(tail, tag, self)
         if image_id is None:
             raise BuildFailed("image build failed: the engine returned no image id", log_tail="\n".join(tail))
         return image_id
+
+    @property
+    def is_podman(self) -> bool:
+        """Podman's service speaks the Docker API, with a few differences (builds, see below)."""
+        if self._podman is None:
+            with _translated("cannot ask the engine its version", EngineError):
+                components = self._api.version().get("Components") or []
+            self._podman = any("podman" in str(c.get("Name", "")).lower() for c in components)
+        return self._podman
+
+    def _podman_build(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
+        """A build through Podman's own endpoint: its Docker-compatible one ignores network_mode
+        "none" (RUN steps would share the host's network), the libpod one takes networkmode=1.
+        layers=1 keeps stage images as Docker's builder does: without it, Podman 4.3 deletes a
+        stage that is only a FROM, and that is the base image itself."""
+        if network_mode not in (None, "none"):
+            raise BuildFailed(f"image build failed: Podman builds take no network mode {network_mode!r}")
+        api = self._api
+        params = {"dockerfile": dockerfile, "labels": json.dumps(dict(labels or {})),
+                  "buildargs": json.dumps(dict(buildargs or {})), "rm": "1", "forcerm": "1", "layers": "1"}
+        if tag:
+            params["t"] = tag
+        if nocache:
+            params["nocache"] = "1"
+        if network_mode == "none":
+            params["networkmode"] = "1"  # buildah's NetworkDisabled
+        archive = docker.utils.tar(str(context))
+        try:
+            response = api.post(f"{api.base_url}/v4.0.0/libpod/build", params=params, data=archive, stream=True,
+                                headers={"Content-Type": "application/x-tar"}, timeout=api.timeout)
+            if response.status_code != 200:
+                raise BuildFailed(f"image build failed: {_response_message(response)}")
+            for line in response.iter_lines():
+                if line.strip():
+                    event = json.loads(line)
+                    if "error" in event:
+                        event["error"] = str(event["error"])
+                    yield event
+        finally:
+            archive.close()
 
     # -- containers ---------------------------------------------------------
 
@@ -276,39 +553,37 @@ class Engine:
         labels: Mapping[str, str] | None = None,
         timeout: float = 300,
     ) -> RunResult:
-        """Run `command` in a short-lived container of `image` and return its output.
-
-        `files` are copied into the container (absolute path -> content) before it starts,
-        which works with remote engines too, unlike a bind mount.
-        """
-        api = self.client.api
-        created = api.create_container(
-            image,
-            command=command,
-            entrypoint=entrypoint,
-            user=user,
-            labels=dict(labels or {}),
-            network_disabled=True,
-            host_config=api.create_host_config(network_mode="none"),
-        )
+        api = self._api
+        with _translated(f"cannot run {command[0] if command else 'a command'} in {_short(image)}", EngineError,
+                         absent_is_error=True):
+            created = api.create_container(
+                image,
+                command=command,
+                entrypoint=entrypoint,
+                user=user,
+                labels=dict(labels or {}),
+                network_disabled=True,
+                host_config=api.create_host_config(network_mode="none"),
+            )
         cid = created["Id"]
         try:
-            if files:
-                api.put_archive(cid, "/", tar_of({k.lstrip("/"): v for k, v in files.items()}))
-            try:
-                api.start(cid)
-            except docker.errors.APIError as exc:  # e.g. the command does not exist in the image
-                return RunResult(127, _explain(exc))
-            status = api.wait(cid, timeout=timeout)
-            stdout = api.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace")
-            stderr = api.logs(cid, stdout=False, stderr=True).decode("utf-8", "replace")
+            with _translated(f"cannot run {command[0] if command else 'a command'} in {_short(image)}", EngineError,
+                             absent_is_error=True):
+                if files:
+                    api.put_archive(cid, "/", tar_of({k.lstrip("/"): v for k, v in files.items()}))
+                try:
+                    api.start(cid)
+                except docker.errors.APIError as exc:
+                    if not _not_found_command(_explain(exc)):
+                        raise
+                    return RunResult(127, _explain(exc))  # the command does not exist in the image
+                status = api.wait(cid, timeout=timeout)
+                stdout = api.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace")
+                stderr = api.logs(cid, stdout=False, stderr=True).decode("utf-8", "replace")
             code = int(status.get("StatusCode", 1))
             return RunResult(code, stdout if code == 0 else (stdout + stderr))
         finally:
-            try:
-                api.remove_container(cid, force=True, v=True)
-            except docker.errors.NotFound:
-                pass
+            self.remove_container(cid)
 
     def start(
         self,
@@ -321,80 +596,111 @@ class Engine:
         shm_size: str | None = None,
         environment: Mapping[str, str] | None = None,
         user: str | None = None,
+        gpus: Gpus | None = None,
     ) -> Container:
-        """Start a container whose ports are published on 127.0.0.1 (ephemeral host ports)."""
-        api = self.client.api
+        api = self._api
         ports = list(ports)
-        host_config = api.create_host_config(
-            port_bindings={p: ("127.0.0.1", None) for p in ports},
-            shm_size=shm_size,
-        )
-        created = api.create_container(
-            image,
-            command=command,
-            ports=ports,
-            labels=dict(labels or {}),
-            environment=dict(environment or {}),
-            user=user,
-            host_config=host_config,
-        )
-        container = Container(self, created["Id"])
+        count = gpu_request(gpus)
+        where = self.endpoint.publish_ip
+        with _translated(f"cannot start a container of {_short(image)}", EngineError, absent_is_error=True):
+            host_config = api.create_host_config(
+                port_bindings={p: (where, None) if where else None for p in ports},
+                shm_size=shm_size,
+                device_requests=[docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]
+                if count is not None else None,
+            )
+            created = api.create_container(
+                image,
+                command=command,
+                ports=ports,
+                labels=dict(labels or {}),
+                environment=dict(environment or {}),
+                user=user,
+                host_config=host_config,
+            )
+        container = Container(self, created["Id"], host=self.endpoint.reach_host)
         try:
-            if files:
-                api.put_archive(container.id, "/", tar_of({k.lstrip("/"): v for k, v in files.items()}))
-            api.start(container.id)
-            network = api.inspect_container(container.id)["NetworkSettings"]["Ports"] or {}
+            with _translated(f"cannot start a container of {_short(image)}", EngineError, absent_is_error=True):
+                if files:
+                    api.put_archive(container.id, "/", tar_of({k.lstrip("/"): v for k, v in files.items()}))
+                api.start(container.id)
+                network = api.inspect_container(container.id)["NetworkSettings"]["Ports"] or {}
             for p in ports:
                 bindings = network.get(f"{p}/tcp") or []
+                if not bindings:
+                    raise EngineError(f"the engine published no host port for port {p} of {_short(image)}")
                 container.ports[p] = int(bindings[0]["HostPort"])
+            if self.endpoint.scheme == "ssh":
+                for p, remote in list(container.ports.items()):
+                    tunnel, local = _ssh_tunnel(self.endpoint.url, remote)
+                    container._tunnels.append(tunnel)
+                    container.ports[p] = local
         except BaseException:
             container.remove()
             raise
         return container
 
-    # -- registries -----------------------------------------------------------
+    def containers_labelled(self, label: str) -> list[str]:
+        with _translated("cannot list containers", EngineError):
+            return [c["Id"] for c in self._api.containers(all=True, filters={"label": label})]
 
-    def push(
-        self, ref: str, *, auth: Mapping[str, str] | None = None, on_line: LineSink = quiet
-    ) -> str:
-        """Push `ref` and return the digest the registry reported."""
+    def container_logs(self, container_id: str, tail: int | str = "all") -> str:
+        try:
+            raw = self._api.logs(container_id, stdout=True, stderr=True, tail=tail)
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return ""
+        return raw.decode("utf-8", "replace")
+
+    def container_running(self, container_id: str) -> bool:
+        try:
+            with _translated(f"cannot inspect container {_short(container_id)}", EngineError):
+                state = self._api.inspect_container(container_id)["State"]
+        except _Absent:
+            return False
+        return bool(state.get("Running"))
+
+    def remove_container(self, container_id: str) -> None:
+        try:
+            with _translated(f"cannot remove container {_short(container_id)}", EngineError):
+                self._api.remove_container(container_id, force=True, v=True)
+        except _Absent:
+            pass
+
+    def runtimes(self) -> frozenset[str]:
+        with _translated("cannot ask the engine what it offers", EngineError):
+            info = self._api.info()
+        return frozenset((info.get("Runtimes") or {}).keys())
+
+    # -- registries and archives ----------------------------------------------
+
+    def push(self, ref: str, *, auth: Mapping[str, str] | None = None, on_line: LineSink = quiet) -> str:
         repo, tag = split_ref(ref)
         digest = None
         progress = _Progress(on_line)
-        try:
-            for event in self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth):
+        with _translated(f"cannot push {ref}", RegistryError, absent_is_error=True):
+            for event in self._api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth):
                 if "error" in event:
-                    raise RegistryError(f"cannot push {ref}: {event['error'].strip()}")
+                    raise RegistryError(f"cannot push {ref}: {_one_line(event['error'])}")
                 aux = event.get("aux") or {}
                 if "Digest" in aux:
                     digest = aux["Digest"]
+                elif digest is None:  # Podman says it only in the status line: "TAG: digest: sha256:... size: N"
+                    found = _DIGEST_STATUS.search(str(event.get("status") or ""))
+                    digest = found.group(1) if found else None
                 progress(event)
-        except docker.errors.APIError as exc:
-            raise RegistryError(f"cannot push {ref}: {_explain(exc)}") from exc
-        except requests.exceptions.RequestException as exc:
-            raise EngineUnavailable(f"lost the Docker engine while pushing {ref}: {exc}") from exc
         if digest is None:
             raise RegistryError(f"cannot push {ref}: the registry reported no digest")
         return digest
 
     def registry_config(self) -> dict:
-        """The engine's RegistryConfig (insecure registries and CIDRs), as `docker info` shows it."""
-        try:
-            return dict(self.client.info().get("RegistryConfig") or {})
-        except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
-            raise EngineUnavailable(f"cannot read the engine's registry settings: {exc}") from exc
+        with _translated("cannot read the engine's registry settings", EngineUnavailable):
+            return dict(self._api.info().get("RegistryConfig") or {})
 
     def credentials_for(self, registry: str) -> dict[str, str] | None:
-        """The engine's own credentials for `registry` (~/.docker/config.json, credential helpers).
-
-        What `push`/`pull` use when given no auth; the composer needs them only to talk to a
-        registry's HTTP API itself. Returns {"username", "password"} or None.
-        """
-        import docker.auth
-
+        store_env = self._api.credstore_env
         try:
-            config = docker.auth.load_config(credstore_env=self.client.api.credstore_env)
-            found = docker.auth.resolve_authconfig(config, registry, credstore_env=self.client.api.credstore_env)
+            config = docker.auth.load_config(credstore_env=store_env)
+            found = docker.auth.resolve_authconfig(config, registry, credstore_env=store_env)
         except docker.errors.DockerException:
             return None
         if not found:
@@ -406,24 +712,25 @@ class Engine:
         return {"username": username, "password": password}
 
     def save(self, refs: list[str], out: Path) -> None:
-        """Write `refs` to a tar archive (docker save)."""
         # One archive for all refs, so layers they share are stored once; the SDK saves one
-        # image at a time, so this asks the engine's /images/get endpoint directly.
-        api = self.client.api
-        try:
-            response = api.get(api._url("/images/get"), params={"names": refs}, stream=True)
-            api._raise_for_status(response)
-            with open(out, "wb") as fh:
-                for chunk in response.iter_content(chunk_size=1 << 20):
-                    fh.write(chunk)
-        except docker.errors.APIError as exc:
-            raise ImageNotFound(f"cannot save {', '.join(refs)}: {_explain(exc)}") from exc
+        # image at a time, so this asks the engine's /images/get endpoint with its session.
+        api = self._api
+        url = f"{api.base_url}/v{api.api_version}/images/get"
+        what = f"cannot save {', '.join(refs)}"
+        with _translated(what, ImageNotFound, absent_is_error=True):
+            with api.get(url, params={"names": refs}, stream=True, timeout=api.timeout) as response:
+                if response.status_code != 200:
+                    raise ImageNotFound(f"{what}: {_response_message(response)}")
+                with open(out, "wb") as fh:
+                    for chunk in response.iter_content(chunk_size=1 << 20):
+                        fh.write(chunk)
 
     def load(self, archive: Path) -> None:
-        with open(archive, "rb") as fh:  # streamed: base images can be many GB
-            for event in self.client.api.load_image(fh):
-                if isinstance(event, dict) and "error" in event:
-                    raise BuildFailed(f"cannot load {archive}: {event['error']}")
+        with _translated(f"cannot load {archive}", BuildFailed, absent_is_error=True):
+            with open(archive, "rb") as fh:  # streamed: base images can be many GB
+                for event in self._api.load_image(fh):
+                    if isinstance(event, dict) and "error" in event:
+                        raise BuildFailed(f"cannot load {archive}: {_one_line(event['error'])}")
 
 
 def split_ref(ref: str) -> tuple[str, str]:
@@ -432,17 +739,115 @@ def split_ref(ref: str) -> tuple[str, str]:
     return parsed.familiar_name, parsed.digest or parsed.tag_or_latest
 
 
-def _engine_address() -> str:
-    import os
+_DIGEST_STATUS = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
 
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+class _Absent(Exception):
+    """Raised by _translated for a 404 the caller treats as a value."""
+
+
+@contextlib.contextmanager
+def _translated(what: str, error: type[ComposerError], *, absent_is_error: bool = False) -> Iterator[None]:
+    """SDK and transport failures as `error` (or EngineUnavailable) with a one-line message."""
+    try:
+        yield
+    except docker.errors.NotFound as exc:
+        if not absent_is_error:
+            raise _Absent() from exc
+        raise error(f"{what}: {_explain(exc)}") from exc
+    except docker.errors.APIError as exc:
+        raise error(f"{what}: {_explain(exc)}") from exc
+    except requests.exceptions.Timeout as exc:
+        raise error(f"{what}: the engine gave no answer in time") from exc
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        raise EngineUnavailable(f"{what}: lost the engine: {_one_line(str(exc)) or type(exc).__name__}") from exc
+
+
+def _not_found_command(message: str) -> bool:
+    """An engine's way of saying the command to start is not in the image."""
+    lowered = message.lower()
+    return "executable file not found" in lowered or "no such file or directory" in lowered \
+        or "not found in $path" in lowered
+
+
+def _one_line(text: object) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
 
 
 def _explain(exc: docker.errors.APIError) -> str:
     explanation = getattr(exc, "explanation", None) or str(exc)
     if isinstance(explanation, bytes):
         explanation = explanation.decode("utf-8", "replace")
-    return str(explanation).strip().splitlines()[0] if str(explanation).strip() else str(exc)
+    return _one_line(explanation) or _one_line(str(exc)) or type(exc).__name__
+
+
+def _response_message(response) -> str:
+    try:
+        message = response.json().get("message")
+    except ValueError:
+        message = None
+    return _one_line(message or response.text) or f"HTTP {response.status_code}"
+
+
+def _short(ref: str) -> str:
+    return ref[:19] if ref.startswith("sha256:") else ref
+
+
+def _built_id(tail: list[str], tag: str | None, engine: DockerEngine) -> str | None:
+    """The image id from a build's last lines ("Successfully built ID", or a bare id), or the tag's."""
+    for line in reversed(tail):
+        words = line.split()
+        candidate = words[-1] if words else ""
+        if len(candidate) in (12, 64) and all(c in "0123456789abcdef" for c in candidate):
+            info = engine.image(candidate)
+            if info is not None:
+                return info.id
+    if tag:
+        info = engine.image(tag)
+        return info.id if info else None
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ssh_tunnel(url: str, remote_port: int) -> tuple[subprocess.Popen, int]:
+    """Forward a local loopback port to `remote_port` on the ssh engine host's loopback."""
+    if shutil.which("ssh") is None:
+        raise EngineUnavailable("an ssh:// engine needs the ssh client to reach the ports it publishes")
+    parts = urlsplit(url)
+    local = _free_port()
+    target = f"{parts.username}@{parts.hostname}" if parts.username else str(parts.hostname)
+    argv = ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "BatchMode=yes",
+            "-L", f"127.0.0.1:{local}:127.0.0.1:{remote_port}"]
+    if parts.port:
+        argv += ["-p", str(parts.port)]
+    tunnel = subprocess.Popen(argv + [target], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if tunnel.poll() is not None:
+            why = _one_line(tunnel.stderr.read().decode("utf-8", "replace")) if tunnel.stderr else ""
+            raise EngineUnavailable(f"cannot tunnel to port {remote_port} on {parts.hostname}: {why or 'ssh exited'}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", local), timeout=1):
+            return tunnel, local
+        time.sleep(0.2)
+    _stop(tunnel)
+    raise EngineUnavailable(f"cannot tunnel to port {remote_port} on {parts.hostname}: no answer in 15 s")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class _Progress:
@@ -457,7 +862,7 @@ class _Progress:
         if not status:
             return
         layer = event.get("id", "")
-        if event.get("progressDetail", {}).get("current"):
+        if (event.get("progressDetail") or {}).get("current"):
             now = time.monotonic()
             key = f"{layer}:{status}"
             if now - self.last.get(key, 0) < 5:

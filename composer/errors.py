@@ -25,6 +25,10 @@ class EngineUnavailable(ComposerError):
     """No Docker engine answers."""
 
 
+class EngineError(ComposerError):
+    """The engine refused an operation on a container or an image."""
+
+
 class ImageNotFound(ComposerError):
     """An image is neither local nor pullable."""
 

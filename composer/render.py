@@ -40,12 +40,17 @@ def templates() -> jinja2.Environment:
     )
 
 
+def collect_paths(plan: CompositionPlan) -> list[str]:
+    """What collect.py gathers the run-time needs of (paths under the Triton root)."""
+    paths = list(plan.core) + plan.component_paths()
+    paths += [f"backends/{c.name}" for c in plan.custom_backends]
+    paths += [f"backends/{f.name}" for f in plan.foreign_backends]
+    return paths
+
+
 def render_dockerfile(plan: CompositionPlan) -> str:
-    collect_paths = list(plan.core) + plan.component_paths()
-    collect_paths += [f"backends/{c.name}" for c in plan.custom_backends]
-    collect_paths += [f"backends/{f.name}" for f in plan.foreign_backends]
     text = templates().get_template("compose.Dockerfile.j2").render(
-        plan=plan, root=ROOT, collect_paths=collect_paths,
+        plan=plan, root=ROOT, collect_paths=collect_paths(plan),
     )
     return text.rstrip("\n") + "\n"
 

@@ -1,7 +1,9 @@
 """The smoke test: serve models from the composed image and check real inference answers.
 
 A composed image is only worth its tag if it serves. The container runs with its HTTP port
-published on 127.0.0.1 only and is removed in every case, Ctrl-C included.
+published where only the engine's host reaches it (127.0.0.1 for a local engine) and is removed
+in every case, Ctrl-C included. Where the engine offers GPUs the server gets them, and must then
+report GPU metrics (DCGM works); `strict` turns every SKIP into a failure.
 """
 
 from __future__ import annotations
@@ -9,17 +11,21 @@ from __future__ import annotations
 import json
 import time
 from importlib import resources
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from composer.engine import Container, Engine
-from composer.errors import ComposerError, UsageError
+import requests
+
+from composer.engine import Container, Engine, gpu_request
+from composer.errors import ComposerError, EngineError, UsageError
 from composer.samples import Sample, samples_for
 from composer.triton_client import TritonHTTP
 from composer.progress import LineSink, quiet
 
 HTTP_PORT = 8000
+METRICS_PORT = 8002
+GPU_METRIC = "nv_gpu_"  # the prefix of the metrics DCGM feeds (nv_gpu_utilization, ...)
 SMOKE_LABEL = "org.triton-composer.smoke"
 MODELS = "/models"
 PACKAGE_CHECK = "composer_package_check"
@@ -40,6 +46,7 @@ class SmokeRow:
     status: str  # PASS, FAIL or SKIP
     detail: str
     model: str | None = None
+    device: str | None = None  # where the model's instances ran (CPU, GPU), when the server tells
 
 
 @dataclass(frozen=True)
@@ -48,10 +55,16 @@ class SmokeReport:
     rows: tuple[SmokeRow, ...]
     server_version: str | None = None
     log_tail: str = ""
+    gpus: str = "none"  # what the server was given: all, none or a count
+    gpus_reason: str = ""
+    strict: bool = False
 
     @property
     def passed(self) -> bool:
         return all(row.status != "FAIL" for row in self.rows)
+
+    def count(self, status: str) -> int:
+        return sum(1 for row in self.rows if row.status == status)
 
     def failures(self) -> list[SmokeRow]:
         return [row for row in self.rows if row.status == "FAIL"]
@@ -61,8 +74,14 @@ class SmokeReport:
             "image": self.image,
             "passed": self.passed,
             "server_version": self.server_version,
+            "gpus": self.gpus,
+            "gpus_reason": self.gpus_reason,
+            "strict": self.strict,
+            # A SKIP is neither passed nor failed: CI sees how much went unproven.
+            "counts": {"passed": self.count("PASS"), "failed": self.count("FAIL"), "skipped": self.count("SKIP")},
             "rows": [
-                {"subject": r.subject, "model": r.model, "status": r.status, "detail": r.detail} for r in self.rows
+                {"subject": r.subject, "model": r.model, "status": r.status, "detail": r.detail, "device": r.device}
+                for r in self.rows
             ],
         }
 
@@ -76,6 +95,27 @@ class SmokeOptions:
     model_repository: Path | None = None
     timeout: float = 240.0
     shm_size: str = "512m"
+    gpus: str | int = "auto"  # auto (all when the engine offers the nvidia runtime), all, none, or a count
+    strict: bool = False  # every SKIP becomes a failure
+
+    def __post_init__(self):
+        if isinstance(self.gpus, str) and self.gpus.isdigit():  # "2" from a command line
+            object.__setattr__(self, "gpus", int(self.gpus))
+        if self.gpus == "auto":
+            return
+        try:
+            gpu_request(self.gpus)
+        except EngineError:
+            raise UsageError(f"gpus {self.gpus!r}: give auto, all, none or a number of GPUs") from None
+
+
+def resolve_gpus(engine: Engine, wanted: str | int) -> tuple[str | int, str]:
+    """The GPUs to ask for, and why (said in the report)."""
+    if wanted != "auto":
+        return wanted, "as asked"
+    if engine.offers_nvidia_runtime():
+        return "all", "auto: the engine offers the nvidia runtime"
+    return "none", "auto: the engine offers no nvidia runtime"
 
 
 def smoke_test(
@@ -102,23 +142,37 @@ def smoke_test(
     if packages:
         files.update(_package_check_files(packages))
 
-    on_line(f"starting tritonserver from {image} with {len(models)} model(s)")
+    gpus, why = resolve_gpus(engine, options.gpus)
+    with_gpus = gpu_request(gpus) is not None
+    # Metrics stay off without GPUs, as the CPU-only server has nothing to report through DCGM.
+    metrics = ["--allow-metrics=true", "--allow-gpu-metrics=true"] if with_gpus else ["--allow-metrics=false"]
+    on_line(f"starting tritonserver from {image} with {len(models)} model(s), GPUs: {gpus} ({why})")
     container = engine.start(
         image,
-        ["tritonserver", f"--model-repository={MODELS}", "--exit-on-error=false", "--allow-metrics=false"],
-        ports=[HTTP_PORT],
+        ["tritonserver", f"--model-repository={MODELS}", "--exit-on-error=false", *metrics],
+        ports=[HTTP_PORT, METRICS_PORT] if with_gpus else [HTTP_PORT],
         files=files,
         labels={SMOKE_LABEL: "1", **(labels or {})},
         shm_size=options.shm_size,
+        gpus=gpus,
     )
     try:
-        return _check_server(container, image, options, samples, packages, rows, on_line)
+        report = _check_server(container, image, options, samples, packages, rows, on_line, with_gpus)
     finally:
         container.remove()
+    rows = list(report.rows)
+    if options.strict:
+        rows = [SmokeRow(r.subject, "FAIL", f"strict: {r.detail}", r.model, r.device) if r.status == "SKIP" else r
+                for r in rows]
+    rows = [replace(r, detail=f"{r.detail}; GPUs: {gpus} ({why})") if r.subject == "server" else r for r in rows]
+    failed = any(r.status == "FAIL" for r in rows)
+    return SmokeReport(image, tuple(rows), report.server_version, report.log_tail if failed else "",
+                       gpus=str(gpus), gpus_reason=why, strict=options.strict)
 
 
-def _check_server(container: Container, image, options, samples, packages, rows, on_line) -> SmokeReport:
-    client = TritonHTTP(f"http://127.0.0.1:{container.host_port(HTTP_PORT)}")
+def _check_server(container: Container, image, options, samples, packages, rows, on_line,
+                  with_gpus: bool = False) -> SmokeReport:
+    client = TritonHTTP(container.url(HTTP_PORT))
     deadline = time.monotonic() + options.timeout
     if not _wait(lambda: client.live(), deadline, container):
         why = "exited" if not container.running() else f"not live after {options.timeout:.0f} s"
@@ -130,6 +184,8 @@ def _check_server(container: Container, image, options, samples, packages, rows,
         rows.append(SmokeRow("server", "FAIL", f"server {version} answers, expected {options.server_version}"))
     else:
         rows.append(SmokeRow("server", "PASS", f"Triton {version} live"))
+    if with_gpus:
+        rows.append(_gpu_metrics_row(container))
 
     on_line("waiting for models to load")
     _wait(lambda: all(m.get("state") in ("READY", "UNAVAILABLE") for m in client.model_index()) or None,
@@ -147,9 +203,50 @@ def _check_server(container: Container, image, options, samples, packages, rows,
 
     if packages:
         rows += _package_rows(packages, index)
-    report_rows = tuple(rows)
-    failed = any(r.status == "FAIL" for r in report_rows)
-    return SmokeReport(image, report_rows, version, log_tail=container.logs(tail=40) if failed else "")
+    rows = [_with_device(client, r) for r in rows]
+    return SmokeReport(image, tuple(rows), version, log_tail=container.logs(tail=40))
+
+
+def _with_device(client: TritonHTTP, row: SmokeRow) -> SmokeRow:
+    """The row, with the kind of device its model's instances run on (model config instance_group)."""
+    if row.model is None or row.subject == "package" or row.status == "FAIL":
+        return row
+    try:
+        groups = client.model_config(row.model).get("instance_group") or []
+    except ComposerError:
+        return row
+    kinds = sorted({str(g.get("kind", "")).removeprefix("KIND_") for g in groups if g.get("kind")})
+    if not kinds:
+        return row
+    device = "+".join(kinds)
+    return SmokeRow(row.subject, row.status, f"{row.detail} ({device})", row.model, device)
+
+
+def _gpu_metrics_row(container: Container) -> SmokeRow:
+    """With GPUs, the metrics endpoint must report GPU metrics: an image whose DCGM cannot start fails."""
+    text = ""
+    for _ in range(20):  # GPU metrics appear once DCGM has polled the devices
+        text = metrics_text(container.url(METRICS_PORT))
+        if GPU_METRIC in text:
+            break
+        time.sleep(0.5)
+    names = sorted({line.split("{", 1)[0].split()[0] for line in text.splitlines()
+                    if line.startswith(GPU_METRIC)})
+    if names:
+        return SmokeRow("metrics", "PASS", f"GPU metrics reported: {', '.join(names[:3])}")
+    why = "no answer from the metrics endpoint" if not text else f"no {GPU_METRIC}* metrics"
+    return SmokeRow("metrics", "FAIL", f"{why} with GPUs given: DCGM did not start in this image")
+
+
+def metrics_text(url: str) -> str:
+    """The Prometheus text of a server's metrics endpoint ("" when it does not answer)."""
+    session = requests.Session()
+    session.trust_env = False  # the server is reached directly, never through a proxy
+    try:
+        response = session.get(f"{url}/metrics", timeout=5)
+    except requests.RequestException:
+        return ""
+    return response.text if response.status_code == 200 else ""
 
 
 def _sample_rows(client: TritonHTTP, samples: list[Sample], index: dict, on_line) -> list[SmokeRow]:

@@ -112,6 +112,10 @@ class TritonHTTP:
         """Every model the repository holds, with its state (POST /v2/repository/index)."""
         return list(self._json("POST", "/v2/repository/index", {}))
 
+    def model_config(self, name: str) -> dict:
+        """The configuration the server runs `name` with (instance_group says on which device)."""
+        return dict(self._json("GET", f"/v2/models/{name}/config"))
+
     def model_ready(self, name: str, version: str = "") -> bool:
         path = f"/v2/models/{name}" + (f"/versions/{version}" if version else "") + "/ready"
         return self._get_ok(path)

@@ -34,17 +34,17 @@ def engine() -> Engine:
 
 def _remove_test_containers(engine: Engine) -> None:
     """Containers and images the tests labelled, whatever became of the tests."""
-    import docker.errors
+    from composer.errors import ComposerError
 
     for cid in engine.containers_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}"):
         try:
-            engine.client.api.remove_container(cid, force=True, v=True)
-        except docker.errors.APIError:
+            engine.remove_container(cid)
+        except ComposerError:
             pass
     for image_id in engine.images_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}"):
         try:
-            engine.client.api.remove_image(image_id, force=True)
-        except docker.errors.APIError:
+            engine.remove_image(image_id, force=True)
+        except ComposerError:
             pass  # a layer of another image: it goes with that one
 
 

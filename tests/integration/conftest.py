@@ -211,13 +211,11 @@ def _serve(reg: TestRegistry, engine):
 def _remove_local_names(engine, host: str) -> None:
     """Remove every local tag or digest reference naming the test registry (never the images'
     other names: an image that keeps another name is only untagged)."""
-    import docker.errors
+    from composer.errors import ComposerError
 
-    prefix = host + "/"
-    for image in engine.client.api.images():
-        names = [n for n in (image.get("RepoTags") or []) + (image.get("RepoDigests") or []) if n.startswith(prefix)]
-        for name in names:
+    for name in engine.image_names():
+        if name.startswith(host + "/"):
             try:
-                engine.client.api.remove_image(name, force=False)
-            except docker.errors.APIError:
+                engine.remove_image(name)
+            except ComposerError:
                 pass

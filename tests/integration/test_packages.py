@@ -139,8 +139,8 @@ def test_planted_token_lands_nowhere(engine, wheelhouse, tag, tmp_path):
         assert TOKEN not in text
 
     # Every layer and the config of the composed image.
-    archive = io.BytesIO(b"".join(engine.client.api.get_image(tag)))
-    with tarfile.open(fileobj=archive) as outer:
+    engine.save([tag], tmp_path / "image.tar")
+    with tarfile.open(tmp_path / "image.tar") as outer:
         for member in outer.getmembers():
             if not member.isfile():
                 continue
@@ -154,7 +154,7 @@ def test_planted_token_lands_nowhere(engine, wheelhouse, tag, tmp_path):
                             content = layer.extractfile(item).read()
                             assert TOKEN.encode() not in content, item.name
                             assert CA_MARK.encode() not in content, item.name
-    history = json.dumps(engine.client.api.history(tag))
+    history = json.dumps(engine.history(tag))
     assert TOKEN not in history
 
 

@@ -49,7 +49,7 @@ def test_two_sets_one_run_with_junit(engine, standin_images, tmp_path, names):
     images = json.loads(run.stdout)["images"]
     assert [i["backends"] for i in images] == [["onnxruntime", "python"], ["python"]]
     # They share their common layers: the core copied from the full image is one layer.
-    first, second = (engine.client.api.inspect_image(n)["RootFS"]["Layers"] for n in names)
+    first, second = (engine.image(n).layers for n in names)
     assert len(set(first) & set(second)) >= 4
     root = ET.parse(junit).getroot()
     assert [s.get("name") for s in root.iter("testsuite")] == names

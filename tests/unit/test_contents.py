@@ -1,25 +1,15 @@
-"""Host side of image contents: parsing, JSON round trip, min-image parsing, runtime files."""
+"""Host side of image contents: parsing, JSON round trip, probing through the engine."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-
 import pytest
 
 from composer import contents
-from composer.contents import (
-    Component,
-    FullImageContents,
-    LibraryNeed,
-    MinImageContents,
-    inspect_full,
-    inspect_min,
-    parse_min_output,
-    runtime_files,
-)
+from composer.contents import Component, FullImageContents, LibraryNeed, inspect_full
 from composer.engine import RunResult
 from composer.errors import ComposerError, ImageNotFound
+from tests.unit.fake_engine import FakeEngine
 
 PROBE_DOC = {
     "root": "/opt/tritonserver",
@@ -65,25 +55,9 @@ PROBE_DOC = {
 }
 
 
-@dataclass
-class FakeEngine:
-    """Stands in for composer.engine.Engine: answers run_once with canned results."""
-
-    result: RunResult | None = None
-    error: Exception | None = None
-    known: bool = True
-    calls: list = field(default_factory=list)
-
-    def require_image(self, ref, *, pull=True, on_line=None):
-        if not self.known:
-            raise ImageNotFound(f"image {ref} is not on the engine")
-        return None
-
-    def run_once(self, image, command, *, entrypoint=None, files=None, **_kw):
-        self.calls.append((image, command, entrypoint, files))
-        if self.error:
-            raise self.error
-        return self.result
+def probing(answer: RunResult | Exception, known: bool = True) -> FakeEngine:
+    """An engine holding the images "ref" and "ref:1" (unless not `known`) that answers run_once so."""
+    return FakeEngine.with_images(*(("ref", "ref:1") if known else ()), answer=answer)
 
 
 def full() -> FullImageContents:
@@ -124,58 +98,26 @@ def test_requires_defaults_from_python_based():
     assert comp.requires == ("python",)
 
 
-def test_runtime_files_subtracts_by_soname_dedupes_and_sorts():
-    c = full()
-    min_image = MinImageContents("min", frozenset({"libz.so.1", "libc.so.6"}), has_python=False)
-    needs = list(c.python.needs) + list(c.core_needs) + list(c.component("backend", "python").needs)
-    needs.append(LibraryNeed("libtriton_x.so", "/opt/tritonserver/lib/libtriton_x.so", "/opt/tritonserver/lib/libtriton_x.so", 1))
-    needs.append(LibraryNeed("libb.so.1", "/usr/lib/b/libb.so.1", "/usr/lib/b/libb.so.1", 1))
-    files = runtime_files(c, min_image, needs)
-    assert [f.path for f in files] == ["/usr/lib/b/libb.so.1", "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"]
-
-
-def test_parse_min_output():
-    output = "\n".join([
-        "@@ldconfig",
-        "1234 libs found in cache `/etc/ld.so.cache'",
-        "\tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1",
-        "\tlibcudart.so.12 (libc6,x86-64) => /usr/local/cuda/lib64/libcudart.so.12",
-        "\tlibold32.so.1 (libc6) => /usr/lib32/libold32.so.1",
-        "\tlibarm.so.1 (libc6,AArch64) => /lib/aarch64-linux-gnu/libarm.so.1",
-        "@@ls",
-        "libnotincache.so.4",
-        "libnotincache.so.4.1.0",
-        "python3.11",
-        "README",
-        "@@python",
-    ])
-    m = parse_min_output("min", output)
-    assert {"libz.so.1", "libcudart.so.12", "libarm.so.1", "libnotincache.so.4"} <= m.sonames
-    assert "libold32.so.1" not in m.sonames and "README" not in m.sonames
-    assert not m.has_python and m.python_version is None
-    m2 = parse_min_output("min", output + "\n/usr/bin/python3\n3.10\n")
-    assert m2.has_python and m2.python_version == "3.10"
-
-
 def test_inspect_full_runs_the_probe_without_network():
-    engine = FakeEngine(RunResult(0, json.dumps(PROBE_DOC)))
+    engine = probing(RunResult(0, json.dumps(PROBE_DOC)))
     c = inspect_full(engine, "ref:1")
     assert c.image == "ref:1" and c.stub_python == "3.11"
-    image, command, entrypoint, files = engine.calls[0]
+    run = engine.runs[0]
+    command, entrypoint, files = run["command"], run["entrypoint"], run["files"]
     assert command == ["python3", "/tmp/composer_probe.py"] and entrypoint == []
     assert files["/tmp/composer_probe.py"] == contents.probe_source()
     assert b"def read_elf" in files["/tmp/composer_probe.py"]
 
 
 def test_inspect_full_without_tritonserver():
-    engine = FakeEngine(RunResult(2, json.dumps({"root": "/opt/tritonserver", "error": "/opt/tritonserver does not exist"})))
+    engine = probing(RunResult(2, json.dumps({"root": "/opt/tritonserver", "error": "/opt/tritonserver does not exist"})))
     with pytest.raises(ComposerError, match=r"^ref does not look like a full Triton image: /opt/tritonserver does not exist$"):
         inspect_full(engine, "ref")
 
 
 @pytest.mark.parametrize("engine", [
-    FakeEngine(RunResult(127, 'exec: "python3": executable file not found in $PATH')),
-    FakeEngine(error=RuntimeError('OCI runtime create failed: exec: "python3": executable file not found in $PATH: unknown')),
+    probing(RunResult(127, 'exec: "python3": executable file not found in $PATH')),
+    probing(RunResult(127, 'OCI runtime create failed: exec: "python3": executable file not found in $PATH: unknown')),
 ])
 def test_inspect_full_without_python3(engine):
     with pytest.raises(ComposerError, match="does not look like a full Triton image: it has no python3"):
@@ -184,23 +126,9 @@ def test_inspect_full_without_python3(engine):
 
 def test_inspect_full_garbage_and_unknown_image():
     with pytest.raises(ComposerError, match="cannot probe ref: boom"):
-        inspect_full(FakeEngine(RunResult(1, "Traceback...\nboom\n")), "ref")
+        inspect_full(probing(RunResult(1, "Traceback...\nboom\n")), "ref")
     with pytest.raises(ImageNotFound):
-        inspect_full(FakeEngine(known=False), "ref")
-
-
-def test_inspect_min_uses_sh_and_parses():
-    engine = FakeEngine(RunResult(0, "@@ldconfig\n\tlibz.so.1 (libc6,x86-64) => /lib/x/libz.so.1\n@@ls\n@@python\n"))
-    m = inspect_min(engine, "min:1")
-    assert m == MinImageContents("min:1", frozenset({"libz.so.1"}), has_python=False)
-    _image, command, entrypoint, _files = engine.calls[0]
-    assert command[:2] == ["sh", "-c"] and entrypoint == []
-    assert "ldconfig -p" in command[2] and "command -v python3" in command[2]
-
-
-def test_driver_libraries():
-    assert contents.is_driver_library("libcuda.so.1")
-    assert not contents.is_driver_library("libz.so.1")
+        inspect_full(probing(RunResult(0, ""), known=False), "ref")
 
 
 # -- against the stand-in images, when the engine has them ------------------------
@@ -223,7 +151,7 @@ def standin_engine():
 
 
 @pytest.mark.integration
-def test_standin_full_and_min(standin_engine):
+def test_standin_full(standin_engine):
     c = inspect_full(standin_engine, STANDIN_FULL)
     assert c.stub_python == "3.11" and c.python_matches_stub
     assert {"identity", "onnxruntime", "python", "pytorch"} <= set(c.names("backend"))
@@ -232,8 +160,3 @@ def test_standin_full_and_min(standin_engine):
     assert any(p.endswith("/numpy") for p in c.python.numpy_paths)
     assert "libpython3.11.so.1.0" in {n.soname for n in c.python.needs}
     assert not c.component("backend", "python").missing
-    m = inspect_min(standin_engine, STANDIN_MIN)
-    assert not m.has_python and "libc.so.6" in m.sonames
-    files = runtime_files(c, m, list(c.python.needs) + list(c.component("backend", "python").needs))
-    assert "libpython3.11.so.1.0" in {f.soname for f in files}
-    assert "libc.so.6" not in {f.soname for f in files}

@@ -20,6 +20,7 @@ from composer.lock import (
     write_lock,
 )
 from composer.sets import preset_path
+from tests.unit.fake_engine import FakeEngine
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
@@ -152,12 +153,8 @@ def test_pinned_ref():
 # -- resolving against registries (fake engine and registries at the boundary) ----------
 
 
-class FakeEngine:
-    def __init__(self, *images: ImageInfo):
-        self.images = {i.ref: i for i in images}
-
-    def image(self, ref):
-        return self.images.get(ref)
+def engine_with(*images: ImageInfo) -> FakeEngine:
+    return FakeEngine(infos={i.ref: i for i in images})
 
 
 class FakeRegistries:
@@ -180,7 +177,7 @@ ROLES = [("full", FULL), ("min", MIN)]
 def test_lock_asks_the_registry_even_when_a_local_copy_exists(set_file):
     stale = info(FULL, ["reg.example/nvidia/tritonserver@" + D2])  # pulled before the tag moved
     registries = FakeRegistries({FULL: D1, MIN: D2})
-    lock = lock_images(FakeEngine(stale), set_file, ROLES, registries)
+    lock = lock_images(engine_with(stale), set_file, ROLES, registries)
     assert [(i.role, i.digest, i.local) for i in lock.images] == [("full", D1, False), ("min", D2, False)]
     assert registries.asked == [FULL, MIN]
 
@@ -190,7 +187,7 @@ def test_an_image_its_repository_never_held_is_locked_by_id_without_asking(set_f
     registries = FakeRegistries({MIN: D2})
     lines = []
     roles = [("full", only_here.ref), ("min", MIN)]
-    lock = lock_images(FakeEngine(only_here), set_file, roles, registries, lines.append)
+    lock = lock_images(engine_with(only_here), set_file, roles, registries, lines.append)
     assert lock.image("full") == LockedImage("full", only_here.ref, ID, local=True)
     assert registries.asked == [MIN]
     assert any("locked by image id" in line for line in lines)
@@ -199,18 +196,18 @@ def test_an_image_its_repository_never_held_is_locked_by_id_without_asking(set_f
 def test_a_refusing_registry_fails_the_lock_and_writes_nothing(set_file):
     local = info(FULL, ["reg.example/nvidia/tritonserver@" + D1])
     with pytest.raises(RegistryError, match="refused the credentials"):
-        lock_images(FakeEngine(local), set_file, ROLES, FakeRegistries(refuse=True))
+        lock_images(engine_with(local), set_file, ROLES, FakeRegistries(refuse=True))
     assert not lock_path(set_file).exists()
 
 
 def test_a_tag_its_registry_does_not_have_cannot_be_locked(set_file):
     with pytest.raises(ImageNotFound, match="registry reg.example has no nvidia/tritonserver:24.09-py3-min"):
-        lock_images(FakeEngine(), set_file, ROLES, FakeRegistries({FULL: D1}))
+        lock_images(engine_with(), set_file, ROLES, FakeRegistries({FULL: D1}))
 
 
 def test_check_lock_asks_the_registry_and_never_falls_back_to_the_local_copy(set_file):
     write_lock(set_file, [LockedImage("full", FULL, D1), LockedImage("min", MIN, D2)])
-    local = FakeEngine(info(FULL, ["reg.example/nvidia/tritonserver@" + D1]))  # still the locked digest
+    local = engine_with(info(FULL, ["reg.example/nvidia/tritonserver@" + D1]))  # still the locked digest
     lines = []
     assert check_lock(local, set_file, ROLES, FakeRegistries({FULL: D1, MIN: D2}), lines.append) == {
         "full": "reg.example/nvidia/tritonserver@" + D1,
@@ -231,14 +228,14 @@ def test_check_lock_of_local_images_compares_image_ids(set_file):
     ref = "localhost/standin/tritonserver:24.09-py3"
     write_lock(set_file, [LockedImage("full", ref, ID, local=True), LockedImage("min", MIN, D2)])
     registries = FakeRegistries({MIN: D2})
-    pinned = check_lock(FakeEngine(info(ref)), set_file, [("full", ref), ("min", MIN)], registries)
+    pinned = check_lock(engine_with(info(ref)), set_file, [("full", ref), ("min", MIN)], registries)
     assert pinned["full"] == ID and registries.asked == [MIN]
     with pytest.raises(UsageError, match="moved since the lock"):
-        check_lock(FakeEngine(info(ref, id=D1)), set_file, [("full", ref), ("min", MIN)], registries)
+        check_lock(engine_with(info(ref, id=D1)), set_file, [("full", ref), ("min", MIN)], registries)
 
 
 def test_check_lock_refuses_a_ref_the_lock_does_not_pin(set_file):
     write_lock(set_file, [LockedImage("full", FULL, D1), LockedImage("min", MIN, D2)])
     with pytest.raises(UsageError, match="the lock pins .*24.09-py3 but the build uses .*24.10-py3"):
-        check_lock(FakeEngine(), set_file, [("full", FULL.replace("24.09", "24.10")), ("min", MIN)],
+        check_lock(engine_with(), set_file, [("full", FULL.replace("24.09", "24.10")), ("min", MIN)],
                    FakeRegistries())

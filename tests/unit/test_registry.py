@@ -24,6 +24,7 @@ from composer.registry import (
     may_send_credentials,
     push_image,
 )
+from tests.unit.fake_engine import FakeEngine
 
 SECRET = "pa:ss-w0rd"
 
@@ -131,38 +132,6 @@ def test_a_port_like_500x_is_not_a_server_error():
 # -- push with a fake engine ------------------------------------------------------
 
 
-def _info(image_id: str, *tags: str) -> ImageInfo:
-    return ImageInfo(id=image_id, ref=image_id, tags=tags, repo_digests=(), env={}, labels={}, size=0)
-
-
-@dataclass
-class FakeEngine:
-    """Images by name, and a push that fails with the queued messages before it succeeds."""
-
-    images: dict[str, str] = field(default_factory=dict)  # name (tag or id) -> image id
-    failures: list[str] = field(default_factory=list)
-    pushes: list[tuple[str, object]] = field(default_factory=list)
-
-    def image(self, ref: str) -> ImageInfo | None:
-        image_id = self.images.get(ref)
-        if image_id is None:
-            return None
-        tags = tuple(name for name, i in self.images.items() if i == image_id and name != image_id)
-        return _info(image_id, *tags)
-
-    def tag(self, image_id: str, ref: str) -> None:
-        self.images[ref] = image_id
-
-    def remove_image(self, ref: str, *, force: bool = False) -> None:
-        self.images.pop(ref, None)
-
-    def push(self, ref, *, auth=None, on_line=lambda _l: None) -> str:
-        self.pushes.append((ref, auth))
-        if self.failures:
-            raise RegistryError(f"cannot push {ref}: {self.failures.pop(0)}")
-        return "sha256:" + "d" * 64
-
-
 REF = "127.0.0.1:5000/x:1"
 REFUSED = 'Get "http://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused'
 
@@ -172,7 +141,7 @@ def _engine(**kwargs) -> FakeEngine:
 
 
 def test_transient_failures_are_retried_with_exponential_backoff():
-    engine = _engine(failures=[REFUSED, "received unexpected HTTP status: 502 Bad Gateway"])
+    engine = _engine(push_failures=[REFUSED, "received unexpected HTTP status: 502 Bad Gateway"])
     sleeps: list[float] = []
     lines: list[str] = []
     digest = push_image(engine, "src:1", REF, retries=3, backoff=0.5, sleep=sleeps.append, on_line=lines.append)
@@ -183,7 +152,7 @@ def test_transient_failures_are_retried_with_exponential_backoff():
 
 
 def test_unreachable_after_retries_is_one_line_and_untags():
-    engine = _engine(failures=[REFUSED] * 10)
+    engine = _engine(push_failures=[REFUSED] * 10)
     sleeps: list[float] = []
     with pytest.raises(RegistryError) as caught:
         push_image(engine, "src:1", REF, retries=3, backoff=1.0, sleep=sleeps.append)
@@ -194,14 +163,14 @@ def test_unreachable_after_retries_is_one_line_and_untags():
 
 
 def test_server_errors_after_retries_say_so():
-    engine = _engine(failures=["received unexpected HTTP status: 503 Service Unavailable"] * 10)
+    engine = _engine(push_failures=["received unexpected HTTP status: 503 Service Unavailable"] * 10)
     with pytest.raises(RegistryError, match="kept failing after 2 tries: .*503") as caught:
         push_image(engine, "src:1", REF, retries=1, sleep=lambda _s: None)
     assert "\n" not in caught.value.message
 
 
 def test_auth_failures_are_never_retried_and_restore_the_old_tag():
-    engine = _engine(failures=["unauthorized: authentication required"] * 5)
+    engine = _engine(push_failures=["unauthorized: authentication required"] * 5)
     engine.images[REF] = "sha256:old"
     sleeps: list[float] = []
     auth = RegistryAuth("alice", SECRET)
@@ -221,7 +190,7 @@ def test_no_auth_passes_none_so_the_engine_uses_its_own():
 
 
 def test_no_retag_when_the_ref_already_names_the_image():
-    engine = _engine(failures=["invalid reference format"])
+    engine = _engine(push_failures=["invalid reference format"])
     engine.images[REF] = "sha256:aaa"
     with pytest.raises(RegistryError):
         push_image(engine, "src:1", REF)
@@ -229,7 +198,7 @@ def test_no_retag_when_the_ref_already_names_the_image():
 
 
 def test_the_only_name_of_an_image_is_kept_rather_than_deleting_the_image():
-    engine = FakeEngine(images={"sha256:bbb": "sha256:bbb"}, failures=["invalid reference format"])
+    engine = FakeEngine(images={"sha256:bbb": "sha256:bbb"}, push_failures=["invalid reference format"])
     lines: list[str] = []
     with pytest.raises(RegistryError):
         push_image(engine, "sha256:bbb", REF, on_line=lines.append)
@@ -238,7 +207,7 @@ def test_the_only_name_of_an_image_is_kept_rather_than_deleting_the_image():
 
 
 def test_engine_messages_are_scrubbed_of_the_password():
-    engine = _engine(failures=[f"weird failure mentioning {SECRET}"])
+    engine = _engine(push_failures=[f"weird failure mentioning {SECRET}"])
     with pytest.raises(RegistryError) as caught:
         push_image(engine, "src:1", REF, auth=RegistryAuth("alice", SECRET))
     assert SECRET not in caught.value.message
@@ -516,25 +485,10 @@ def test_check_ca_file(tmp_path):
         check_ca_file(tmp_path / "key.pem")
 
 
-@dataclass
-class _TrustEngine:
-    """Only what Registries asks of an engine: its registry settings and its docker login."""
-
-    logins: dict = field(default_factory=dict)
-    asked: list = field(default_factory=list)
-
-    def registry_config(self) -> dict:
-        return ENGINE_CONFIG
-
-    def credentials_for(self, host: str):
-        self.asked.append(host)
-        return self.logins.get(host)
-
-
 def test_registries_use_explicit_credentials_else_the_engines_login_per_host(tmp_path):
     import requests.certs
 
-    engine = _TrustEngine(logins={"reg.example": {"username": "bob", "password": SECRET}})
+    engine = FakeEngine(registry_settings=ENGINE_CONFIG, logins={"reg.example": {"username": "bob", "password": SECRET}})
     bundle = Path(requests.certs.where())  # a real PEM file of CAs
     registries = Registries(engine, ca_file=bundle)
     client = registries.client("reg.example")

@@ -2,48 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 
 from composer import smoke
 from composer.engine import RunResult
 from composer.smoke import SmokeOptions, smoke_test
+from composer.errors import EngineError, UsageError
 from composer.triton_client import TensorData
+from tests.unit.fake_engine import FakeEngine
 
 
-@dataclass
-class FakeContainer:
-    removed: bool = False
-    ports: dict = field(default_factory=lambda: {8000: 1})
+def serving(backends, **kwargs) -> FakeEngine:
+    """An engine whose images hold `backends` and no composition record."""
 
-    def host_port(self, port):
-        return self.ports[port]
-
-    def running(self):
-        return True
-
-    def logs(self, tail="all"):
-        return "server log line"
-
-    def remove(self):
-        self.removed = True
-
-
-class FakeEngine:
-    def __init__(self, backends):
-        self.backends = backends
-        self.container = FakeContainer()
-        self.started_with = None
-
-    def run_once(self, image, command, entrypoint=None, **_):
+    def answer(image, command):
         if command[0] == "ls":
-            return RunResult(0, "\n".join(self.backends))
+            return RunResult(0, "\n".join(backends))
         return RunResult(1, "")  # no composition record
 
-    def start(self, image, command=None, **kwargs):
-        self.started_with = kwargs
-        return self.container
+    return FakeEngine(answer=answer, **kwargs)
 
 
 class FakeClient:
@@ -64,6 +41,9 @@ class FakeClient:
     def infer(self, model, inputs):
         return self.answers[model]
 
+    def model_config(self, model):
+        return {"name": model, "instance_group": [{"kind": "KIND_CPU", "count": 1}]}
+
 
 @pytest.fixture
 def client(monkeypatch):
@@ -79,19 +59,19 @@ def add_sub_answer(correct=True):
 
 def test_tensorrt_is_skipped_with_the_next_step(client):
     client.answers = {"add_sub": add_sub_answer()}
-    engine = FakeEngine(["python", "tensorrt"])
+    engine = serving(["python", "tensorrt"])
     report = smoke_test(engine, "img", SmokeOptions(backends=("python", "tensorrt"), server_version="2.50.0"))
     rows = {r.subject: r for r in report.rows}
     assert report.passed
     assert rows["tensorrt"].status == "SKIP" and "--model-repository" in rows["tensorrt"].detail
     assert rows["python"].status == "PASS"
-    assert engine.container.removed
-    assert engine.started_with["shm_size"] and engine.started_with["ports"] == [8000]
+    assert engine.removed == ["container-1"] and not engine.running
+    assert engine.starts[0]["shm_size"] and engine.starts[0]["ports"] == [8000]
 
 
 def test_wrong_answer_fails_and_keeps_the_log(client):
     client.answers = {"add_sub": add_sub_answer(correct=False)}
-    report = smoke_test(FakeEngine(["python"]), "img", SmokeOptions(backends=("python",)))
+    report = smoke_test(serving(["python"]), "img", SmokeOptions(backends=("python",)))
     assert not report.passed
     assert [r.subject for r in report.failures()] == ["python"]
     assert report.log_tail == "server log line"
@@ -99,19 +79,19 @@ def test_wrong_answer_fails_and_keeps_the_log(client):
 
 def test_unselected_backend_present_fails(client):
     client.answers = {"add_sub": add_sub_answer()}
-    report = smoke_test(FakeEngine(["python", "pytorch"]), "img", SmokeOptions(backends=("python",)))
+    report = smoke_test(serving(["python", "pytorch"]), "img", SmokeOptions(backends=("python",)))
     presence = next(r for r in report.rows if r.subject == "backends")
     assert presence.status == "FAIL" and "pytorch" in presence.detail
 
 
 def test_wrong_server_version_fails(client):
     client.answers = {"add_sub": add_sub_answer()}
-    report = smoke_test(FakeEngine(["python"]), "img", SmokeOptions(backends=("python",), server_version="2.49.0"))
+    report = smoke_test(serving(["python"]), "img", SmokeOptions(backends=("python",), server_version="2.49.0"))
     assert any(r.subject == "server" and r.status == "FAIL" for r in report.rows)
 
 
 def test_container_removed_on_interrupt(client, monkeypatch):
-    engine = FakeEngine(["python"])
+    engine = serving(["python"])
 
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
@@ -119,4 +99,104 @@ def test_container_removed_on_interrupt(client, monkeypatch):
     monkeypatch.setattr(smoke, "_check_server", interrupted)
     with pytest.raises(KeyboardInterrupt):
         smoke_test(engine, "img", SmokeOptions(backends=("python",)))
-    assert engine.container.removed
+    assert engine.removed == ["container-1"] and not engine.running
+
+
+# -- GPUs, metrics, strict ---------------------------------------------------------
+
+GPU_METRICS = "# HELP nv_gpu_utilization GPU utilization\nnv_gpu_utilization{gpu_uuid=\"GPU-1\"} 0\n"
+
+
+@pytest.fixture
+def metrics(monkeypatch):
+    """What the server's metrics endpoint answers; the URLs asked are recorded."""
+    state = {"text": GPU_METRICS, "urls": []}
+
+    def fetch(url):
+        state["urls"].append(url)
+        return state["text"]
+
+    monkeypatch.setattr(smoke, "metrics_text", fetch)
+    monkeypatch.setattr(smoke.time, "sleep", lambda _s: None)
+    return state
+
+
+def test_auto_asks_for_all_gpus_where_the_engine_offers_the_nvidia_runtime(client, metrics):
+    client.answers = {"add_sub": add_sub_answer()}
+    engine = serving(["python"], offered_runtimes=frozenset({"runc", "nvidia"}))
+    report = smoke_test(engine, "img", SmokeOptions(backends=("python",)))
+    start = engine.starts[0]
+    assert start["gpus"] == "all" and start["ports"] == [8000, 8002]
+    assert "--allow-gpu-metrics=true" in start["command"] and "--allow-metrics=false" not in start["command"]
+    assert report.passed and report.gpus == "all" and "nvidia runtime" in report.gpus_reason
+    rows = {r.subject: r for r in report.rows}
+    assert rows["metrics"].status == "PASS" and "nv_gpu_utilization" in rows["metrics"].detail
+    assert metrics["urls"] == ["http://127.0.0.1:48002"]  # the published metrics port
+    assert "GPUs: all" in rows["server"].detail
+    assert report.to_dict()["gpus"] == "all"
+
+
+def test_auto_asks_for_none_without_the_nvidia_runtime(client, metrics):
+    client.answers = {"add_sub": add_sub_answer()}
+    engine = serving(["python"])
+    report = smoke_test(engine, "img", SmokeOptions(backends=("python",)))
+    start = engine.starts[0]
+    assert start["gpus"] == "none" and start["ports"] == [8000]
+    assert "--allow-metrics=false" in start["command"]
+    assert report.gpus == "none" and "no nvidia runtime" in report.gpus_reason
+    assert "metrics" not in {r.subject for r in report.rows} and metrics["urls"] == []
+
+
+def test_gpus_without_gpu_metrics_fail_loudly(client, metrics):
+    client.answers = {"add_sub": add_sub_answer()}
+    metrics["text"] = "nv_inference_count{model=\"add_sub\"} 0\n"
+    engine = serving(["python"], offered_runtimes=frozenset({"nvidia"}))
+    report = smoke_test(engine, "img", SmokeOptions(backends=("python",)))
+    assert not report.passed
+    assert [r.subject for r in report.failures()] == ["metrics"]
+    assert "DCGM did not start" in report.failures()[0].detail and report.log_tail == "server log line"
+
+
+@pytest.mark.parametrize("wanted, asked", [(2, 2), ("2", 2), (0, 0), ("none", "none"), ("all", "all")])
+def test_explicit_gpus_override_auto(client, metrics, wanted, asked):
+    client.answers = {"add_sub": add_sub_answer()}
+    engine = serving(["python"], offered_runtimes=frozenset({"nvidia"}))
+    report = smoke_test(engine, "img", SmokeOptions(backends=("python",), gpus=wanted))
+    assert engine.starts[0]["gpus"] == asked and report.gpus == str(asked) and report.gpus_reason == "as asked"
+
+
+@pytest.mark.parametrize("bad", ["some", -1, "-2", 1.5, True])
+def test_bad_gpus_refused_before_any_work(bad):
+    with pytest.raises(UsageError, match="give auto, all, none or a number of GPUs"):
+        SmokeOptions(backends=("python",), gpus=bad)
+
+
+def test_engine_refuses_a_bad_gpu_request():
+    with pytest.raises(EngineError, match="give all, none or a positive number"):
+        FakeEngine().start("img", gpus="several")
+
+
+def test_strict_turns_every_skip_into_a_failure(client):
+    client.answers = {"add_sub": add_sub_answer()}
+    engine = serving(["python", "tensorrt"])
+    report = smoke_test(engine, "img", SmokeOptions(backends=("python", "tensorrt"), strict=True))
+    assert not report.passed and report.strict
+    assert [(r.subject, r.status) for r in report.failures()] == [("tensorrt", "FAIL")]
+    assert report.failures()[0].detail.startswith("strict: ")
+    assert report.to_dict()["counts"] == {"passed": 3, "failed": 1, "skipped": 0}
+
+
+def test_skip_stays_skipped_never_passed(client):
+    client.answers = {"add_sub": add_sub_answer()}
+    report = smoke_test(serving(["python", "tensorrt"]), "img", SmokeOptions(backends=("python", "tensorrt")))
+    record = report.to_dict()
+    assert record["passed"] and record["counts"] == {"passed": 3, "failed": 0, "skipped": 1}
+    assert [r["status"] for r in record["rows"] if r["subject"] == "tensorrt"] == ["SKIP"]
+
+
+def test_each_model_says_its_device(client):
+    client.answers = {"add_sub": add_sub_answer()}
+    report = smoke_test(serving(["python"]), "img", SmokeOptions(backends=("python",)))
+    row = next(r for r in report.rows if r.model == "add_sub")
+    assert row.device == "CPU" and row.detail.endswith("(CPU)")
+    assert report.to_dict()["rows"][-1]["device"] == "CPU"

@@ -1,0 +1,134 @@
+"""The composer against Podman's Docker-compatible service, for real (Debian's podman package).
+
+scripts/podman-service runs `podman system service` on a unix socket with storage of its own,
+records its PID and stops it by that PID; the stand-ins move in through the engines' APIs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from composer.engine import ContainerEngine, Engine
+from composer.errors import ComposerError
+from tests.integration.test_build import REGISTRY, composer
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "podman-service"
+STANDINS = ("localhost/standin/tritonserver:24.09-py3", "localhost/standin/tritonserver:24.09-py3-min")
+
+
+@dataclass
+class PodmanService:
+    folder: Path
+    host: str = ""
+    engine: ContainerEngine | None = None
+
+    def start(self, *insecure_registries: str) -> None:
+        done = subprocess.run([str(SCRIPT), "start", str(self.folder), *insecure_registries],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "podman-service failed")
+        self.host = done.stdout.strip()
+        self.engine = Engine.connect(timeout=600, host=self.host)
+
+    def stop(self) -> None:
+        subprocess.run([str(SCRIPT), "stop", str(self.folder)], capture_output=True, timeout=120)
+
+    def pid(self) -> int | None:
+        pidfile = self.folder / "podman.pid"
+        return int(pidfile.read_text()) if pidfile.exists() else None
+
+    def containers(self) -> list[str]:
+        done = subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True,
+                              env={**os.environ, "DOCKER_HOST": self.host}, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+
+@pytest.fixture(scope="module")
+def podman(engine, standin_images, tmp_path_factory):
+    if shutil.which("podman") is None:
+        why = "podman is not installed (scripts/bootstrap installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and {why}", pytrace=False)
+        pytest.skip(why)
+    service = PodmanService(tmp_path_factory.mktemp("podman"))
+    try:
+        try:
+            service.start()
+        except RuntimeError as exc:
+            if os.environ.get("CI"):
+                pytest.fail(f"CI is set and the podman service cannot start: {exc}", pytrace=False)
+            pytest.skip(f"the podman service cannot start: {exc}")
+        assert service.engine.is_podman
+        archive = tmp_path_factory.mktemp("standins") / "standins.tar"
+        engine.save(list(STANDINS), archive)
+        service.engine.load(archive)
+        archive.unlink()
+        yield service
+    finally:
+        pid = service.pid()
+        service.stop()
+        assert pid is None or not Path(f"/proc/{pid}").exists() or "Z" in _state(pid)
+        # Podman's storage is root-owned and holds read-only layers: podman itself removes it.
+        subprocess.run(["podman", "--root", str(service.folder / "storage"), "--runroot", str(service.folder / "run"),
+                        "system", "reset", "--force"], capture_output=True, timeout=300)
+        shutil.rmtree(service.folder, ignore_errors=True)
+
+
+def _state(pid: int) -> str:
+    try:
+        return next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State:"))
+    except (FileNotFoundError, StopIteration):
+        return "Z"
+
+
+def test_build_smoke_test_tag_and_push_through_podman(engine, podman, registry):
+    podman.stop()  # the registry speaks plain http: Podman is told so, as Docker assumes for 127.0.0.0/8
+    podman.start(registry.host)
+    tag = f"triton-composer-test/podman:{uuid.uuid4().hex[:10]}"
+    push = f"{registry.host}/composer-test/podman:{uuid.uuid4().hex[:8]}"
+    try:
+        run = composer("build", "--registry", REGISTRY, "--version", "24.09", "-b", "python", "--tag", tag,
+                       "--push", push, "--registry-auth", "env:PODMAN_TEST_AUTH", "--json",
+                       env={"DOCKER_HOST": podman.host, "PODMAN_TEST_AUTH": f"{registry.username}:{registry.password}"})
+        assert run.returncode == 0, run.stderr
+        record = json.loads(run.stdout)
+        assert record["smoke_test"]["passed"]
+        assert {(r["subject"], r["status"]) for r in record["smoke_test"]["rows"]} >= {("python", "PASS")}
+        image = podman.engine.image(tag)
+        assert image is not None and engine.image(tag) is None  # on Podman, not on the Docker engine
+        assert image.labels.get("org.triton-composer.backends") == "python"
+        name, reference = push.split("/", 1)[1].rsplit(":", 1)
+        answer = registry.manifest(name, reference)
+        assert answer.status_code == 200
+        assert podman.containers() == []  # probe, collect and smoke containers all gone
+    finally:
+        for ref in (tag, push):
+            try:
+                podman.engine.remove_image(ref, force=True)
+            except ComposerError:
+                pass
+    # The base images are still there: a build never removes what it was built from.
+    assert all(podman.engine.image(ref) is not None for ref in STANDINS)
+
+
+def test_builds_on_podman_have_no_network(podman, tmp_path):
+    (tmp_path / "Dockerfile").write_text(f"FROM {STANDINS[1]}\nRUN cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '\n")
+    lines: list[str] = []
+    image = podman.engine.build(tmp_path, network_mode="none", nocache=True, on_line=lines.append)
+    try:
+        interfaces = [line.strip() for line in lines if line.strip() and not line.startswith(("STEP", "COMMIT", "-->"))
+                      and len(line.strip()) < 20]
+        assert interfaces == ["lo"], lines
+    finally:
+        podman.engine.remove_image(image, force=True)

@@ -1,0 +1,141 @@
+"""The one fake container engine for unit tests: in memory, at the ContainerEngine boundary.
+
+It subclasses the interface, so a method added there and missing here fails every unit test
+that makes one, instead of drifting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from composer.engine import Container, ContainerEngine, Gpus, ImageInfo, RunResult, gpu_request
+from composer.errors import ImageNotFound, RegistryError
+
+PUSHED_DIGEST = "sha256:" + "d" * 64
+
+# run_once's answer: one result (or error) for every command, or a function of (image, command).
+Answer = RunResult | Exception | Callable[[str, list[str]], RunResult]
+
+
+@dataclass
+class FakeEngine(ContainerEngine):
+    """Images by name (name -> image id, or a whole ImageInfo), scripted run_once answers,
+    recorded starts and pushes, the engine's registry settings and logins."""
+
+    images: dict[str, str] = field(default_factory=dict)
+    infos: dict[str, ImageInfo] = field(default_factory=dict)  # full records by name, where a test needs them
+    answer: Answer | None = None
+    offered_runtimes: frozenset[str] = frozenset({"runc"})
+    push_failures: list[str] = field(default_factory=list)
+    logs: str = "server log line"
+    runs: list[dict] = field(default_factory=list)
+    starts: list[dict] = field(default_factory=list)
+    pushes: list[tuple[str, object]] = field(default_factory=list)
+    running: set[str] = field(default_factory=set)
+    removed: list[str] = field(default_factory=list)
+    registry_settings: dict = field(default_factory=lambda: {"InsecureRegistryCIDRs": ["127.0.0.0/8"]})
+    logins: dict[str, dict] = field(default_factory=dict)  # registry host -> docker login credentials
+    asked_logins: list[str] = field(default_factory=list)
+
+    @classmethod
+    def with_images(cls, *names: str, **kwargs) -> "FakeEngine":
+        """An engine holding `names`, each its own image."""
+        return cls(images={n: f"sha256:{i:064x}" for i, n in enumerate(names, 1)}, **kwargs)
+
+    # -- images -------------------------------------------------------------
+
+    def image(self, ref: str) -> ImageInfo | None:
+        if ref in self.infos:
+            return self.infos[ref]
+        image_id = self.images.get(ref) or (ref if ref in self.images.values() else None)
+        if image_id is None:
+            return None
+        tags = tuple(n for n, i in self.images.items() if i == image_id and n != image_id)
+        return ImageInfo(id=image_id, ref=ref, tags=tags, repo_digests=(), env={}, labels={}, size=0)
+
+    def pull(self, ref, *, on_line=None, auth=None) -> ImageInfo:
+        raise ImageNotFound(f"cannot pull {ref}: the fake engine reaches no registry")
+
+    def tag(self, image_id: str, ref: str) -> None:
+        self.images[ref] = image_id
+
+    def remove_image(self, ref: str, *, force: bool = False) -> None:
+        self.images.pop(ref, None)
+
+    def images_labelled(self, label: str) -> list[str]:
+        return []
+
+    def image_names(self) -> list[str]:
+        return [n for n, i in self.images.items() if n != i]
+
+    def history(self, ref: str) -> list[str]:
+        return []
+
+    def import_rootfs(self, tarball: Path, ref: str, changes: Iterable[str] = ()) -> str:
+        self.images[ref] = f"sha256:{len(self.images) + 1:064x}"
+        return self.images[ref]
+
+    def build(self, context: Path, **kwargs) -> str:
+        raise NotImplementedError("the fake engine does not build")
+
+    # -- containers ---------------------------------------------------------
+
+    def run_once(self, image, command, *, entrypoint=None, files=None, user=None, labels=None,
+                 timeout=300) -> RunResult:
+        self.runs.append({"image": image, "command": command, "entrypoint": entrypoint, "files": files})
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        if callable(self.answer):
+            return self.answer(image, command)
+        return self.answer if self.answer is not None else RunResult(0, "")
+
+    def start(self, image: str, command: list[str] | None = None, *, ports: Iterable[int] = (),
+              files: Mapping | None = None, labels: Mapping | None = None, shm_size: str | None = None,
+              environment: Mapping | None = None, user: str | None = None, gpus: Gpus | None = None) -> Container:
+        ports = list(ports)
+        gpu_request(gpus)  # refuses a bad value as the real engine does
+        container_id = f"container-{len(self.starts) + 1}"
+        self.starts.append({"image": image, "command": command, "ports": ports, "files": files,
+                            "labels": labels, "shm_size": shm_size, "gpus": gpus})
+        self.running.add(container_id)
+        return Container(self, container_id, host="127.0.0.1", ports={p: 40000 + p for p in ports})
+
+    def containers_labelled(self, label: str) -> list[str]:
+        return sorted(self.running)
+
+    def container_logs(self, container_id: str, tail="all") -> str:
+        return self.logs
+
+    def container_running(self, container_id: str) -> bool:
+        return container_id in self.running
+
+    def remove_container(self, container_id: str) -> None:
+        if container_id in self.running:
+            self.running.discard(container_id)
+            self.removed.append(container_id)
+
+    def runtimes(self) -> frozenset[str]:
+        return self.offered_runtimes
+
+    # -- registries and archives --------------------------------------------
+
+    def push(self, ref, *, auth=None, on_line=None) -> str:
+        self.pushes.append((ref, auth))
+        if self.push_failures:
+            raise RegistryError(f"cannot push {ref}: {self.push_failures.pop(0)}")
+        return PUSHED_DIGEST
+
+    def registry_config(self) -> dict:
+        return dict(self.registry_settings)
+
+    def credentials_for(self, registry: str):
+        self.asked_logins.append(registry)
+        return self.logins.get(registry)
+
+    def save(self, refs, out: Path) -> None:
+        out.write_bytes(b"")
+
+    def load(self, archive: Path) -> None:
+        pass

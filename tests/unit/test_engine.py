@@ -1,0 +1,193 @@
+"""DockerEngine at the Docker SDK boundary: errors translated, ports published where they are
+reached, GPUs requested as device requests. The SDK's APIClient is faked; nothing runs."""
+
+from __future__ import annotations
+
+import docker.errors
+import pytest
+import requests
+
+from composer.engine import ContainerEngine, DockerEngine, Endpoint, gpu_request
+from composer.errors import ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError
+from tests.unit.fake_engine import FakeEngine
+
+
+class FakeResponse:
+    status_code = 500
+    reason = "Internal Server Error"
+    url = "http+docker://localhost/v1.41/x"
+
+    def json(self):
+        return {"message": "boom"}
+
+
+def api_error(message="driver failed\nsecond line", status=500):
+    response = FakeResponse()
+    response.status_code = status
+    cls = docker.errors.NotFound if status == 404 else docker.errors.APIError
+    return cls("500 Server Error", response=response, explanation=message)
+
+
+class FakeAPI:
+    """The calls DockerEngine makes; each raises what it is told to."""
+
+    def __init__(self, raises=None, ports=None, info=None, push_events=()):
+        self.raises = raises
+        self.created = {}
+        self.ports = ports or {}
+        self.info_answer = info or {}
+        self.push_events = push_events
+        self.credstore_env = None
+
+    def _maybe_raise(self):
+        if self.raises is not None:
+            raise self.raises
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self._maybe_raise()
+            return {}
+        return call
+
+    def create_host_config(self, **kwargs):
+        return kwargs
+
+    def create_container(self, image, **kwargs):
+        self._maybe_raise()
+        self.created = kwargs
+        return {"Id": "c1"}
+
+    def start(self, cid):
+        self._maybe_raise()
+
+    def inspect_container(self, cid):
+        self._maybe_raise()
+        return {"NetworkSettings": {"Ports": {f"{p}/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(h)}]
+                                              for p, h in self.ports.items()}}, "State": {"Running": True}}
+
+    def remove_container(self, cid, **kwargs):
+        self._maybe_raise()
+
+    def info(self):
+        self._maybe_raise()
+        return self.info_answer
+
+    def push(self, repo, **kwargs):
+        self._maybe_raise()
+        return iter(self.push_events)
+
+
+class FakeClient:
+    def __init__(self, api):
+        self.api = api
+
+
+def docker_engine(url="unix:///var/run/docker.sock", **api) -> tuple[DockerEngine, FakeAPI]:
+    fake = FakeAPI(**api)
+    return DockerEngine(FakeClient(fake), Endpoint(url)), fake
+
+
+def test_the_fake_is_a_complete_engine():
+    assert isinstance(FakeEngine(), ContainerEngine)  # abstract methods all implemented, or this fails
+
+
+@pytest.mark.parametrize("call", [
+    lambda e: e.tag("sha256:1", "x:1"),
+    lambda e: e.remove_image("x:1"),
+    lambda e: e.history("x:1"),
+    lambda e: e.images_labelled("k=v"),
+    lambda e: e.image_names(),
+    lambda e: e.containers_labelled("k"),
+    lambda e: e.remove_container("c1"),
+    lambda e: e.run_once("img", ["true"]),
+    lambda e: e.start("img", ["serve"], ports=[8000]),
+    lambda e: e.push("127.0.0.1:5000/x:1"),
+    lambda e: e.runtimes(),
+    lambda e: e.registry_config(),
+    lambda e: e.pull("x:1"),
+])
+@pytest.mark.parametrize("error", [api_error(), requests.ConnectionError("refused\nmore"), docker.errors.DockerException("x")])
+def test_sdk_errors_never_leave_the_engine_untranslated(call, error):
+    engine, _ = docker_engine(raises=error)
+    with pytest.raises(ComposerError) as caught:
+        call(engine)
+    assert "\n" not in caught.value.message and caught.value.message
+    if isinstance(error, docker.errors.APIError):
+        assert "driver failed" in caught.value.message and "second line" not in caught.value.message
+    else:
+        assert isinstance(caught.value, EngineUnavailable)
+
+
+def test_absent_things_are_values_not_errors():
+    engine, _ = docker_engine(raises=api_error(status=404))
+    assert engine.image("x:1") is None
+    engine.remove_image("x:1")
+    engine.remove_container("c1")
+    assert engine.container_running("c1") is False
+    with pytest.raises(ImageNotFound):
+        engine.tag("sha256:1", "x:1")
+
+
+def test_a_command_missing_from_the_image_is_exit_127_other_start_failures_are_errors():
+    engine, _ = docker_engine(raises=None)
+    engine._api.start = lambda cid: (_ for _ in ()).throw(api_error('exec: "python3": executable file not found in $PATH'))
+    assert engine.run_once("img", ["python3"]).exit_code == 127
+    engine._api.start = lambda cid: (_ for _ in ()).throw(api_error("unable to apply cgroup configuration"))
+    with pytest.raises(EngineError, match="cgroup"):
+        engine.run_once("img", ["python3"])
+
+
+@pytest.mark.parametrize("url, publish_ip, reach", [
+    ("unix:///var/run/docker.sock", "127.0.0.1", "127.0.0.1"),
+    ("tcp://127.0.0.2:2375", None, "127.0.0.2"),
+    ("tcp://docker:2376", None, "docker"),
+    ("ssh://me@build-host", "127.0.0.1", "127.0.0.1"),
+])
+def test_ports_are_published_where_the_engine_is_reached(url, publish_ip, reach):
+    engine, api = docker_engine(url, ports={8000: 41001})
+    container = engine.start("img", ["serve"], ports=[8000]) if not url.startswith("ssh") else None
+    endpoint = Endpoint(url)
+    assert (endpoint.publish_ip, endpoint.reach_host) == (publish_ip, reach)
+    if container is not None:
+        assert api.created["host_config"]["port_bindings"] == {8000: (publish_ip, None) if publish_ip else None}
+        assert container.url(8000) == f"http://{reach}:41001"
+
+
+def test_docker_host_wins_over_the_docker_context(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.2:1")
+    assert Endpoint.from_environment().url == "tcp://127.0.0.2:1"
+
+
+@pytest.mark.parametrize("gpus, count", [("all", -1), (2, 2), ("none", None), (None, None), (0, None)])
+def test_gpus_become_a_device_request(gpus, count):
+    engine, api = docker_engine(ports={8000: 1})
+    engine.start("img", ports=[8000], gpus=gpus)
+    requests_made = api.created["host_config"]["device_requests"]
+    if count is None:
+        assert requests_made is None
+    else:
+        assert [(r["Count"], r["Capabilities"]) for r in requests_made] == [(count, [["gpu"]])]
+    assert gpu_request(gpus) == count
+
+
+def test_nvidia_runtime_is_read_from_the_engine():
+    assert docker_engine(info={"Runtimes": {"runc": {}, "nvidia": {}}})[0].offers_nvidia_runtime()
+    assert not docker_engine(info={"Runtimes": {"runc": {}}})[0].offers_nvidia_runtime()
+
+
+def test_pushed_digest_from_aux_or_from_podmans_status_line():
+    digest = "sha256:" + "e" * 64
+    docker_events = [{"status": "Pushed"}, {"aux": {"Tag": "1", "Digest": digest}}]
+    podman_events = [{"status": f"1: digest: {digest} size: 1222"}]
+    for events in (docker_events, podman_events):
+        assert docker_engine(push_events=events)[0].push("127.0.0.1:5000/x:1") == digest
+    with pytest.raises(RegistryError, match="reported no digest"):
+        docker_engine(push_events=[{"status": "Pushed"}])[0].push("127.0.0.1:5000/x:1")
+    with pytest.raises(RegistryError, match="^cannot push 127.0.0.1:5000/x:1: denied$"):
+        docker_engine(push_events=[{"error": "denied\nmore"}])[0].push("127.0.0.1:5000/x:1")
+
+
+def test_an_engine_that_answers_too_late_is_one_line_naming_the_step():
+    engine, _ = docker_engine(raises=requests.ReadTimeout("read timed out\nmore"))
+    with pytest.raises(EngineError, match=r"^cannot run true in img: the engine gave no answer in time$"):
+        engine.run_once("img", ["true"])
