@@ -24,6 +24,7 @@ from composer.spec import (
     BUNDLE,
     DEFAULT_REGISTRY,
     RENDER,
+    SMOKE,
     WHEELS,
     CompositionSpec,
     Flag,
@@ -429,11 +430,10 @@ def _render(out: Printer, spec: CompositionSpec, catalog: Catalog, output: Path,
 
 @app.command("smoke-test")
 @reports_errors
+@spec_options(SMOKE)
 def smoke_test_command(
+    given: dict,
     image_ref: str = typer.Argument(..., metavar="IMAGE", help="The image to smoke-test."),
-    model_repository: Optional[Path] = typer.Option(
-        None, "--model-repository", help="Serve these models instead of the samples: each must reach READY."
-    ),
     backend: List[str] = typer.Option(
         [], "--backend", "-b", help="Backends the image must hold (default: those its composition record names)."
     ),
@@ -448,10 +448,13 @@ def smoke_test_command(
     backends = tuple(backend) or tuple(b for b in info.labels.get("org.triton-composer.backends", "").split(",") if b)
     if not backends:
         raise UsageError(f"{image_ref} has no composition label: name its backends with --backend")
+    result = CompositionSpec().with_fields(given).result
     options = SmokeOptions(
         backends=backends,
         server_version=info.env.get("TRITON_SERVER_VERSION"),
-        model_repository=model_repository,
+        model_repository=result.model_repository,
+        gpus=result.gpus,
+        strict=result.strict,
     )
     report = smoke_test(engine, info.id, options, on_line=out.step)
     if not report.passed:

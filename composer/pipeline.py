@@ -286,6 +286,8 @@ def build_image(
     *,
     smoke: bool = True,
     model_repository: Path | None = None,
+    gpus: str | int = "auto",
+    strict: bool = False,
     context_dir: Path | None = None,
     labels: dict[str, str] | None = None,
     on_line: LineSink = quiet,
@@ -326,7 +328,8 @@ def build_image(
     report = None
     if smoke:
         options = SmokeOptions(
-            backends=plan.all_backends, server_version=plan.release.server, model_repository=model_repository
+            backends=plan.all_backends, server_version=plan.release.server, model_repository=model_repository,
+            gpus=gpus, strict=strict,
         )
         report = smoke_test(engine, image_id, options, on_line=on_smoke_line or on_line, labels=labels)
         if not report.passed:
@@ -413,6 +416,8 @@ def _build_and_push(engine: Engine, spec: CompositionSpec, plan: CompositionPlan
         plan,
         smoke=spec.result.smoke_test,
         model_repository=spec.result.model_repository,
+        gpus=spec.result.gpus,
+        strict=spec.result.strict,
         labels=dict(run.labels or {}),
         on_line=run.on_build_line or run.on_line,
         on_smoke_line=run.on_line,

@@ -84,6 +84,8 @@ class Result:
     smoke_test: bool = True
     model_repository: Path | None = None
     labels: tuple[tuple[str, str], ...] = ()
+    gpus: str = "auto"  # GPUs for the smoke test: auto, all, none or a count
+    strict: bool = False  # every SKIP of the smoke test is a failure
 
 
 @dataclass(frozen=True)
@@ -361,6 +363,12 @@ def check_host(value: str) -> str | None:
     return None
 
 
+def check_gpus(value: str) -> str | None:
+    if value in ("auto", "all", "none") or (value.isdigit() and int(value) > 0):
+        return None
+    return f"'{_printable(value)}' is not a GPU request: give auto, all, none or a number of GPUs"
+
+
 def check_label_key(value: str) -> str | None:
     if not LABEL_KEY_PATTERN.match(value):
         return f"'{_printable(value)}' is not a label key (letters, digits, '.', '_', '-', '/')"
@@ -397,7 +405,7 @@ def read_requirement_file(path: Path) -> list[str]:
 
 # -- the declarations -------------------------------------------------------------
 
-BUILD, RENDER, BUNDLE, WHEELS, BACKENDS = "build", "render", "bundle", "wheels", "backends"
+BUILD, RENDER, BUNDLE, WHEELS, BACKENDS, SMOKE = "build", "render", "bundle", "wheels", "backends", "smoke-test"
 COMPOSING = (BUILD, RENDER, BUNDLE)
 
 
@@ -460,10 +468,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("result.smoke_test", "--no-smoke-test", "smoke_test", Flag(inverted=True),
            "Tag without serving the samples first.", commands=(BUILD, BUNDLE)),
     Option("result.model_repository", "--model-repository", "model_repository", LocalPath("folder"),
-           "Smoke-test these models instead of the samples: each must reach READY.", commands=(BUILD,),
+           "Smoke-test these models instead of the samples: each must reach READY.", commands=(BUILD, SMOKE),
            portable=False),
     Option("result.push", "--push", "push", _TAG_REF, "Push the image as REF once its smoke test passed.",
            commands=(BUILD,)),
+    Option("result.gpus", "--gpus", "gpus", Text(check_gpus, "auto, all, none or a number"),
+           "GPUs for the smoke test: auto (all when the engine offers the NVIDIA runtime), all, none or N.",
+           commands=(BUILD, SMOKE)),
+    Option("result.strict", "--strict", "strict", Flag(), "Every SKIP of the smoke test fails the build.",
+           commands=(BUILD, SMOKE)),
     # packages
     Option("packages.specs", "--pip", "packages.pip", Strings(check_requirement, "a list of strings"),
            "A python package for python models, pip requirement syntax (repeatable).",

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import threading
 import uuid
 from pathlib import Path
