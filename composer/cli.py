@@ -211,6 +211,8 @@ def build(
     catalog = Catalog.load()
     _check_writable(junit, "--junit")
     if bundle is not None:
+        if not bundle.is_file():
+            raise UsageError(f"--bundle {bundle}: no such file")
         allowed = {"result.tag", "result.push", "result.smoke_test", "result.model_repository", "result.labels"}
         if set_files or locked or set(given) - allowed:
             raise UsageError("--bundle carries its own selection: give only --tag, --push, --label, "
@@ -330,12 +332,16 @@ def mirror(
     """Copy a release's full and min images into a private registry; only what is missing moves."""
     from composer.registry import load_auth, mirror_release
 
+    from composer.refs import check_registry_prefix
+
     out = Printer(as_json)
     release = Catalog.load().release(version)
-    auth, src_auth = load_auth(registry_auth), load_auth(source_auth)
-    engine = _engine()
+    check_registry_prefix(to, "--to")
+    check_registry_prefix(source, "--registry")
     if registry_ca is not None and not registry_ca.is_file():
         raise UsageError(f"--registry-ca {registry_ca}: no such file")
+    auth, src_auth = load_auth(registry_auth), load_auth(source_auth)
+    engine = _engine()
     result = mirror_release(engine, release, source=source, dest=to, auth=auth, source_auth=src_auth,
                             registry_ca=registry_ca.resolve() if registry_ca else None, on_line=out.step)
     out.result(

@@ -239,7 +239,7 @@ class _Reader:
                 previous = values.get(option.field)
                 values[option.field] = previous + value if isinstance(previous, tuple) else value
         spec = CompositionSpec(name=_stem(self.path), source=self.path).with_fields(values)
-        for problem in problems(spec):
+        for problem in problems(spec, command=None):
             node = nodes.get(problem.key, root)
             if problem.key in groups:  # a group is reported at its key's line
                 node = entries[problem.key][0] if problem.key in entries else root

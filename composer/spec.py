@@ -595,7 +595,7 @@ class Problem:
     on_command_line: str
 
 
-def problems(spec: CompositionSpec, command: str = BUILD) -> list[Problem]:
+def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem]:
     """What is wrong with the spec as a whole (each field was checked when it was read)."""
     found = []
     if not spec.images.version and not spec.images.full:
@@ -608,6 +608,10 @@ def problems(spec: CompositionSpec, command: str = BUILD) -> list[Problem]:
             "backends", "select at least one backend (backends: [NAME, ...] or custom_backends)",
             "select at least one backend with --backend NAME (composer backends lists them)"))
     p = spec.packages
+    # A set may name a wheelhouse that `composer wheels` is about to fill: checked for builds only.
+    if command in (BUILD, RENDER, BUNDLE) and p.wheelhouse is not None and not p.wheelhouse.is_dir():
+        found.append(Problem("packages.wheelhouse", f"no such folder {p.wheelhouse}",
+                             f"--wheelhouse {p.wheelhouse}: no such folder (composer wheels -o DIR fills one)"))
     if (p.wheelhouse or p.index_url or p.extra_index_urls or p.ca_cert) and not p.specs:
         found.append(Problem(
             "packages", "package sources are given but no package: add pip: [SPEC] or requirements: [FILE]",
