@@ -331,7 +331,11 @@ def build_image(
             backends=plan.all_backends, server_version=plan.release.server, model_repository=model_repository,
             gpus=gpus, strict=strict,
         )
-        report = smoke_test(engine, image_id, options, on_line=on_smoke_line or on_line, labels=labels)
+        try:
+            report = smoke_test(engine, image_id, options, on_line=on_smoke_line or on_line, labels=labels)
+        except BaseException:  # Ctrl-C or a lost engine: the untagged new image goes, every tag stays
+            engine.discard_untagged(image_id)
+            raise
         if not report.passed:
             engine.discard_untagged(image_id)
             failed = ", ".join(f"{r.subject}{'/' + r.model if r.model else ''}" for r in report.failures())

@@ -1,0 +1,129 @@
+"""The pipeline at the engine boundary: resolution once, tags that never move on failure, pushes
+that keep the smoke result, base images built by their own repository's digest or by id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from composer import pipeline
+from composer.catalog import Catalog
+from composer.contents import Component, FullImageContents
+from composer.engine import ImageInfo
+from composer.errors import RegistryError, UsageError
+from composer.pipeline import Inspection, Run, build_image, compose, plan_from_inspection, resolve_targets
+from composer.smoke import SmokeReport, SmokeRow
+from tests.specs import spec
+from tests.unit.fake_engine import FakeEngine
+
+BUILT = "sha256:" + "b" * 64
+OLD = "sha256:" + "0" * 64
+
+
+class BuildingEngine(FakeEngine):
+    """The fake engine, able to 'build': every build gives the image BUILT."""
+
+    def build(self, context: Path, **kwargs) -> str:
+        assert (Path(context) / "Dockerfile").is_file()
+        self.builds = getattr(self, "builds", []) + [kwargs]
+        self.images[BUILT] = BUILT
+        return BUILT
+
+
+def _report(passed: bool) -> SmokeReport:
+    row = SmokeRow("python", "PASS" if passed else "FAIL", "correct answer" if passed else "wrong", "add_sub")
+    return SmokeReport(image=BUILT, rows=(row,), log_tail="")
+
+
+@pytest.fixture
+def engine():
+    return BuildingEngine.with_images("team/triton:1")  # an existing tag, which must not move on failure
+
+
+def test_the_tag_moves_only_after_the_smoke_test_passed(engine, ngc_plan, monkeypatch):
+    engine.images["team/triton:1"] = OLD
+    plan = ngc_plan("python", tag="team/triton:1")
+    monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: _report(False))
+    with pytest.raises(pipeline.SmokeTestFailed, match="team/triton:1 was not moved"):
+        build_image(engine, plan)
+    assert engine.images["team/triton:1"] == OLD and BUILT not in engine.images  # discarded
+    assert engine.builds[0]["network_mode"] == "none"
+
+    monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: _report(True))
+    result = build_image(engine, plan)
+    assert result.tag == "team/triton:1" and engine.images["team/triton:1"] == BUILT
+
+
+def test_ctrl_c_during_the_smoke_test_leaves_no_image_and_every_tag(engine, ngc_plan, monkeypatch):
+    engine.images["team/triton:1"] = OLD
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "smoke_test", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build_image(engine, ngc_plan("python", tag="team/triton:1"))
+    assert engine.images == {"team/triton:1": OLD}
+
+
+def test_resolution_from_the_release_or_the_full_image():
+    catalog = Catalog.load()
+    targets = resolve_targets(spec(backends=("python",), version="24.09", registry="mirror.example/nv"), catalog)
+    assert (targets.release.name, targets.full, targets.min) == (
+        "24.09", "mirror.example/nv/tritonserver:24.09-py3", "mirror.example/nv/tritonserver:24.09-py3-min")
+    engine = FakeEngine(infos={"h.example/t/tritonserver:custom": ImageInfo(
+        id=OLD, ref="h.example/t/tritonserver:custom", tags=(), repo_digests=(),
+        env={"NVIDIA_TRITON_SERVER_VERSION": "24.08"}, labels={}, size=0)})
+    targets = resolve_targets(spec(backends=("python",), full_image="h.example/t/tritonserver:custom"), catalog, engine)
+    assert targets.release.name == "24.08" and targets.min == "h.example/t/tritonserver:24.08-py3-min"
+    with pytest.raises(UsageError, match="without an engine"):
+        resolve_targets(spec(backends=("python",), full_image="h.example/t/tritonserver:custom"), catalog)
+    pinned = targets.pinned({"full": "h.example/t/tritonserver@sha256:" + "c" * 64})
+    assert pinned.full.endswith("c" * 64) and pinned.min == targets.min
+
+
+def _contents(image: str) -> FullImageContents:
+    python = Component("backend", "python", "backends/python", 1, "libtriton_python.so", False, (), (), ())
+    return FullImageContents(image=image, core_paths=("/opt/tritonserver/bin", "/opt/tritonserver/lib"),
+                             core_size=1, include_size=0, core_needs=(), components=(python,), python=None,
+                             stub_python=None)
+
+
+def _info(ref: str, image_id: str, repo_digests=(), env=None) -> ImageInfo:
+    return ImageInfo(id=image_id, ref=ref, tags=(ref,), repo_digests=tuple(repo_digests),
+                     env=env or {"NVIDIA_TRITON_SERVER_VERSION": "24.09"}, labels={}, size=0)
+
+
+def test_bases_are_built_from_their_own_repository_or_by_id():
+    full = "localhost/standin/tritonserver:24.09-py3"
+    minimal = "localhost/standin/tritonserver:24.09-py3-min"
+    own = "sha256:" + "1" * 64
+    inspection = Inspection(
+        full=_info(full, "sha256:" + "e" * 64, [f"localhost/standin/tritonserver@{own}"]),
+        min=_info(minimal, "sha256:" + "f" * 64, [f"127.0.0.1:5000/mirror/tritonserver@sha256:{'2' * 64}"]),
+        contents=_contents(full),
+    )
+    plan = plan_from_inspection(spec(backends=("python",), version="24.09"), Catalog.load(),
+                                Catalog.load().release("24.09"), inspection, created="2024-09-01T00:00:00Z")
+    assert plan.full.from_ref == f"localhost/standin/tritonserver@{own}"
+    assert plan.min.from_ref == "sha256:" + "f" * 64  # only another repository's digest: built by id
+    assert any("building from image id" in note for note in plan.notes)
+
+
+def test_a_failed_push_keeps_the_smoke_result(engine, monkeypatch):
+    full = "localhost/standin/tritonserver:24.09-py3"
+    minimal = "localhost/standin/tritonserver:24.09-py3-min"
+    inspection = Inspection(full=_info(full, "sha256:" + "e" * 64), min=_info(minimal, "sha256:" + "f" * 64),
+                            contents=_contents(full))
+    monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: _report(True))
+
+    def refuse(*args, **kwargs):
+        raise RegistryError("cannot push r.example/t:1: the registry refused the credentials")
+
+    monkeypatch.setattr("composer.registry.push_image", refuse)
+    outcome = compose(engine, spec(backends=("python",), version="24.09", tag="team/triton:2", push="r.example/t:1"),
+                      Catalog.load(), Run(), inspection=inspection)
+    assert outcome.result is not None and outcome.result.smoke.passed and outcome.pushed is None
+    assert "refused the credentials" in outcome.error.message
+    assert outcome.to_dict()["smoke_test"]["passed"] and outcome.to_dict()["error"]
