@@ -136,7 +136,7 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
         LABEL_WHEEL: wheel,
         LABEL_SERVER: recipe.server,
         LABEL_PYTHON: host.PYTHON_VERSION,
-        LABEL_RECIPE: _recipe_digest(),
+        LABEL_RECIPE: _recipe_digest(full=False),
     }
     common = {
         "release": release.name,
@@ -167,7 +167,7 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
         on_line(f"reusing {min_ref} ({min_info.id[:19]})")
 
     # The full image must sit on this min image, not on one an earlier recipe made.
-    full_labels = {**labels, LABEL_MIN_ID: min_info.id}
+    full_labels = {**labels, LABEL_RECIPE: _recipe_digest(full=True), LABEL_MIN_ID: min_info.id}
     full_info = None if (force or min_built) else _current(engine, full_ref, full_labels)
     full_built = full_info is None
     if full_built:
@@ -227,15 +227,17 @@ def _backend_sources() -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def _recipe_digest() -> str:
-    """A digest of everything that shapes the images, so a changed recipe rebuilds them."""
+def _recipe_digest(*, full: bool) -> str:
+    """A digest of everything that shapes the min (or the full) image, so a changed recipe
+    rebuilds it; a backend change leaves the min image, and the layers on it, as they are."""
     digest = hashlib.sha256()
-    for name in ("standin-min.Dockerfile.j2", "standin-full.Dockerfile.j2"):
-        digest.update(resources.files("composer.dockerfiles").joinpath(name).read_bytes())
+    digest.update(resources.files("composer.dockerfiles").joinpath("standin-min.Dockerfile.j2").read_bytes())
     digest.update(_standin_file("nvidia_entrypoint.sh").read_bytes())
-    digest.update(repr((sorted(BACKEND_PACKAGES.items()), C_BACKENDS, NUMPY_REQUIREMENT)).encode())
-    for path in _backend_sources():
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    if full:
+        digest.update(resources.files("composer.dockerfiles").joinpath("standin-full.Dockerfile.j2").read_bytes())
+        digest.update(repr((sorted(BACKEND_PACKAGES.items()), C_BACKENDS, NUMPY_REQUIREMENT)).encode())
+        for path in _backend_sources():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
