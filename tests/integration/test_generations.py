@@ -1,7 +1,8 @@
 """Stand-ins of both generations and what a composer meets in them: the Ubuntu 24.04 traits,
 NGC's numpy layout, the identity backend in C, configless ONNX models, and composing them.
 
-Every image and container made here carries TEST_LABEL; composed tags are removed.
+Every image and container made here carries TEST_LABEL; composed tags are removed. Stand-ins
+are used by image id: another checkout sharing the engine may retag them with its own recipe.
 """
 
 from __future__ import annotations
@@ -63,41 +64,41 @@ def readable(folder: Path) -> Path:
 @pytest.mark.parametrize("release", GENERATION_2404_RELEASES)
 def test_ubuntu_24_04_generation_traits(engine, standins, release):
     images = standins(release)
-    for ref in (images.min_ref, images.full_ref):
+    for ref in (images.min_id, images.full_id):
         users = sh(engine, ref, "id -u ubuntu; id -g ubuntu; getent group 1000 | cut -d: -f1; "
                                 "id -u triton-server 2>/dev/null || echo no-triton-server")
         assert users.split() == ["1000", "1000", "ubuntu", "no-triton-server"], ref
-    out = sh(engine, images.full_ref,
+    out = sh(engine, images.full_id,
              "python3 -c 'import numpy; print(numpy.__version__, numpy.__file__)'; "
              "ls /usr/lib/python3.11/EXTERNALLY-MANAGED; dpkg -s python3-numpy >/dev/null 2>&1 && echo debian-numpy; true")
     version, location, marker = out.split()[:3]
     assert version.startswith("1.") and location.startswith(SITE + "numpy/")
     assert marker == "/usr/lib/python3.11/EXTERNALLY-MANAGED"
     assert "debian-numpy" not in out
-    info = engine.image(images.full_ref)
+    info = engine.image(images.full_id)
     # Nothing lies: the env and labels state the server inside, and the release.
     assert info.env["TRITON_SERVER_VERSION"] == SERVER_INSIDE[release]
     assert info.env["NVIDIA_TRITON_SERVER_VERSION"] == release
     assert info.labels["com.nvidia.tritonserver.version"] == SERVER_INSIDE[release]
     assert info.env["PIP_BREAK_SYSTEM_PACKAGES"] == "1"  # as NGC sets it from 24.11
-    assert engine.image(images.min_ref).env["TRITON_SERVER_VERSION"] == SERVER_INSIDE[release]
+    assert engine.image(images.min_id).env["TRITON_SERVER_VERSION"] == SERVER_INSIDE[release]
 
 
 def test_ubuntu_22_04_generation_traits(engine, standin_images):
-    out = sh(engine, standin_images.full_ref,
+    out = sh(engine, standin_images.full_id,
              "python3 -c 'import numpy; print(numpy.__version__, numpy.__file__)'; "
              "test -e /usr/lib/python3.11/EXTERNALLY-MANAGED && echo marker; id -u triton-server; "
              "id -u ubuntu 2>/dev/null || echo no-ubuntu; dpkg -s python3-numpy >/dev/null 2>&1 && echo debian-numpy; true")
     version, location, *rest = out.split()
     assert version.startswith("1.") and location.startswith(SITE + "numpy/")
     assert rest == ["1000", "no-ubuntu"]  # no marker: Ubuntu 22.04's python is not externally managed
-    assert "PIP_BREAK_SYSTEM_PACKAGES" not in engine.image(standin_images.full_ref).env
+    assert "PIP_BREAK_SYSTEM_PACKAGES" not in engine.image(standin_images.full_id).env
 
 
 @pytest.mark.parametrize("release, owner", [("25.01", "1000:1000"), ("26.07", "0:0")])
 def test_triton_tree_ownership_follows_the_release(engine, standins, release, owner):
     uid = owner.split(":")[0]
-    out = sh(engine, standins(release).full_ref,
+    out = sh(engine, standins(release).full_id,
              "stat -c %u:%g /opt/tritonserver/bin/tritonserver /opt/tritonserver/backends/identity/libtriton_identity.so; "
              f"echo not-owned; find /opt/tritonserver -mindepth 1 ! -uid {uid} | head -3; "
              "echo writable; find /opt/tritonserver -mindepth 1 -perm /022 ! -type l | head -3")
@@ -118,7 +119,7 @@ def test_identity_backend_is_c_with_bundled_system_and_dlopened_libraries(engine
         "print(json.dumps({n: (lambda i: {'needed': i.needed, 'runpath': i.runpath})(p.read_elf(os.path.join(d, n))) "
         "for n in sorted(os.listdir(d))}))"
     )
-    out = engine.run_once(images.full_ref, ["python3", "-c", script], entrypoint=[], labels=TEST_LABEL,
+    out = engine.run_once(images.full_id, ["python3", "-c", script], entrypoint=[], labels=TEST_LABEL,
                           files={"/tmp/composer_probe.py": Path(probe_module.__file__).read_bytes()})
     assert out.exit_code == 0, out.output
     elves = json.loads(out.output)
@@ -128,8 +129,8 @@ def test_identity_backend_is_c_with_bundled_system_and_dlopened_libraries(engine
     assert {"libidentity_config.so", "libgomp.so.1"} <= set(backend["needed"])
     assert "libidentity_copy.so" not in backend["needed"]  # loaded with dlopen
     # The min image lacks libgomp: a composer must bring it.
-    assert "libgomp" not in sh(engine, images.min_ref, "ldconfig -p")
-    assert "libgomp.so.1" in sh(engine, images.full_ref, "ldconfig -p")
+    assert "libgomp" not in sh(engine, images.min_id, "ldconfig -p")
+    assert "libgomp.so.1" in sh(engine, images.full_id, "ldconfig -p")
 
 
 def identity_repository(root: Path) -> Path:
@@ -157,7 +158,7 @@ def identity_repository(root: Path) -> Path:
 
 def serve(engine, image: str, repository: Path, user: str | None = None):
     container = engine.start(
-        image, ["tritonserver", "--model-repository=/models", "--exit-on-error=false"],
+        image, ["tritonserver", "--model-repository=/models", "--exit-on-error=false", "--strict-readiness=false"],
         ports=[8000], files={"/models": repository}, labels=TEST_LABEL, shm_size="256m", user=user,
     )
     client = TritonHTTP(f"http://127.0.0.1:{container.host_port(8000)}")
@@ -172,7 +173,7 @@ def serve(engine, image: str, repository: Path, user: str | None = None):
 def test_identity_c_backend_serves_right_answers(engine, standins, standin_images, tmp_path, release, user):
     """From the full stand-in itself; on 26.07 as an unprivileged user, the tree being root's."""
     images = images_of(release, standins, standin_images)
-    container, client = serve(engine, images.full_ref, identity_repository(tmp_path / "models"), user=user)
+    container, client = serve(engine, images.full_id, identity_repository(tmp_path / "models"), user=user)
     try:
         assert client.server_metadata()["version"] == SERVER_INSIDE[release]
         sample = next(s for s in load_samples() if s.model == "identity_int32")
@@ -208,7 +209,7 @@ def test_configless_onnx_model_is_completed_and_serves(engine, standin_images, t
     model.ir_version = 8
     (tmp_path / "models" / "no_config" / "1").mkdir(parents=True)
     onnx.save(model, str(tmp_path / "models" / "no_config" / "1" / "model.onnx"))  # and no config.pbtxt
-    container, client = serve(engine, standin_images.full_ref, readable(tmp_path / "models"))
+    container, client = serve(engine, standin_images.full_id, readable(tmp_path / "models"))
     try:
         config = client._json("GET", "/v2/models/no_config/config")
         assert config["backend"] == "onnxruntime" and config["max_batch_size"] == 4
