@@ -55,3 +55,23 @@ def standin_images(engine: Engine):
 
     # Progress is dropped: a failure raises BuildFailed carrying the build's last lines.
     return build_standins(engine, Catalog.load().release(STANDIN_RELEASE), on_line=lambda _line: None)
+
+
+# The Ubuntu 24.04 generation's stand-ins the tests use: 25.01 (tree owned by 1000:1000) and
+# 26.07 (tree owned by root). scripts/test builds them before the run.
+GENERATION_2404_RELEASES = ("25.01", "26.07")
+
+
+@pytest.fixture(scope="session")
+def standins(engine: Engine):
+    """release -> its stand-in images (built once per machine; seconds when present)."""
+    from composer.standin import build_standins
+
+    built = {}
+
+    def get(release: str):
+        if release not in built:
+            built[release] = build_standins(engine, Catalog.load().release(release), on_line=lambda _line: None)
+        return built[release]
+
+    return get

@@ -425,6 +425,28 @@ def find_library(folder, kind, name):
     return None
 
 
+def folder_roles(resolver, files, local, library=None):
+    """(bundled, plugins) among the ELF `files` of one component folder.
+
+    bundled: objects another object of the folder lists as NEEDED (found through its
+    RUNPATH/RPATH, e.g. $ORIGIN); plugins: shared objects nothing in the folder needs, so
+    loaded at run time with dlopen (the component's own library aside).
+    """
+    reached = set()
+    for path in files:
+        for soname, resolved in resolver.deps(path):
+            resolved = resolved or local.get(soname)
+            if resolved:
+                reached.add(os.path.realpath(resolved))
+    bundled, plugins = [], []
+    for path in files:
+        if os.path.realpath(path) in reached:
+            bundled.append(path)
+        elif ".so" in os.path.basename(path) and os.path.basename(path) != library and resolver.elf(path).type == 3:
+            plugins.append(path)
+    return sorted(bundled), sorted(plugins)
+
+
 def probe_core(resolver, root):
     paths = [os.path.join(root, p) for p in ("bin", "lib") + CORE_FILES + ("include",)]
     paths = [p for p in paths if os.path.lexists(p)]
@@ -461,6 +483,7 @@ def probe_components(resolver, root):
             local = local_sonames(resolver, files)
             local.update((k, v) for k, v in core_local.items() if k not in local)
             needs, missing = resolver.closure(files, inside=[root], stop=core_stop, local=local)
+            bundled, plugins = folder_roles(resolver, files, local, library)
             components.append({
                 "kind": kind,
                 "name": name,
@@ -471,6 +494,8 @@ def probe_components(resolver, root):
                 "requires": ["python"] if python_based else [],
                 "needs": needs,
                 "missing": missing,
+                "bundled": bundled,
+                "plugins": plugins,
             })
     return components
 

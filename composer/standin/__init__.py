@@ -1,8 +1,11 @@
 """Stand-ins for NGC's tritonserver full and -min images, for machines that cannot reach NGC.
 
-The full stand-in carries a real Triton server (from the nvidia-pytriton wheel of the same
-server version) laid out as in NGC's image, and CPU backends written as Python-based
-backends; the min stand-in holds the NGC environment and nothing of Triton.
+The full stand-in carries a real Triton server (from an nvidia-pytriton wheel) laid out as in
+NGC's image, an identity backend in C (built in the recipe) and CPU backends written as
+Python-based backends; the min stand-in holds the NGC environment and nothing of Triton.
+Each carries the traits of its release's generation that a composer meets (user `ubuntu`,
+an externally managed python, who owns the Triton tree); their env and labels state the
+server really inside, which for releases after 24.10 is older than the catalog's.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
-from composer.catalog import Release
+from composer.catalog import Catalog, Release
 from composer.engine import Engine, ImageInfo
 from composer.errors import BuildFailed, UsageError
 from composer.render import templates
@@ -34,6 +37,20 @@ PYTRITON_FOR_RELEASE: Mapping[str, str] = {
     "24.09": "0.5.12",
     "24.10": "0.5.13",
 }
+# No wheel carries a server of 24.11 or later: the Ubuntu 24.04 generation takes the newest.
+NEWEST_PYTRITON = "0.7.0"
+# The server each wheel carries (TRITON-FACTS section 6): what the images state.
+SERVER_OF_WHEEL: Mapping[str, str] = {
+    "0.5.10": "2.48.0",
+    "0.5.11": "2.49.0",
+    "0.5.12": "2.50.0",
+    "0.5.13": "2.51.0",
+    "0.7.0": "2.51.0",
+}
+# From this release on NGC's Triton tree belongs to root and is writable by root alone.
+ROOT_OWNED_FROM = "26.06"
+# numpy as NGC installs it for the python backend: pip, under /usr/local.
+NUMPY_REQUIREMENT = "numpy<2"
 
 # Python packages each Python-based backend carries in its own site-packages folder.
 # numpy is deliberately absent: the image's numpy<2 must not be shadowed.
@@ -42,8 +59,9 @@ BACKEND_PACKAGES: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "onnxruntime": ("onnxruntime", ("onnxruntime==1.20.1",)),
     # import torch and torch.jit.load need only typing_extensions (checked in the image).
     "pytorch": ("torch", ("torch==2.13.0", "typing-extensions>=4.10.0")),
-    "identity": ("", ()),
 }
+# Backends written in C, compiled in the full image's build (sources in backends/<name>/).
+C_BACKENDS = ("identity",)
 
 LABEL_STANDIN = "org.triton-composer.standin"
 LABEL_WHEEL = "org.triton-composer.standin.wheel"
@@ -51,6 +69,34 @@ LABEL_RECIPE = "org.triton-composer.standin.recipe"
 LABEL_SERVER = "org.triton-composer.standin.server-version"
 LABEL_PYTHON = "org.triton-composer.standin.python"
 LABEL_MIN_ID = "org.triton-composer.standin.min-id"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How the stand-ins of one release are made: the wheel, and the traits of its generation."""
+
+    release: Release
+    pytriton: str
+    server: str  # the server the wheel carries, stated by env and labels
+    ubuntu_user: bool  # Ubuntu 24.04 images: a user `ubuntu` holds uid/gid 1000
+    externally_managed: bool  # Ubuntu 24.04's python carries the PEP 668 marker
+    root_owned: bool  # the Triton tree belongs to root (from 26.06), else to 1000:1000
+
+
+def recipe_for(release: Release) -> Recipe | None:
+    """The recipe of `release`, or None when no wheel can stand in for its server."""
+    ubuntu_24 = release.os == "ubuntu-24.04"
+    pytriton = NEWEST_PYTRITON if ubuntu_24 else PYTRITON_FOR_RELEASE.get(release.name)
+    if pytriton is None:
+        return None
+    return Recipe(
+        release=release,
+        pytriton=pytriton,
+        server=SERVER_OF_WHEEL[pytriton],
+        ubuntu_user=ubuntu_24,
+        externally_managed=ubuntu_24,
+        root_owned=release.name >= ROOT_OWNED_FROM,
+    )
 
 
 @dataclass(frozen=True)
@@ -67,36 +113,39 @@ class StandinResult:
     seconds: float
 
 
-def standin_releases() -> list[str]:
+def standin_releases(catalog: Catalog | None = None) -> list[str]:
     """Releases that have a stand-in recipe."""
-    return sorted(PYTRITON_FOR_RELEASE)
+    catalog = catalog or Catalog.load()
+    return sorted(name for name, release in catalog.releases.items() if recipe_for(release))
 
 
 def build_standins(engine: Engine, release: Release, *, force: bool = False, on_line: LineSink = print) -> StandinResult:
     """Build (or reuse) localhost/standin/tritonserver:<release>-py3 and -py3-min."""
     started = time.monotonic()
-    pytriton = PYTRITON_FOR_RELEASE.get(release.name)
-    if pytriton is None:
+    recipe = recipe_for(release)
+    if recipe is None:
         raise UsageError(
             f"no stand-in recipe for release {release.name}; releases with one: {', '.join(standin_releases())}"
         )
+    pytriton = recipe.pytriton
     wheel = f"nvidia-pytriton=={pytriton}"
     min_ref, full_ref = release.min_ref(REGISTRY), release.full_ref(REGISTRY)
     environment = templates()
     labels = {
         LABEL_STANDIN: "true",
         LABEL_WHEEL: wheel,
-        LABEL_SERVER: release.server,
+        LABEL_SERVER: recipe.server,
         LABEL_PYTHON: host.PYTHON_VERSION,
-        LABEL_RECIPE: _recipe_digest(),
+        LABEL_RECIPE: _recipe_digest(full=False),
     }
     common = {
         "release": release.name,
-        "server_version": release.server,
+        "server_version": recipe.server,
         "build_id": f"standin-{pytriton}",
         "build_ref": wheel,
         "python_version": host.PYTHON_VERSION,
         "wheel": wheel,
+        "recipe": recipe,
     }
 
     min_info = None if force else _current(engine, min_ref, labels)
@@ -118,26 +167,36 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
         on_line(f"reusing {min_ref} ({min_info.id[:19]})")
 
     # The full image must sit on this min image, not on one an earlier recipe made.
-    full_labels = {**labels, LABEL_MIN_ID: min_info.id}
+    full_labels = {**labels, LABEL_RECIPE: _recipe_digest(full=True), LABEL_MIN_ID: min_info.id}
     full_info = None if (force or min_built) else _current(engine, full_ref, full_labels)
     full_built = full_info is None
     if full_built:
         on_line(f"building {full_ref} from {wheel}")
         tree = host.pytriton_tree(pytriton, on_line)
+        numpy_wheels = host.wheels("numpy", (NUMPY_REQUIREMENT,), on_line)
+        base_id = _base_image(engine, force=False, on_line=on_line)
         with tempfile.TemporaryDirectory(prefix="standin-full-", dir=_context_parent()) as tmp:
             context = Path(tmp)
-            libtritonserver = _lay_out_server(tree, context / "server", release)
+            libtritonserver = _lay_out_server(tree, context / "server", recipe.server)
             _lay_out_backends(context / "backends", on_line)
+            for name in C_BACKENDS:
+                host.link_tree(_standin_file("backends", name), context / "c-backends" / name)
+            host.link_tree(numpy_wheels, context / "wheels")
+            for folder in ("server", "backends", "c-backends"):
+                host.normalise_modes(context / folder)
             (context / "Dockerfile").write_text(
                 environment.get_template("standin-full.Dockerfile.j2").render(
                     min_ref=min_info.id,
+                    base_ref=base_id,
                     relink_two_up=[
                         "backends/python/libtriton_python.so",
                         "backends/python/triton_python_backend_stub",
                         "caches/local/libtritoncache_local.so",
                     ],
                     libtritonserver=libtritonserver,
-                    bundled_backends={name: module for name, (module, packages) in BACKEND_PACKAGES.items() if packages},
+                    bundled_backends={name: module for name, (module, _packages) in BACKEND_PACKAGES.items()},
+                    c_backends=C_BACKENDS,
+                    numpy_requirement=NUMPY_REQUIREMENT,
                     labels={**full_labels, "org.triton-composer.standin.flavour": "full"},
                     **common,
                 )
@@ -165,18 +224,20 @@ def _standin_file(*parts: str) -> Path:
 
 def _backend_sources() -> list[Path]:
     root = _standin_file("backends")
-    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def _recipe_digest() -> str:
-    """A digest of everything that shapes the images, so a changed recipe rebuilds them."""
+def _recipe_digest(*, full: bool) -> str:
+    """A digest of everything that shapes the min (or the full) image, so a changed recipe
+    rebuilds it; a backend change leaves the min image, and the layers on it, as they are."""
     digest = hashlib.sha256()
-    for name in ("standin-min.Dockerfile.j2", "standin-full.Dockerfile.j2"):
-        digest.update(resources.files("composer.dockerfiles").joinpath(name).read_bytes())
+    digest.update(resources.files("composer.dockerfiles").joinpath("standin-min.Dockerfile.j2").read_bytes())
     digest.update(_standin_file("nvidia_entrypoint.sh").read_bytes())
-    digest.update(repr(sorted(BACKEND_PACKAGES.items())).encode())
-    for path in _backend_sources():
-        digest.update(path.read_bytes())
+    if full:
+        digest.update(resources.files("composer.dockerfiles").joinpath("standin-full.Dockerfile.j2").read_bytes())
+        digest.update(repr((sorted(BACKEND_PACKAGES.items()), C_BACKENDS, NUMPY_REQUIREMENT)).encode())
+        for path in _backend_sources():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -214,7 +275,7 @@ def _context_parent() -> Path:
     return parent
 
 
-def _lay_out_server(tree: Path, dest: Path, release: Release) -> str:
+def _lay_out_server(tree: Path, dest: Path, server_version: str) -> str:
     """Lay /opt/tritonserver out from the unpacked wheel; returns the libtritonserver file name."""
     server = tree / "pytriton" / "tritonserver"
     libs = tree / "nvidia_pytriton.libs"
@@ -226,13 +287,16 @@ def _lay_out_server(tree: Path, dest: Path, release: Release) -> str:
         raise BuildFailed(f"the nvidia-pytriton wheel has no libtritonserver in {libs.name}")
     host.link_tree(server / "bin", dest / "bin")
     host.link_tree(libs, dest / "lib")
+    # Newer wheels bundle a libpython for their python 3.13 stub, which the image does not use.
+    for unused in (dest / "lib").glob("libpython*"):
+        unused.unlink()
     host.link_tree(server / "backends" / "python", dest / "backends" / "python")
     host.link_tree(stub.parent, dest / "backends" / "python")
     host.link_tree(server / "caches", dest / "caches")
     licence = next(tree.glob("nvidia_pytriton-*.dist-info/LICENSE"), None)
     if licence is not None:
         shutil.copy2(licence, dest / "LICENSE")
-    (dest / "TRITON_VERSION").write_text(release.server + "\n")
+    (dest / "TRITON_VERSION").write_text(server_version + "\n")
     return candidates[0].name
 
 
@@ -243,6 +307,5 @@ def _lay_out_backends(dest: Path, on_line: LineSink) -> None:
         folder = dest / name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "model.py").write_bytes((backends / name / "model.py").read_bytes())
-        if requirements:
-            host.link_tree(host.site_packages(name, requirements, on_line), folder / "site-packages")
-            (folder / "site-packages" / ".requirements").unlink(missing_ok=True)
+        host.link_tree(host.site_packages(name, requirements, on_line), folder / "site-packages")
+        (folder / "site-packages" / ".requirements").unlink(missing_ok=True)

@@ -25,6 +25,8 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # The python the stand-in's Debian ships, and so the stub and wheels it needs.
 PYTHON_VERSION = "3.11"
 PIP_PLATFORM = "manylinux_2_28_x86_64"
+# Older manylinux tags the stand-in's glibc (2.36) also runs: numpy<2 ships only these.
+OLDER_PLATFORMS = ("manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
 
 def cache_dir() -> Path:
@@ -192,6 +194,53 @@ def site_packages(name: str, requirements: Sequence[str], on_line: LineSink) -> 
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return folder
+
+
+def wheels(name: str, requirements: Sequence[str], on_line: LineSink) -> Path:
+    """A folder of wheels for the stand-in's python, for pip to install inside the build
+    (containers cannot reach PyPI). Cached per requirement list; no dependencies fetched."""
+    if not requirements:
+        raise ValueError("no requirements")
+    wanted = "\n".join([f"# {PIP_PLATFORM} cp{PYTHON_VERSION}", *requirements])
+    key = hashlib.sha256(wanted.encode()).hexdigest()[:12]
+    folder = cache_dir() / "wheels" / f"{name}-{key}"
+
+    def complete(candidate: Path) -> bool:
+        stamp = candidate / ".requirements"
+        return stamp.is_file() and stamp.read_text() == wanted and any(candidate.glob("*.whl"))
+
+    if complete(folder):
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
+    try:
+        on_line(f"downloading wheels: {' '.join(requirements)}")
+        _pip(
+            [
+                "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", str(partial),
+                "--python-version", PYTHON_VERSION, "--implementation", "cp",
+                *(f"--platform={tag}" for tag in (PIP_PLATFORM, *OLDER_PLATFORMS)), *requirements,
+            ],
+            f"downloading {' '.join(requirements)}",
+            on_line,
+        )
+        (partial / ".requirements").write_text(wanted)
+        _publish(partial, folder, complete)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
+def normalise_modes(folder: Path) -> None:
+    """Folders 0755, files 0755 or 0644: readable by all, writable by the owner only, as in
+    NGC's images (cached downloads keep the 0700 of their temporary folders otherwise)."""
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode
+        wanted = 0o755 if path.is_dir() or mode & 0o111 else 0o644
+        if mode & 0o7777 != wanted:
+            path.chmod(wanted)
 
 
 def link_tree(src: Path, dst: Path) -> None:

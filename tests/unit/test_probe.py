@@ -320,3 +320,15 @@ def test_runs_as_a_script_with_only_the_stdlib(fake_image, tmp_path):
     doc = json.loads(out)
     assert doc["root"] == str(root)
     assert {c["name"] for c in doc["components"]} >= {"onnxruntime", "python", "vllm"}
+
+
+def test_folder_libraries_are_bundled_when_needed_and_plugins_otherwise(fake_image):
+    root, system = fake_image
+    by_name = {c["name"]: c for c in run_probe(root, system)["components"]}
+    onnx = by_name["onnxruntime"]
+    folder = root / "backends" / "onnxruntime"
+    # Found through the backend's RUNPATH $ORIGIN: bundled. Needed by no file: loaded at run time.
+    assert onnx["bundled"] == [str(folder / "libonnxruntime.so.1")]
+    assert onnx["plugins"] == [str(folder / "site" / "ext.so")]
+    # The backend's own library and an executable (the stub) are neither.
+    assert by_name["python"]["bundled"] == [] and by_name["python"]["plugins"] == []

@@ -27,8 +27,11 @@ COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/python /opt/triton
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/pytorch /opt/tritonserver/backends/pytorch
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/tensorrt /opt/tritonserver/backends/tensorrt
 COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
-# Register copied libraries with the loader; create the server's user as NGC images do.
+# Register copied libraries with the loader; create the server's user as NGC images do
+# (from 24.11 NGC first removes the user `ubuntu`, which holds uid 1000 on Ubuntu 24.04).
 RUN ldconfig \
+ && if [ "$(id -u ubuntu 2>/dev/null)" = 1000 ]; then userdel ubuntu; fi \
+ && if [ "$(getent group 1000 | cut -d: -f1)" = ubuntu ]; then groupdel ubuntu; fi \
  && (id -u triton-server >/dev/null 2>&1 \
      || (groupadd --gid 1000 triton-server && useradd --uid 1000 --gid 1000 --shell /bin/bash --home-dir /home/triton-server --create-home triton-server))
 ENV \
