@@ -270,7 +270,7 @@ class BuildResult:
             "tag": self.tag,
             "size": self.size,
             "release": self.plan.release.name,
-            "server_version": self.plan.release.server,
+            "server_version": self.plan.server_version,
             "backends": list(self.plan.all_backends),
             "repoagents": list(self.plan.repoagents),
             "caches": list(self.plan.caches),
@@ -328,7 +328,7 @@ def build_image(
     report = None
     if smoke:
         options = SmokeOptions(
-            backends=plan.all_backends, server_version=plan.release.server, model_repository=model_repository,
+            backends=plan.all_backends, server_version=plan.server_version, model_repository=model_repository,
             gpus=gpus, strict=strict,
         )
         try:

@@ -145,6 +145,7 @@ class CompositionPlan:
     site_packages: str | None = None
     foreign_backends: tuple[ForeignBackend, ...] = ()
     composer_version: str = __version__
+    server_version: str = ""  # the server inside, as the full image states it (else the catalog's)
     pip_command: tuple[str, ...] = ()  # how the packages stage runs pip (the image's, or the wheelhouse's)
 
     @property
@@ -165,7 +166,7 @@ class CompositionPlan:
         return {
             "composer_version": self.composer_version,
             "release": self.release.name,
-            "server_version": self.release.server,
+            "server_version": self.server_version,
             "backends": list(self.all_backends),
             "custom_backends": [c.name for c in self.custom_backends],
             "repoagents": list(self.repoagents),
@@ -264,9 +265,14 @@ def make_plan(
     if packages:
         if "python" not in all_backends:
             raise UsageError("--pip/--requirements add packages for python models: select --backend python too")
-    env = _environment(release, catalog, all_backends, full_env)
+    server_version = (full_env or {}).get("TRITON_SERVER_VERSION") or release.server
+    if server_version != release.server:
+        notes.append(f"warning: the full image states server {server_version}, but release {release.name} "
+                     f"ships server {release.server}: the image's own version is used and checked")
+    env = _environment(release, server_version, catalog, all_backends, full_env)
     tag = spec.result.tag or default_tag(release, all_backends, repoagents, caches)
-    labels = _labels(release, full, minimal, all_backends, repoagents, caches, created, spec.result.labels)
+    labels = _labels(release, server_version, full, minimal, all_backends, repoagents, caches, created,
+                     spec.result.labels)
     return CompositionPlan(
         release=release,
         full=full,
@@ -287,6 +293,7 @@ def make_plan(
         site_packages=f"/usr/local/lib/python{offer.python or release.python}/dist-packages" if packages else None,
         foreign_backends=foreign,
         pip_command=_pip_command(packages, offer, full.ref),
+        server_version=server_version,
     )
 
 
@@ -387,11 +394,11 @@ def _custom_backends(pairs: tuple[tuple[str, Path], ...]) -> tuple[CustomBackend
     return tuple(sorted(result, key=lambda c: c.name))
 
 
-def _environment(release: Release, catalog: Catalog, backends, full_env) -> tuple[tuple[str, str], ...]:
+def _environment(release: Release, server_version: str, catalog: Catalog, backends, full_env) -> tuple[tuple[str, str], ...]:
     """The environment of an NGC image, plus what the selected backends need."""
     full_env = full_env or {}
     env = {
-        "TRITON_SERVER_VERSION": release.server,
+        "TRITON_SERVER_VERSION": server_version,
         "NVIDIA_TRITON_SERVER_VERSION": release.name,
         "TRITON_SERVER_USER": "triton-server",
         "TRITON_SERVER_GPU_ENABLED": full_env.get("TRITON_SERVER_GPU_ENABLED", "1"),
@@ -402,12 +409,12 @@ def _environment(release: Release, catalog: Catalog, backends, full_env) -> tupl
     return tuple(env.items())
 
 
-def _labels(release, full: BaseImage, minimal: BaseImage, backends, repoagents, caches, created=None,
+def _labels(release, server_version: str, full: BaseImage, minimal: BaseImage, backends, repoagents, caches, created=None,
             user=()) -> tuple[tuple[str, str], ...]:
     labels = {
         **dict(user),
         "org.opencontainers.image.created": created,
-        "com.nvidia.tritonserver.version": release.server,
+        "com.nvidia.tritonserver.version": server_version,
         "org.opencontainers.image.title": "Triton Inference Server (composed)",
         "org.opencontainers.image.version": release.name,
         "org.opencontainers.image.base.name": minimal.ref,
