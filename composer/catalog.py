@@ -25,6 +25,10 @@ class Release:
     os: str
     python: str
     numpy: str | None  # the numpy requirement the python backend needs, e.g. "numpy<2"
+    # From the catalog's generations (the fallback when no full image is looked into):
+    tree_owner: str = "1000:1000"  # who owns /opt/tritonserver ("0:0": root)
+    externally_managed: bool = False  # python is PEP 668 managed (Ubuntu 24.04 generation)
+    tensorflow: bool = True  # the full image carries a tensorflow backend
 
     def full_ref(self, registry: str) -> str:
         return f"{registry.rstrip('/')}/tritonserver:{self.name}-py3"
@@ -48,16 +52,30 @@ class Catalog:
     releases: dict[str, Release]
     ngc_layout: NgcLayout
     backend_env: dict[str, dict[str, str]]
+    final_stage_env: dict[str, str]
+    tensorflow_env: dict[str, str]
+    externally_managed_env: dict[str, str]
 
     @classmethod
     def load(cls) -> "Catalog":
         text = resources.files("composer.data").joinpath("releases.yaml").read_text()
         raw = yaml.safe_load(text)
         layout = {key: tuple(value) for key, value in raw["ngc_full_image"].items()}
+        generations = sorted(raw["generations"], key=lambda g: g["from"])
+        releases = {}
+        for name, fields in raw["releases"].items():
+            traits: dict = {}
+            for generation in generations:
+                if generation["from"] <= name:  # YY.MM sorts as text
+                    traits.update({k: v for k, v in generation.items() if k != "from"})
+            releases[name] = Release(name=name, **fields, **traits)
         return cls(
-            releases={name: Release(name=name, **fields) for name, fields in raw["releases"].items()},
+            releases=releases,
             ngc_layout=NgcLayout(**layout),
             backend_env={name: dict(env) for name, env in (raw.get("backend_env") or {}).items()},
+            final_stage_env=dict(raw["final_stage_env"]),
+            tensorflow_env=dict(raw["tensorflow_env"]),
+            externally_managed_env=dict(raw["externally_managed_env"]),
         )
 
     def release(self, name: str) -> Release:

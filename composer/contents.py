@@ -99,6 +99,7 @@ class PythonRuntime:
     size: int
     executable_realpath: str = ""
     libpython: str = ""
+    externally_managed: bool = False  # the PEP 668 marker: pip needs PIP_BREAK_SYSTEM_PACKAGES
 
     @classmethod
     def from_probe(cls, d: Mapping[str, Any]) -> "PythonRuntime":
@@ -116,6 +117,7 @@ class PythonRuntime:
             size=int(d.get("size") or 0),
             executable_realpath=str(d.get("executable_realpath") or ""),
             libpython=str(d.get("libpython") or ""),
+            externally_managed=bool(d.get("externally_managed")),
         )
 
 
@@ -134,6 +136,10 @@ class FullImageContents:
     core_missing: tuple[str, ...] = ()
     root: str = "/opt/tritonserver"
     ld_library_path: tuple[str, ...] = field(default=())
+    owner: tuple[int, int] | None = None  # uid, gid of the Triton tree
+    shared_writable: bool = False  # some of the tree is writable by group or others
+    entrypoint_d: bool = False  # /opt/nvidia/entrypoint.d (scripts NGC's entrypoint runs first)
+    serve: bool = False  # /usr/bin/serve (SageMaker-enabled images)
 
     def component(self, kind: str, name: str) -> Component | None:
         for c in self.components:
@@ -163,6 +169,7 @@ class FullImageContents:
                 "numpy": None if p.numpy_version is None and not p.numpy_paths else {"version": p.numpy_version, "paths": list(p.numpy_paths)},
                 "site_dirs": list(p.site_dirs),
                 "pip": p.has_pip,
+                "externally_managed": p.externally_managed,
                 "needs": [need(n) for n in p.needs],
                 "missing": list(p.missing),
                 "size": p.size,
@@ -194,12 +201,15 @@ class FullImageContents:
             ],
             "python": python,
             "stub_python": self.stub_python,
+            "facts": {"owner": list(self.owner) if self.owner else None, "shared_writable": self.shared_writable,
+                      "entrypoint_d": self.entrypoint_d, "serve": self.serve},
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], image: str | None = None) -> "FullImageContents":
         """Read to_dict() output, or the probe's own JSON (then `image` names the image)."""
         core = d.get("core") or {}
+        facts = d.get("facts") or {}
         components = sorted((Component.from_dict(c) for c in d.get("components") or ()), key=lambda c: (c.kind, c.name))
         return cls(
             image=str(image if image is not None else d.get("image", "")),
@@ -213,6 +223,10 @@ class FullImageContents:
             core_missing=tuple(core.get("missing") or ()),
             root=str(d.get("root") or "/opt/tritonserver"),
             ld_library_path=tuple(d.get("ld_library_path") or ()),
+            owner=tuple(facts["owner"]) if facts.get("owner") else None,
+            shared_writable=bool(facts.get("shared_writable")),
+            entrypoint_d=bool(facts.get("entrypoint_d")),
+            serve=bool(facts.get("serve")),
         )
 
 

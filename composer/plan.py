@@ -36,16 +36,24 @@ class Offer:
     python_based: frozenset[str] = frozenset()  # backends served through the python backend
     has_pip: bool = True  # whether the python of the full image has pip
     python: str | None = None  # the python the python backend stub runs on, e.g. "3.11"
+    # How NGC's final stage treats this image, read from the full image (else the catalog's):
+    tree_owner: str = "1000:1000"  # "uid:gid" of the Triton tree; "0:0" from 26.06 on
+    externally_managed: bool = False  # its python carries the PEP 668 marker
+    entrypoint_d: bool = True  # /opt/nvidia/entrypoint.d
+    serve: bool = False  # /usr/bin/serve (SageMaker-enabled images)
 
     @classmethod
     def from_layout(cls, catalog: Catalog, release: Release) -> "Offer":
         layout = catalog.ngc_layout
+        backends = tuple(b for b in layout.backends if release.tensorflow or b != "tensorflow")
         return cls(
             source=f"NGC's {release.name} full image (as catalogued; no engine was asked)",
             core=layout.core,
             has_include=True,
-            components={"backend": layout.backends, "repoagent": layout.repoagents, "cache": layout.caches},
+            components={"backend": backends, "repoagent": layout.repoagents, "cache": layout.caches},
             python=release.python,
+            tree_owner=release.tree_owner,
+            externally_managed=release.externally_managed,
         )
 
     @classmethod
@@ -61,6 +69,10 @@ class Offer:
             python_based=frozenset(c.name for c in contents.components if c.kind == "backend" and c.python_based),
             has_pip=bool(contents.python and contents.python.has_pip),
             python=contents.stub_python or (contents.python.version if contents.python else None),
+            tree_owner="0:0" if contents.owner and contents.owner[0] == 0 else "1000:1000",
+            externally_managed=bool(contents.python and contents.python.externally_managed),
+            entrypoint_d=contents.entrypoint_d,
+            serve=contents.serve,
         )
 
 
@@ -146,6 +158,11 @@ class CompositionPlan:
     foreign_backends: tuple[ForeignBackend, ...] = ()
     composer_version: str = __version__
     server_version: str = ""  # the server inside, as the full image states it (else the catalog's)
+    # NGC's final stage for this image's generation (read from the full image, see Offer):
+    chown: str | None = "1000:1000"  # --chown of every Triton COPY; None: root's, as from 26.06
+    copy_entrypoint_d: bool = False
+    copy_serve: bool = False
+    gpu: bool = True  # TRITON_SERVER_GPU_ENABLED: wire the CUDA compat libraries
     pip_command: tuple[str, ...] = ()  # how the packages stage runs pip (the image's, or the wheelhouse's)
 
     @property
@@ -269,7 +286,7 @@ def make_plan(
     if server_version != release.server:
         notes.append(f"warning: the full image states server {server_version}, but release {release.name} "
                      f"ships server {release.server}: the image's own version is used and checked")
-    env = _environment(release, server_version, catalog, all_backends, full_env)
+    env = _environment(release, server_version, catalog, all_backends, full_env, offer)
     tag = spec.result.tag or default_tag(release, all_backends, repoagents, caches)
     labels = _labels(release, server_version, full, minimal, all_backends, repoagents, caches, created,
                      spec.result.labels)
@@ -294,6 +311,10 @@ def make_plan(
         foreign_backends=foreign,
         pip_command=_pip_command(packages, offer, full.ref),
         server_version=server_version,
+        chown=None if offer.tree_owner == "0:0" else offer.tree_owner,
+        copy_entrypoint_d=offer.entrypoint_d,
+        copy_serve=offer.serve,
+        gpu=dict(env).get("TRITON_SERVER_GPU_ENABLED") == "1",
     )
 
 
@@ -394,8 +415,9 @@ def _custom_backends(pairs: tuple[tuple[str, Path], ...]) -> tuple[CustomBackend
     return tuple(sorted(result, key=lambda c: c.name))
 
 
-def _environment(release: Release, server_version: str, catalog: Catalog, backends, full_env) -> tuple[tuple[str, str], ...]:
-    """The environment of an NGC image, plus what the selected backends need."""
+def _environment(release: Release, server_version: str, catalog: Catalog, backends, full_env,
+                 offer: Offer) -> tuple[tuple[str, str], ...]:
+    """The environment NGC's final stage sets for this generation, plus what the backends need."""
     full_env = full_env or {}
     env = {
         "TRITON_SERVER_VERSION": server_version,
@@ -403,7 +425,12 @@ def _environment(release: Release, server_version: str, catalog: Catalog, backen
         "TRITON_SERVER_USER": "triton-server",
         "TRITON_SERVER_GPU_ENABLED": full_env.get("TRITON_SERVER_GPU_ENABLED", "1"),
         "PATH": "/opt/tritonserver/bin:${PATH}",
+        **catalog.final_stage_env,
     }
+    if "tensorflow" in offer.components.get("backend", ()):
+        env.update(catalog.tensorflow_env)
+    if offer.externally_managed and "python" in backends:
+        env.update(catalog.externally_managed_env)
     for backend in backends:
         env.update(catalog.backend_env.get(backend, {}))
     return tuple(env.items())

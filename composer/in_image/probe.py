@@ -617,9 +617,32 @@ def probe_python(resolver, wanted, libpython):
         "numpy": numpy,
         "site_dirs": site_dirs,
         "pip": pip,
+        "externally_managed": os.path.isfile(os.path.join(stdlib, "EXTERNALLY-MANAGED")),
         "needs": needs,
         "missing": missing,
         "size": size_of(_unique([exe, os.path.realpath(exe)] + numpy_paths)) + size_of([stdlib], skip),
+    }
+
+
+def probe_image(root):
+    """What the final stage of NGC's composition takes from the full image: who owns the Triton
+    tree (and whether group or others may write it), the entrypoint scripts, SageMaker's serve."""
+    server = os.path.join(root, "bin", "tritonserver")
+    info = os.stat(server if os.path.exists(server) else root)
+    shared_writable = False
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path) and os.lstat(path).st_mode & 0o022:
+                shared_writable = True
+                break
+        if shared_writable:
+            break
+    return {
+        "owner": [info.st_uid, info.st_gid],
+        "shared_writable": shared_writable,
+        "entrypoint_d": os.path.isdir("/opt/nvidia/entrypoint.d"),
+        "serve": os.path.isfile("/usr/bin/serve"),
     }
 
 
@@ -645,6 +668,7 @@ def probe(root=DEFAULT_ROOT, system_dirs=None, ld_library_path=None, python=True
         "python": probe_python(resolver, version, libpython) if python else None,
         "stub_python": version,
         "stub_libpython": libpython,
+        "facts": probe_image(root),
     }
 
 

@@ -18,11 +18,11 @@ def catalog():
 
 @pytest.fixture
 def ngc_plan(catalog):
-    """A plan for NGC 24.09 images pinned by (made-up, fixed) digests."""
+    """A plan for NGC images (24.09 unless release= says) pinned by (made-up, fixed) digests."""
 
-    def make(*backends, **options):
-        release = catalog.release("24.09")
-        opts = spec(backends=tuple(backends), version="24.09", **options)
+    def make(*backends, release="24.09", **options):
+        release = catalog.release(release)
+        opts = spec(backends=tuple(backends), version=release.name, **options)
         offer = Offer.from_layout(catalog, release)
         full = BaseImage("full", release.full_ref(opts.images.registry), "sha256:" + "1" * 64, FULL_DIGEST)
         minimal = BaseImage("min", release.min_ref(opts.images.registry), "sha256:" + "2" * 64, MIN_DIGEST)

@@ -6,22 +6,69 @@ import pytest
 from composer.render import render_dockerfile, write_context
 
 GOLDEN = Path(__file__).parent / "golden"
+# One release of each generation of NGC's final stage (../shared/TRITON-FACTS.md section 7).
+RELEASES = ("24.09", "24.11", "25.03", "26.07")
 SELECTIONS = {
-    "ngc-24.09-onnxruntime-python": ("onnxruntime", "python"),
-    "ngc-24.09-python": ("python",),
-    "ngc-24.09-onnxruntime-python-pytorch-tensorrt": ("onnxruntime", "python", "tensorrt", "pytorch"),
+    "onnxruntime-python": ("onnxruntime", "python"),
+    "python": ("python",),
+    "identity": ("identity",),
+    "onnxruntime-python-pytorch-tensorrt": ("onnxruntime", "python", "tensorrt", "pytorch"),
 }
+CASES = [(release, name) for release in RELEASES for name in SELECTIONS]
 
 
-@pytest.mark.parametrize("name", sorted(SELECTIONS))
-def test_golden_dockerfiles(ngc_plan, name):
+@pytest.mark.parametrize("release, name", CASES)
+def test_golden_dockerfiles(ngc_plan, release, name):
     """Rendering is pinned: a change to the template shows up as a diff of these files.
     Regenerate with UPDATE_GOLDEN=1 after reviewing the change."""
-    text = render_dockerfile(ngc_plan(*SELECTIONS[name]))
-    golden = GOLDEN / f"{name}.Dockerfile"
+    text = render_dockerfile(ngc_plan(*SELECTIONS[name], release=release))
+    golden = GOLDEN / f"ngc-{release}-{name}.Dockerfile"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text()
+
+
+@pytest.mark.parametrize("release, name", CASES)
+def test_golden_renders_follow_ngc_final_stage(release, name):
+    """Each golden file, line by line against what NGC's own final stage does for its release
+    (section 7 of TRITON-FACTS.md; build.py dockerfile_prepare_container_linux)."""
+    text = (GOLDEN / f"ngc-{release}-{name}.Dockerfile").read_text()
+    lines = text.splitlines()
+    backends = SELECTIONS[name]
+    # Every release: the server's version in ENV and LABEL, PATH, UCX_MEM_EVENTS,
+    # TRITON_SERVER_GPU_ENABLED, TCMALLOC_RELEASE_RATE, TRITON_SERVER_USER, DEBIAN_FRONTEND.
+    for env in ('NVIDIA_TRITON_SERVER_VERSION="%s"' % release, 'PATH="/opt/tritonserver/bin:${PATH}"',
+                'UCX_MEM_EVENTS="no"', 'TRITON_SERVER_GPU_ENABLED="1"', 'TCMALLOC_RELEASE_RATE="200"',
+                'TRITON_SERVER_USER="triton-server"', 'DEBIAN_FRONTEND="noninteractive"'):
+        assert any(line.strip().startswith(env) for line in lines), env
+    assert any(line.strip().startswith("com.nvidia.tritonserver.version=") for line in lines)
+    # TF_* while tensorflow exists (up to 25.03).
+    has_tf = release <= "25.03"
+    assert ('TF_AUTOTUNE_THRESHOLD="2"' in text) is has_tf and ('TF_ADJUST_HUE_FUSED="1"' in text) is has_tf
+    # pytorch: the hpcx libraries on LD_LIBRARY_PATH. (libgomp1, which NGC installs with apt for
+    # onnxruntime and pytorch, comes from the full image through the collector: no apt here.)
+    assert ("/opt/hpcx/ucc/lib/:/opt/hpcx/ucx/lib/" in text) is ("pytorch" in backends)
+    assert "apt-get" not in text
+    # The user: remove tensorrt-server, and from 24.11 `ubuntu` (uid 1000 on Ubuntu 24.04), then
+    # triton-server with uid and gid 1000.
+    assert "userdel tensorrt-server" in text and "userdel ubuntu" in text
+    assert "useradd --uid 1000 --gid 1000" in text
+    # Python's PEP 668 marker from 24.11: PIP_BREAK_SYSTEM_PACKAGES where python is in the image.
+    assert ('PIP_BREAK_SYSTEM_PACKAGES="1"' in text) is (release >= "24.11" and "python" in backends)
+    # Ownership: every Triton COPY --chown=1000:1000 up to 26.05; nothing chowned from 26.06.
+    copies = [line for line in lines if line.startswith("COPY") and "/opt/tritonserver" in line]
+    assert copies
+    if release >= "26.06":
+        assert not any("--chown" in line for line in copies)
+    else:
+        assert all("--chown=1000:1000" in line for line in copies)
+    # The entrypoint scripts NGC's entrypoint runs first; the CUDA compat wiring on GPU images.
+    assert "COPY --from=full /opt/nvidia/entrypoint.d/ /opt/nvidia/entrypoint.d/" in lines
+    assert 'echo "${_CUDA_COMPAT_PATH}/lib" > /etc/ld.so.conf.d/00-cuda-compat.conf' in text
+    # Only the selected backends, from the full image, FROM images pinned by digest.
+    copied = sorted(line.split()[-1].rsplit("/", 1)[-1] for line in copies if "/backends/" in line)
+    assert copied == sorted(backends)
+    assert lines[[i for i, line in enumerate(lines) if line.startswith("FROM ")][0]].endswith(" AS full")
 
 
 def test_same_inputs_same_bytes(ngc_plan, tmp_path):
@@ -49,6 +96,8 @@ def test_no_compilers_package_managers_or_network(ngc_plan):
 def test_with_headers(ngc_plan):
     text = render_dockerfile(ngc_plan("python", with_headers=True))
     assert "COPY --chown=1000:1000 --from=full /opt/tritonserver/include /opt/tritonserver/include" in text
+    assert "COPY --from=full /opt/tritonserver/include" in render_dockerfile(ngc_plan("python", release="26.07",
+                                                                                      with_headers=True))
 
 
 def test_env_and_labels(ngc_plan):

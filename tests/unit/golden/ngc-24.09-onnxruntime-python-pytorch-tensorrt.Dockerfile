@@ -27,19 +27,35 @@ COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/python /opt/triton
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/pytorch /opt/tritonserver/backends/pytorch
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/tensorrt /opt/tritonserver/backends/tensorrt
 COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
+COPY --from=full /opt/nvidia/entrypoint.d/ /opt/nvidia/entrypoint.d/
 # Register copied libraries with the loader; create the server's user as NGC images do
 # (from 24.11 NGC first removes the user `ubuntu`, which holds uid 1000 on Ubuntu 24.04).
 RUN ldconfig \
+ && if id -u tensorrt-server >/dev/null 2>&1; then userdel tensorrt-server; fi \
  && if [ "$(id -u ubuntu 2>/dev/null)" = 1000 ]; then userdel ubuntu; fi \
  && if [ "$(getent group 1000 | cut -d: -f1)" = ubuntu ]; then groupdel ubuntu; fi \
  && (id -u triton-server >/dev/null 2>&1 \
      || (groupadd --gid 1000 triton-server && useradd --uid 1000 --gid 1000 --shell /bin/bash --home-dir /home/triton-server --create-home triton-server))
+# The CUDA forward-compatibility libraries, wired as NGC's GPU images do (where the image has them).
+RUN if [ -n "${_CUDA_COMPAT_PATH:-}" ] && [ -d "${_CUDA_COMPAT_PATH}/lib.real" ]; then \
+      ln -sf "${_CUDA_COMPAT_PATH}/lib.real" "${_CUDA_COMPAT_PATH}/lib" \
+      && echo "${_CUDA_COMPAT_PATH}/lib" > /etc/ld.so.conf.d/00-cuda-compat.conf \
+      && ldconfig \
+      && rm -f "${_CUDA_COMPAT_PATH}/lib"; \
+    fi
 ENV \
     TRITON_SERVER_VERSION="2.50.0" \
     NVIDIA_TRITON_SERVER_VERSION="24.09" \
     TRITON_SERVER_USER="triton-server" \
     TRITON_SERVER_GPU_ENABLED="1" \
     PATH="/opt/tritonserver/bin:${PATH}" \
+    UCX_MEM_EVENTS="no" \
+    TCMALLOC_RELEASE_RATE="200" \
+    DEBIAN_FRONTEND="noninteractive" \
+    TF_ADJUST_HUE_FUSED="1" \
+    TF_ADJUST_SATURATION_FUSED="1" \
+    TF_ENABLE_WINOGRAD_NONFUSED="1" \
+    TF_AUTOTUNE_THRESHOLD="2" \
     LD_LIBRARY_PATH="/opt/hpcx/ucc/lib/:/opt/hpcx/ucx/lib/${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 WORKDIR /opt/tritonserver
 LABEL \
