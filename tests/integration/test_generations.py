@@ -234,6 +234,13 @@ def test_compose_ubuntu_24_04_generation_onnxruntime_python(engine, standins, re
     assert payload["smoke_test"]["passed"] is True
     rows = {(r["subject"], r["status"]) for r in payload["smoke_test"]["rows"]}
     assert ("onnxruntime", "PASS") in rows and ("python", "PASS") in rows
+    # The final stage of NGC's composition for this generation, read from the full image.
+    assert payload["server_version"] == SERVER_INSIDE[release]  # the server inside, not the catalog's
+    owner = "0:0" if release >= "26.06" else "1000:1000"
+    facts = sh(engine, test_tag, "stat -c %u:%g /opt/tritonserver/bin/tritonserver /opt/tritonserver/backends/python; "
+               "find /opt/tritonserver -perm /022 ! -type l | wc -l; echo $PIP_BREAK_SYSTEM_PACKAGES; id -u ubuntu "
+               "2>/dev/null || echo no-ubuntu; id -u triton-server")
+    assert facts.split() == [owner, owner, "0" if owner == "0:0" else facts.split()[2], "1", "no-ubuntu", "1000"]
 
 
 def test_compose_identity_alone_has_no_python_and_reports_its_libraries(engine, standin_images, test_tag):
