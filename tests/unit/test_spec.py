@@ -137,3 +137,12 @@ def test_whole_spec_checks():
     with pytest.raises(UsageError, match="select at least one backend"):
         check(CompositionSpec().with_fields({"images.version": "24.09"}))
     check(CompositionSpec().with_fields({"images.version": "24.09"}), "backends")  # lists, selects nothing
+
+
+def test_readme_documents_every_set_key_and_flag():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for option in OPTIONS:
+        if option.key:
+            assert f"`{option.key}`" in readme, option.key
+        if option.flag:
+            assert f"`{option.flag}" in readme, option.flag
