@@ -58,6 +58,8 @@ def write_bundle(
             shutil.copytree(source, staging / "custom-backends" / name, symlinks=True)
         if plan.packages.wheelhouse is not None:
             shutil.copytree(plan.packages.wheelhouse, staging / "wheelhouse")
+        if spec.selection.bake_models is not None:
+            shutil.copytree(spec.selection.bake_models, staging / "models")
         write_context(plan, staging / "context")  # for reading; the build renders it again
         manifest = {
             "format": FORMAT,
@@ -69,6 +71,7 @@ def write_bundle(
             ).to_dict(portable_only=True),
             "custom_backends": [name for name, _ in spec.selection.custom_backends],
             "wheelhouse": plan.packages.wheelhouse is not None,
+            "bake_models": spec.selection.bake_models is not None,
             "inspection": inspection.to_dict(),
             "tag": plan.tag,
         }
@@ -123,6 +126,7 @@ def _spec_from(manifest: dict, root: Path, archive: Path) -> CompositionSpec:
             "selection.custom_backends": tuple(
                 (name, root / "custom-backends" / name) for name in manifest["custom_backends"]),
             "packages.wheelhouse": root / "wheelhouse" if manifest["wheelhouse"] else None,
+            "selection.bake_models": root / "models" if manifest.get("bake_models") else None,
         })
     except (KeyError, TypeError, ValueError, ComposerError) as exc:
         raise UsageError(f"--bundle {archive}: its {MANIFEST} is not one this composer wrote ({exc})") from None

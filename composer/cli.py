@@ -213,10 +213,12 @@ def build(
     if bundle is not None:
         if not bundle.is_file():
             raise UsageError(f"--bundle {bundle}: no such file")
-        allowed = {"result.tag", "result.push", "result.smoke_test", "result.model_repository", "result.labels"}
+        allowed = {"result.tag", "result.push", "result.smoke_test", "result.model_repository", "result.labels",
+                   "result.smoke_cases", "result.samples"}
         if set_files or locked or set(given) - allowed:
             raise UsageError("--bundle carries its own selection: give only --tag, --push, --label, "
-                             "--no-smoke-test, --model-repository, --junit or --json with it")
+                             "--no-smoke-test, --model-repository, --smoke-cases, --no-samples, --junit or --json "
+                             "with it")
     else:
         specs = _specs(BUILD, set_files, given, catalog)
         if locked and not set_files:
@@ -459,6 +461,8 @@ def smoke_test_command(
         backends=backends,
         server_version=info.env.get("TRITON_SERVER_VERSION"),
         model_repository=result.model_repository,
+        cases_file=result.smoke_cases,
+        samples=result.samples,
         gpus=result.gpus,
         strict=result.strict,
     )

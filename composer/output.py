@@ -47,17 +47,18 @@ class Printer:
 
 
 def smoke_table(report: "SmokeReport") -> str:
-    rows = [("CHECK", "MODEL", "RESULT", "DETAIL")]
-    rows += [(r.subject, r.model or "-", r.status, r.detail) for r in report.rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    """One line per check; models show their state, what was sent and how many cases passed."""
+    rows = [("CHECK", "MODEL", "RESULT", "READY", "REQUEST", "CASES", "DETAIL")]
+    rows += [(r.subject, r.model or "-", r.status, r.ready or "-", r.request or "-", r.cases or "-", r.detail)
+             for r in report.rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = []
     for row in rows:
-        cells = [row[i].ljust(widths[i]) for i in range(3)]
-        status = cells[2]
+        cells = [row[i].ljust(widths[i]) for i in range(6)]
         if row is not rows[0] and sys.stdout.isatty():
             color = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}.get(row[2])
-            status = typer.style(status, fg=color)
-        lines.append(f"{cells[0]}  {cells[1]}  {status}  {row[3]}")
+            cells[2] = typer.style(cells[2], fg=color)
+        lines.append("  ".join(cells + [row[6]]))
     return "\n".join(lines)
 
 

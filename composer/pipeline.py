@@ -286,6 +286,8 @@ def build_image(
     *,
     smoke: bool = True,
     model_repository: Path | None = None,
+    smoke_cases: Path | None = None,
+    samples: bool = True,
     gpus: str | int = "auto",
     strict: bool = False,
     context_dir: Path | None = None,
@@ -329,7 +331,7 @@ def build_image(
     if smoke:
         options = SmokeOptions(
             backends=plan.all_backends, server_version=plan.server_version, model_repository=model_repository,
-            gpus=gpus, strict=strict,
+            cases_file=smoke_cases, samples=samples, gpus=gpus, strict=strict,
         )
         try:
             report = smoke_test(engine, image_id, options, on_line=on_smoke_line or on_line, labels=labels)
@@ -420,6 +422,8 @@ def _build_and_push(engine: Engine, spec: CompositionSpec, plan: CompositionPlan
         plan,
         smoke=spec.result.smoke_test,
         model_repository=spec.result.model_repository,
+        smoke_cases=spec.result.smoke_cases,
+        samples=spec.result.samples,
         gpus=spec.result.gpus,
         strict=spec.result.strict,
         labels=dict(run.labels or {}),

@@ -21,6 +21,7 @@ from composer.refs import ImageRef
 from composer.spec import NAME_PATTERN, CompositionSpec, Packages
 
 ROOT = "/opt/tritonserver"
+MODELS_ROOT = "/models"  # where baked models go, and what the image serves by default
 KINDS = ("backend", "repoagent", "cache")
 FOLDERS = {"backend": "backends", "repoagent": "repoagents", "cache": "caches"}
 
@@ -164,6 +165,7 @@ class CompositionPlan:
     copy_serve: bool = False
     gpu: bool = True  # TRITON_SERVER_GPU_ENABLED: wire the CUDA compat libraries
     pip_command: tuple[str, ...] = ()  # how the packages stage runs pip (the image's, or the wheelhouse's)
+    baked_models: Path | None = None  # a model repository on this machine, copied in at MODELS_ROOT
 
     @property
     def all_backends(self) -> tuple[str, ...]:
@@ -192,6 +194,9 @@ class CompositionPlan:
             "base_images": {"full": self.full.record(), "min": self.min.record()},
             "backend_images": {f.name: f.record() for f in self.foreign_backends},
             "requested_packages": [public_requirement(spec) for spec in self.packages.specs],
+            # Where baked models are (the smoke test serves them from there); not what they are, so
+            # a change of the models leaves every layer before theirs as it was.
+            "baked_models": MODELS_ROOT if self.baked_models else None,
         }
 
 
@@ -315,6 +320,7 @@ def make_plan(
         copy_entrypoint_d=offer.entrypoint_d,
         copy_serve=offer.serve,
         gpu=dict(env).get("TRITON_SERVER_GPU_ENABLED") == "1",
+        baked_models=options.bake_models,
     )
 
 

@@ -17,7 +17,7 @@ import jinja2
 
 from composer.errors import UsageError
 from composer.packages import installable_requirement
-from composer.plan import ROOT, CompositionPlan
+from composer.plan import MODELS_ROOT, ROOT, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
 BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py")
@@ -50,7 +50,7 @@ def collect_paths(plan: CompositionPlan) -> list[str]:
 
 def render_dockerfile(plan: CompositionPlan) -> str:
     text = templates().get_template("compose.Dockerfile.j2").render(
-        plan=plan, root=ROOT, collect_paths=collect_paths(plan),
+        plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
     )
     return text.rstrip("\n") + "\n"
 
@@ -101,6 +101,11 @@ def _write(plan: CompositionPlan, directory: Path) -> BuildContext:
         shutil.rmtree(customs)
     for custom in plan.custom_backends:
         shutil.copytree(custom.source, customs / custom.name, symlinks=True)
+    models = directory / "models"
+    if models.exists():
+        shutil.rmtree(models)
+    if plan.baked_models is not None:  # links are followed: the image holds the files themselves
+        shutil.copytree(plan.baked_models, models, ignore=shutil.ignore_patterns("__pycache__"))
     return BuildContext(directory=directory, dockerfile=dockerfile)
 
 

@@ -8,7 +8,9 @@ report GPU metrics (DCGM works); `strict` turns every SKIP into a failure.
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import time
 from importlib import resources
 from dataclasses import dataclass, replace
@@ -17,17 +19,24 @@ from typing import Callable
 
 import requests
 
+from composer.cases import (
+    CASE_FILES, Case, CaseError, by_model, cases_from_text, check_against_config, default_request,
+    describe_request, model_folders, read_cases_file, repository_cases, repository_problem,
+)
 from composer.engine import Container, Engine, gpu_request
 from composer.errors import ComposerError, EngineError, UsageError
 from composer.samples import Sample, samples_for
-from composer.triton_client import TritonHTTP
+from composer.triton_client import TensorData, TritonHTTP
 from composer.progress import LineSink, quiet
 
 HTTP_PORT = 8000
 METRICS_PORT = 8002
 GPU_METRIC = "nv_gpu_"  # the prefix of the metrics DCGM feeds (nv_gpu_utilization, ...)
 SMOKE_LABEL = "org.triton-composer.smoke"
-MODELS = "/models"
+MODELS = "/models"  # where a composed image holds baked models, and where its CMD serves them from
+SAMPLES = "/composer-smoke/samples"  # the composer's own models (samples, package check)
+USER_MODELS = "/composer-smoke/models"  # a --model-repository, copied in for the smoke test
+RECORD = "/opt/tritonserver/composition.json"
 PACKAGE_CHECK = "composer_package_check"
 
 # Backends with no sample that runs on a CPU here, and what to do instead.
@@ -47,6 +56,9 @@ class SmokeRow:
     detail: str
     model: str | None = None
     device: str | None = None  # where the model's instances ran (CPU, GPU), when the server tells
+    ready: str | None = None  # the model's state as the server reports it (READY, UNAVAILABLE, ...)
+    request: str | None = None  # what was sent: "sample", "N cases", or "default: <inputs>"
+    cases: str | None = None  # cases passed of those sent, e.g. "2/3"
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,8 @@ class SmokeReport:
             # A SKIP is neither passed nor failed: CI sees how much went unproven.
             "counts": {"passed": self.count("PASS"), "failed": self.count("FAIL"), "skipped": self.count("SKIP")},
             "rows": [
-                {"subject": r.subject, "model": r.model, "status": r.status, "detail": r.detail, "device": r.device}
+                {"subject": r.subject, "model": r.model, "status": r.status, "detail": r.detail, "device": r.device,
+                 "ready": r.ready, "request": r.request, "cases": r.cases}
                 for r in self.rows
             ],
         }
@@ -93,6 +106,8 @@ class SmokeOptions:
     backends: tuple[str, ...]  # the backends that must be (exactly) in the image
     server_version: str | None = None
     model_repository: Path | None = None
+    cases_file: Path | None = None  # --smoke-cases: cases for any served model
+    samples: bool = True  # serve the samples (beside the user's models); --no-samples turns them off
     timeout: float = 240.0
     shm_size: str = "512m"
     gpus: str | int = "auto"  # auto (all when the engine offers the nvidia runtime), all, none, or a count
@@ -118,6 +133,23 @@ def resolve_gpus(engine: Engine, wanted: str | int) -> tuple[str | int, str]:
     return "none", "auto: the engine offers no nvidia runtime"
 
 
+@dataclass(frozen=True)
+class Served:
+    """What one smoke run serves, and from where (container path -> host file or folder)."""
+
+    samples: tuple[Sample, ...]
+    user: tuple[str, ...]  # models of --model-repository
+    baked: tuple[str, ...]  # models baked into the image
+    cases: tuple[Case, ...]
+    files: dict
+    repositories: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.user) | set(self.baked)))
+
+
 def smoke_test(
     engine: Engine,
     image: str,
@@ -126,57 +158,131 @@ def smoke_test(
     on_line: LineSink = quiet,
     labels: dict[str, str] | None = None,
 ) -> SmokeReport:
-    """Start the server from `image` on sample (or the user's) models and check each answer."""
+    """Start the server from `image` on the samples, the user's models and the models baked into
+    it, and check each answer."""
     rows: list[SmokeRow] = []
     present = _backends_in(engine, image)
     rows.append(_presence_row(present, set(options.backends)))
-
-    if options.model_repository is not None:
-        models = _user_models(options.model_repository)
-        samples: list[Sample] = []
-    else:
-        samples = [s for s in samples_for(present) if s.backend in options.backends]
-        models = {f"{MODELS}/{s.model}": s.path for s in samples}
-    packages = _installed_packages(engine, image) if "python" in present else []
-    files: dict = dict(models)
-    if packages:
-        files.update(_package_check_files(packages))
+    record = _record(engine, image)
+    packages = list(record.get("packages") or []) if "python" in present else []
+    served = _what_to_serve(engine, image, options, present, record, packages)
+    for note in served.notes:
+        on_line(f"note: {note}")
 
     gpus, why = resolve_gpus(engine, options.gpus)
     with_gpus = gpu_request(gpus) is not None
     # Metrics stay off without GPUs, as the CPU-only server has nothing to report through DCGM.
     metrics = ["--allow-metrics=true", "--allow-gpu-metrics=true"] if with_gpus else ["--allow-metrics=false"]
-    on_line(f"starting tritonserver from {image} with {len(models)} model(s), GPUs: {gpus} ({why})")
+    count = len(served.samples) + len(served.models)
+    on_line(f"starting tritonserver from {image} with {count} model(s), GPUs: {gpus} ({why})")
     container = engine.start(
         image,
-        ["tritonserver", f"--model-repository={MODELS}", "--exit-on-error=false", *metrics],
+        ["tritonserver", *(f"--model-repository={r}" for r in served.repositories), "--exit-on-error=false",
+         *metrics],
         ports=[HTTP_PORT, METRICS_PORT] if with_gpus else [HTTP_PORT],
-        files=files,
+        files=served.files,
         labels={SMOKE_LABEL: "1", **(labels or {})},
         shm_size=options.shm_size,
         gpus=gpus,
     )
     try:
-        report = _check_server(container, image, options, samples, packages, rows, on_line, with_gpus)
+        report = _check_server(container, image, options, served, packages, rows, on_line, with_gpus)
     finally:
         container.remove()
     rows = list(report.rows)
     if options.strict:
-        rows = [SmokeRow(r.subject, "FAIL", f"strict: {r.detail}", r.model, r.device) if r.status == "SKIP" else r
-                for r in rows]
+        rows = [replace(r, status="FAIL", detail=f"strict: {r.detail}") if r.status == "SKIP" else r for r in rows]
     rows = [replace(r, detail=f"{r.detail}; GPUs: {gpus} ({why})") if r.subject == "server" else r for r in rows]
     failed = any(r.status == "FAIL" for r in rows)
     return SmokeReport(image, tuple(rows), report.server_version, report.log_tail if failed else "",
                        gpus=str(gpus), gpus_reason=why, strict=options.strict)
 
 
-def _check_server(container: Container, image, options, samples, packages, rows, on_line,
+def _what_to_serve(engine: Engine, image: str, options: SmokeOptions, present: set[str], record: dict,
+                   packages: list[dict]) -> Served:
+    """The repositories to serve: the image's baked models as they are, the user's models and the
+    samples copied in. A sample whose name a user's model takes is left out (with a note)."""
+    files: dict = {}
+    repositories: list[str] = []
+    cases: list[Case] = []
+    baked: tuple[str, ...] = ()
+    baked_at = record.get("baked_models")
+    if baked_at:
+        baked, baked_cases = baked_models(engine, image, str(baked_at))
+        cases += baked_cases
+        repositories.append(str(baked_at))
+    user: tuple[str, ...] = ()
+    if options.model_repository is not None:
+        user_dirs = _user_models(options.model_repository)
+        user = tuple(user_dirs)
+        files.update({f"{USER_MODELS}/{name}": path for name, path in user_dirs.items()})
+        cases += _checked(lambda: repository_cases(options.model_repository), "--model-repository")
+        repositories.append(USER_MODELS)
+    if options.cases_file is not None:
+        cases += _checked(lambda: read_cases_file(options.cases_file), "--smoke-cases")
+    taken = set(user) | set(baked)
+    notes = []
+    samples: list[Sample] = []
+    if options.samples:
+        for sample in samples_for(present):
+            if sample.backend not in options.backends:
+                continue
+            if sample.model in taken:
+                notes.append(f"sample {sample.model} left out: a model of yours has its name")
+                continue
+            samples.append(sample)
+    elif not taken:
+        raise UsageError("--no-samples leaves nothing to serve: give --model-repository DIR, or an image with "
+                         "baked models (--bake-models)")
+    own = {f"{SAMPLES}/{s.model}": s.path for s in samples}
+    if packages:
+        own.update(_package_check_files(packages))
+    if own:
+        files.update(own)
+        repositories.append(SAMPLES)
+    return Served(tuple(samples), user, baked, tuple(cases), files, tuple(repositories), tuple(notes))
+
+
+def _checked(read, flag: str) -> tuple[Case, ...]:
+    try:
+        return read()
+    except CaseError as error:
+        raise UsageError(f"{flag}: {error}") from None
+
+
+def baked_models(engine: Engine, image: str, where: str = MODELS) -> tuple[tuple[str, ...], tuple[Case, ...]]:
+    """The model folders baked into `image` at `where`, and the cases they carry (read from the
+    image itself, so the smoke test checks what was baked)."""
+    script = (f'cd {where} 2>/dev/null || exit 0; for d in */; do m="${{d%/}}"; echo "model $m"; '
+              f'for f in {" ".join(CASE_FILES)}; do [ -f "$m/$f" ] && echo "file $m/$f $(base64 -w0 "$m/$f")"; '
+              'done; done; true')
+    result = engine.run_once(image, ["sh", "-c", script], entrypoint=[])
+    if result.exit_code != 0:
+        raise ComposerError(f"cannot list the models baked into {image[:19]} at {where}: "
+                            f"{' '.join(result.output.split())[-200:]}")
+    names, cases = [], []
+    for line in result.output.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "model" and rest and rest != "*":
+            names.append(rest)
+        elif kind == "file":
+            path, _, encoded = rest.partition(" ")
+            try:
+                cases += cases_from_text(base64.b64decode(encoded).decode(), f"{where}/{path}", path.split("/")[0])
+            except CaseError as error:
+                raise ComposerError(f"baked models: {error}") from None
+    return tuple(names), tuple(cases)
+
+
+def _check_server(container: Container, image, options, served: Served, packages, rows, on_line,
                   with_gpus: bool = False) -> SmokeReport:
     client = TritonHTTP(container.url(HTTP_PORT))
     deadline = time.monotonic() + options.timeout
     if not _wait(lambda: client.live(), deadline, container):
         why = "exited" if not container.running() else f"not live after {options.timeout:.0f} s"
         rows.append(SmokeRow("server", "FAIL", f"tritonserver {why}"))
+        reasons = server_reasons(container.logs())
+        rows += [SmokeRow("model", "FAIL", f"not loaded: {reason}", name) for name, reason in sorted(reasons.items())]
         return SmokeReport(image, tuple(rows), log_tail=container.logs(tail=40))
 
     version = client.server_metadata().get("version")
@@ -188,23 +294,153 @@ def _check_server(container: Container, image, options, samples, packages, rows,
         rows.append(_gpu_metrics_row(container))
 
     on_line("waiting for models to load")
-    _wait(lambda: all(m.get("state") in ("READY", "UNAVAILABLE") for m in client.model_index()) or None,
-          deadline, container)
-    index = {m["name"]: m for m in client.model_index()}
+    index, reasons = wait_for_models(client, container, deadline)
 
-    if options.model_repository is not None:
-        rows += _user_model_rows({k: v for k, v in index.items() if k != PACKAGE_CHECK})
-    else:
-        rows += _sample_rows(client, samples, index, on_line)
-        tested = {s.backend for s in samples}
+    rows += _sample_rows(client, list(served.samples), index, on_line, reasons)
+    if options.samples:
+        tested = {s.backend for s in served.samples}
         for backend in sorted(set(options.backends) - tested):
             reason = NO_SAMPLE.get(backend, NO_SAMPLE_DEFAULT)
             rows.append(SmokeRow(backend, "SKIP", reason))
-
+    rows += _model_rows(client, served, index, reasons, on_line)
     if packages:
         rows += _package_rows(packages, index)
     rows = [_with_device(client, r) for r in rows]
     return SmokeReport(image, tuple(rows), version, log_tail=container.logs(tail=40))
+
+
+# -- what the server says of a model that did not load --------------------------------------
+
+SETTLED = ("READY", "UNAVAILABLE")
+_LOG_MESSAGE = re.compile(r'^[EW]\d{4} [\d:.]+\s+\d+ [^\]]+\] (.*)$')
+_LOG_REASONS = (
+    re.compile(r"^Poll failed for model directory '(?P<model>[^']+)': (?P<reason>.*)$", re.S),
+    re.compile(r"^failed to load '(?P<model>[^']+)' version \d+: (?P<reason>.*)$", re.S),
+)
+
+
+def one_line(reason: str, limit: int = 240) -> str:
+    """A server's reason in one line: its first paragraph (a python traceback follows it)."""
+    head = str(reason).split("\n\n", 1)[0]
+    head = " ".join(head.split())
+    return head if len(head) <= limit else head[: limit - 3] + "..."
+
+
+def server_reasons(log: str) -> dict[str, str]:
+    """Model name -> why it did not load, from the server's own log lines (errors name the model)."""
+    reasons: dict[str, str] = {}
+    for line in log.splitlines():
+        match = _LOG_MESSAGE.match(line.strip())
+        if not match:
+            continue
+        message = match.group(1)
+        if message.startswith('"'):
+            try:
+                message = json.loads(message)
+            except ValueError:
+                message = message.strip('"')
+        for pattern in _LOG_REASONS:
+            found = pattern.match(message)
+            if found:
+                reasons.setdefault(found.group("model"), one_line(found.group("reason")))
+    return reasons
+
+
+def wait_for_models(client: TritonHTTP, container: Container, deadline: float) -> tuple[dict, dict[str, str]]:
+    """The model index once every model is READY or has failed, and why each failed.
+
+    A model has failed as soon as the server says so: UNAVAILABLE in the index, or an error line
+    naming it in the log (a config.pbtxt the server cannot parse leaves an index entry without a
+    state). Only models still loading are waited for, up to `deadline`.
+    """
+    index: dict = {}
+    while True:
+        try:
+            index = {m["name"]: m for m in client.model_index()}
+        except ComposerError:
+            pass
+        unsettled = [n for n, m in index.items() if m.get("state") not in SETTLED]
+        reasons = server_reasons(container.logs()) if unsettled or any(
+            m.get("state") == "UNAVAILABLE" and not m.get("reason") for m in index.values()) else {}
+        if index and not [n for n in unsettled if n not in reasons]:
+            break
+        if time.monotonic() >= deadline or not container.running():
+            break
+        time.sleep(0.5)
+    for name, entry in index.items():
+        if entry.get("reason"):
+            reasons[name] = one_line(entry["reason"])
+    return index, reasons
+
+
+def _not_ready(entry: dict, name: str, reasons: dict[str, str]) -> tuple[str, str]:
+    """(state, one-line reason) of a model that is not READY."""
+    state = entry.get("state") or ("absent" if not entry else "not loaded")
+    reason = reasons.get(name) or ("the server does not list it" if not entry else
+                                   "the server gave no reason (see the server log)")
+    return state, reason
+
+
+# -- the user's and the baked models ---------------------------------------------------------
+
+
+def _model_rows(client: TritonHTTP, served: Served, index: dict, reasons: dict[str, str], on_line) -> list[SmokeRow]:
+    own = {s.model for s in served.samples} | {PACKAGE_CHECK}
+    names = sorted(set(served.models) | {n for n in index if n not in own})
+    cases = by_model(served.cases)
+    rows = []
+    for name in names:
+        rows.append(model_row(client, name, index.get(name, {}), cases.get(name, []), reasons))
+        if rows[-1].status == "PASS":
+            on_line(f"{name}: {rows[-1].detail}")
+    for name in sorted(set(cases) - set(names) - own):
+        shown = ", ".join(c.name for c in cases[name])
+        rows.append(SmokeRow("model", "FAIL", f"cases {shown} name model {name}, which the server does not serve",
+                             name, request="-", cases=f"0/{len(cases[name])}"))
+    if not names and (served.user or served.baked):
+        rows.append(SmokeRow("models", "FAIL", "the model repository holds no model the server found"))
+    return rows
+
+
+def model_row(client: TritonHTTP, name: str, entry: dict, cases: list[Case], reasons: dict[str, str]) -> SmokeRow:
+    """One model: READY, then its cases (or a default request from its configuration) answered."""
+    if entry.get("state") != "READY":
+        state, reason = _not_ready(entry, name, reasons)
+        total = f"0/{len(cases)}" if cases else None
+        return SmokeRow("model", "FAIL", f"not loaded: {reason}", name, ready=state, request="-", cases=total)
+    if cases:
+        passed, problems = 0, []
+        for case in cases:
+            try:
+                problem = case.check(client.infer(name, case.inputs))
+            except ComposerError as error:
+                problem = f"case {case.name}: {error.message}"
+            if problem:
+                problems.append(problem)
+            else:
+                passed += 1
+        counted = f"{passed}/{len(cases)}"
+        request = f"{len(cases)} case{'s' if len(cases) > 1 else ''}"
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            return SmokeRow("model", "FAIL", f"wrong answer: {problems[0]}{more}", name, ready="READY",
+                            request=request, cases=counted)
+        return SmokeRow("model", "PASS", "correct answers", name, ready="READY", request=request, cases=counted)
+    try:
+        config = client.model_config(name)
+        inputs = default_request(config)
+    except CaseError as error:
+        return SmokeRow("model", "FAIL", f"no request possible: {error}", name, ready="READY", request="-")
+    except ComposerError as error:
+        return SmokeRow("model", "FAIL", error.message, name, ready="READY", request="-")
+    request = f"default: {describe_request(inputs)}"
+    try:
+        problem = check_against_config(config, client.infer(name, list(inputs)))
+    except ComposerError as error:
+        problem = error.message
+    if problem:
+        return SmokeRow("model", "FAIL", f"default request: {problem}", name, ready="READY", request=request)
+    return SmokeRow("model", "PASS", "answer holds every configured output", name, ready="READY", request=request)
 
 
 def _with_device(client: TritonHTTP, row: SmokeRow) -> SmokeRow:
@@ -219,7 +455,7 @@ def _with_device(client: TritonHTTP, row: SmokeRow) -> SmokeRow:
     if not kinds:
         return row
     device = "+".join(kinds)
-    return SmokeRow(row.subject, row.status, f"{row.detail} ({device})", row.model, device)
+    return replace(row, detail=f"{row.detail} ({device})", device=device)
 
 
 def _gpu_metrics_row(container: Container) -> SmokeRow:
@@ -249,25 +485,28 @@ def metrics_text(url: str) -> str:
     return response.text if response.status_code == 200 else ""
 
 
-def _sample_rows(client: TritonHTTP, samples: list[Sample], index: dict, on_line) -> list[SmokeRow]:
+def _sample_rows(client: TritonHTTP, samples: list[Sample], index: dict, on_line,
+                 reasons: dict[str, str] | None = None) -> list[SmokeRow]:
     rows = []
     for sample in samples:
         entry = index.get(sample.model, {})
         if entry.get("state") != "READY":
-            reason = entry.get("reason") or entry.get("state") or "not loaded"
-            rows.append(SmokeRow(sample.backend, "FAIL", f"model not ready: {reason}", sample.model))
+            state, reason = _not_ready(entry, sample.model, reasons or {})
+            rows.append(SmokeRow(sample.backend, "FAIL", f"model not ready: {reason}", sample.model, ready=state,
+                                 request="-", cases="0/1"))
             continue
+        done = {"ready": "READY", "request": "sample"}
         try:
             outputs = client.infer(sample.model, sample.inputs)
         except ComposerError as exc:
-            rows.append(SmokeRow(sample.backend, "FAIL", exc.message, sample.model))
+            rows.append(SmokeRow(sample.backend, "FAIL", exc.message, sample.model, cases="0/1", **done))
             continue
         mismatch = sample.check(outputs)
         if mismatch:
-            rows.append(SmokeRow(sample.backend, "FAIL", mismatch, sample.model))
+            rows.append(SmokeRow(sample.backend, "FAIL", mismatch, sample.model, cases="0/1", **done))
         else:
             on_line(f"{sample.model}: correct answer")
-            rows.append(SmokeRow(sample.backend, "PASS", "ready, correct answer", sample.model))
+            rows.append(SmokeRow(sample.backend, "PASS", "ready, correct answer", sample.model, cases="1/1", **done))
     return rows
 
 
@@ -275,7 +514,7 @@ def _package_check_files(packages: list[dict]) -> dict[str, bytes]:
     """The package-check model, told which modules to import."""
     folder = resources.files("composer.samples").joinpath("package_check")
     modules = sorted({m for p in packages for m in p.get("modules") or []})
-    base = f"{MODELS}/{PACKAGE_CHECK}"
+    base = f"{SAMPLES}/{PACKAGE_CHECK}"
     return {
         f"{base}/config.pbtxt": folder.joinpath("config.pbtxt").read_bytes(),
         f"{base}/1/model.py": folder.joinpath("1", "model.py").read_bytes(),
@@ -300,27 +539,16 @@ def _package_rows(packages: list[dict], index: dict) -> list[SmokeRow]:
     return rows
 
 
-def _installed_packages(engine: Engine, image: str) -> list[dict]:
-    """Packages the composition record of `image` lists as added (none without a record)."""
-    result = engine.run_once(image, ["cat", "/opt/tritonserver/composition.json"], entrypoint=[])
+def _record(engine: Engine, image: str) -> dict:
+    """The composition record of `image` (empty for an image the composer did not make)."""
+    result = engine.run_once(image, ["cat", RECORD], entrypoint=[])
     if result.exit_code != 0:
-        return []
+        return {}
     try:
-        return list(json.loads(result.output).get("packages") or [])
+        record = json.loads(result.output)
     except ValueError:
-        return []
-
-
-def _user_model_rows(index: dict) -> list[SmokeRow]:
-    if not index:
-        return [SmokeRow("models", "FAIL", "the model repository holds no model the server found")]
-    rows = []
-    for name, entry in sorted(index.items()):
-        if entry.get("state") == "READY":
-            rows.append(SmokeRow("model", "PASS", "ready", name))
-        else:
-            rows.append(SmokeRow("model", "FAIL", entry.get("reason") or entry.get("state") or "not loaded", name))
-    return rows
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _presence_row(present: set[str], expected: set[str]) -> SmokeRow:
@@ -343,13 +571,11 @@ def _backends_in(engine: Engine, image: str) -> set[str]:
 
 
 def _user_models(repository: Path) -> dict[str, Path]:
-    repository = Path(repository)
-    if not repository.is_dir():
-        raise UsageError(f"--model-repository {repository}: no such folder")
-    models = {f"{MODELS}/{p.name}": p for p in sorted(repository.iterdir()) if p.is_dir()}
-    if not models:
-        raise UsageError(f"--model-repository {repository}: no model folders in it")
-    return models
+    """Model name -> folder of a --model-repository (checked again here for smoke-test IMAGE)."""
+    problem = repository_problem(Path(repository))
+    if problem:
+        raise UsageError(f"--model-repository {repository}: {problem}")
+    return model_folders(Path(repository))
 
 
 def _wait(ready: Callable[[], object], deadline: float, container: Container) -> bool:

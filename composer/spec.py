@@ -43,6 +43,7 @@ class Selection:
     custom_backends: tuple[tuple[str, Path], ...] = ()  # name -> a local folder
     backend_images: tuple[tuple[str, str], ...] = ()  # name -> the full image to take it from
     with_headers: bool = False
+    bake_models: Path | None = None  # a model repository copied into the image at /models
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ class Result:
     labels: tuple[tuple[str, str], ...] = ()
     gpus: str = "auto"  # GPUs for the smoke test: auto, all, none or a count
     strict: bool = False  # every SKIP of the smoke test is a failure
+    smoke_cases: Path | None = None  # a file of test cases for the served models
+    samples: bool = True  # serve the samples beside the user's models in the smoke test
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,40 @@ class LocalPath(Kind):
 
     def typed(self, value):
         return Path(value) if value is not None else None
+
+
+class ModelRepository(LocalPath):
+    """A Triton model repository on this machine: one folder per model, and any case files in
+    them (composer.cases) readable, checked before any work starts."""
+
+    def __init__(self):
+        super().__init__("folder")
+
+    def read(self, raw: Any, base: Path) -> Path:
+        from composer.cases import repository_problem
+
+        path = super().read(raw, base)
+        problem = repository_problem(path)
+        if problem:
+            raise Invalid(problem)
+        return path
+
+
+class CasesFile(LocalPath):
+    """A file of smoke-test cases (composer.cases), read and checked before any work starts."""
+
+    def __init__(self):
+        super().__init__("file")
+
+    def read(self, raw: Any, base: Path) -> Path:
+        from composer.cases import CaseError, read_cases_file
+
+        path = super().read(raw, base)
+        try:
+            read_cases_file(path)
+        except CaseError as error:
+            raise Invalid(str(error)) from None
+        return path
 
 
 class Named(Kind):
@@ -460,6 +497,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("selection.backend_images", "--backend-image", "backend_images", Named(_REF, check_name, "NAME=REF"),
            "Take a backend from another full image (another release): NAME=REF (repeatable)."),
     Option("selection.with_headers", "--with-headers", "with_headers", Flag(), "Include /opt/tritonserver/include."),
+    Option("selection.bake_models", "--bake-models", "bake_models", ModelRepository(),
+           "Copy this model repository into the image at /models (a layer of its own) and serve it by default.",
+           portable=False),
     # result
     Option("result.tag", "--tag", "tag", _TAG_REF, "Tag for the composed image (default names release and backends).",
            short="-t"),
@@ -467,9 +507,14 @@ OPTIONS: tuple[Option, ...] = (
            "KEY=VALUE"), "A label on the composed image: KEY=VALUE (repeatable).", commands=(BUILD, RENDER, BUNDLE)),
     Option("result.smoke_test", "--no-smoke-test", "smoke_test", Flag(inverted=True),
            "Tag without serving the samples first.", commands=(BUILD, BUNDLE)),
-    Option("result.model_repository", "--model-repository", "model_repository", LocalPath("folder"),
-           "Smoke-test these models instead of the samples: each must reach READY.", commands=(BUILD, SMOKE),
+    Option("result.model_repository", "--model-repository", "model_repository", ModelRepository(),
+           "Smoke-test these models too (beside the samples): each must load and answer its cases, or a "
+           "request built from its configuration.", commands=(BUILD, SMOKE), portable=False),
+    Option("result.smoke_cases", "--smoke-cases", "smoke_cases", CasesFile(),
+           "A file of test cases (inputs, expected outputs) for the served models.", commands=(BUILD, SMOKE),
            portable=False),
+    Option("result.samples", "--no-samples", "samples", Flag(inverted=True),
+           "Serve only your models in the smoke test, not the samples.", commands=(BUILD, SMOKE)),
     Option("result.push", "--push", "push", _TAG_REF, "Push the image as REF once its smoke test passed.",
            commands=(BUILD,)),
     Option("result.gpus", "--gpus", "gpus", Text(check_gpus, "auto, all, none or a number"),
@@ -607,6 +652,11 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
         found.append(Problem(
             "backends", "select at least one backend (backends: [NAME, ...] or custom_backends)",
             "select at least one backend with --backend NAME (composer backends lists them)"))
+    r = spec.result
+    if command == BUILD and r.smoke_test and not r.samples and not (r.model_repository or s.bake_models):
+        found.append(Problem(
+            "samples", "samples: false leaves the smoke test nothing to serve: add model_repository or bake_models",
+            "--no-samples leaves the smoke test nothing to serve: add --model-repository DIR or --bake-models DIR"))
     p = spec.packages
     # A set may name a wheelhouse that `composer wheels` is about to fill: checked for builds only.
     if command in (BUILD, RENDER, BUNDLE) and p.wheelhouse is not None and not p.wheelhouse.is_dir():

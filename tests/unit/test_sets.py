@@ -30,9 +30,18 @@ packages:
   ca_cert: ./ca.pem
 smoke_test: false
 model_repository: ./models
+smoke_cases: ./cases.yaml
+samples: false
+bake_models: ./models
 push: registry.example/team/triton:onnx
 labels: {team: ml, tier: gold}
 """
+
+
+CASES_JSON = '{"cases": [{"inputs": [{"name": "X", "datatype": "FP32", "shape": [1], "data": [1]}], ' \
+             '"expected": [{"name": "Y", "datatype": "FP32", "shape": [1]}]}]}'
+CASES_YAML = "cases:\n  - model: m\n    inputs: [{name: X, datatype: FP32, shape: [1], data: [1]}]\n" \
+             "    expected: [{name: Y, datatype: FP32, shape: [1], data: [2]}]\n"
 
 
 def write(tmp_path: Path, text: str, name: str = "x.yaml") -> Path:
@@ -53,7 +62,9 @@ def error(path: Path, environ=None) -> str:
 def full_set(tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "model.py").write_text("")
-    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    (tmp_path / "models" / "m" / "smoke_cases.json").write_text(CASES_JSON)
+    (tmp_path / "cases.yaml").write_text(CASES_YAML)
     (tmp_path / "ca.pem").write_text("cert")
     (tmp_path / "requirements.txt").write_text("# pins\nnumpy<2\n")
     return write(tmp_path, FULL)
@@ -94,7 +105,7 @@ def test_full_image_instead_of_version(tmp_path):
 
 def test_relative_paths_resolve_against_the_set_folder(tmp_path, monkeypatch):
     folder = tmp_path / "sets"
-    (folder / "models").mkdir(parents=True)
+    (folder / "models" / "m").mkdir(parents=True)
     write(folder, 'version: "24.09"\nbackends: [python]\nmodel_repository: models\n')
     monkeypatch.chdir(tmp_path)
     assert load_set(Path("sets/x.yaml"), {}).result.model_repository == (folder / "models").resolve()
@@ -180,7 +191,8 @@ def test_missing_set_file(tmp_path):
 NOTHING_GIVEN = dict(
     version=None, registry=None, image=[], tag=None, with_headers=False, backend=[], repoagent=[], cache=[],
     custom_backend=[], backend_image=[], pip=[], requirements=[], pip_index_url=None, pip_extra_index_url=[],
-    pip_trusted_host=[], wheelhouse=None, ca_cert=None, no_smoke_test=False, model_repository=None, push=None,
+    pip_trusted_host=[], wheelhouse=None, ca_cert=None, no_smoke_test=False, model_repository=None, smoke_cases=None, no_samples=False,
+    bake_models=None, push=None,
     label=[],
 )
 

@@ -36,6 +36,9 @@ packages:
   ca_cert: ./ca.pem
 smoke_test: false
 model_repository: ./models
+smoke_cases: ./cases.yaml
+samples: false
+bake_models: ./models
 push: registry.example/team/triton:onnx
 """
 
@@ -47,15 +50,21 @@ COMMAND_LINE = dict(
     pip=["tokenizers==0.20.0"], requirements=[Path("requirements.txt")],
     pip_extra_index_url=["https://extra.example/simple"], pip_trusted_host=["extra.example"],
     wheelhouse=Path("wheels"), ca_cert=Path("ca.pem"), no_smoke_test=True, model_repository=Path("models"),
+    smoke_cases=Path("cases.yaml"), no_samples=True, bake_models=Path("models"),
     push="registry.example/team/triton:onnx",
 )
+
+
+from tests.unit.test_sets import CASES_JSON, CASES_YAML  # noqa: E402
 
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "model.py").write_text("")
-    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    (tmp_path / "models" / "m" / "smoke_cases.json").write_text(CASES_JSON)
+    (tmp_path / "cases.yaml").write_text(CASES_YAML)
     (tmp_path / "ca.pem").write_text("cert")
     (tmp_path / "requirements.txt").write_text("numpy<2\n")
     (tmp_path / "x.yaml").write_text(SET)
