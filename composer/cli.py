@@ -278,6 +278,8 @@ def _report(out: Printer, outcomes, junit: Optional[Path]) -> None:
         lines = [smoke_table(result.smoke)] if result.smoke else []
         if outcome.error is not None:
             lines.append(f"{outcome.spec.name}: FAILED: {outcome.error.message}")
+        if result.sizes:
+            lines.append(result.sizes.table())
         lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
         if outcome.pushed:
             lines.append(f"pushed {outcome.pushed[0]}@{outcome.pushed[1]}")

@@ -61,6 +61,14 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class Layer:
+    """One step of an image's history: the instruction that made it and the bytes it added."""
+
+    created_by: str
+    size: int
+
+
+@dataclass(frozen=True)
 class RunResult:
     exit_code: int
     output: str
@@ -171,6 +179,11 @@ class ContainerEngine(ABC):
     @abstractmethod
     def history(self, ref: str) -> list[str]:
         """The instruction that made each layer of `ref`, newest first."""
+
+    @abstractmethod
+    def layers(self, ref: str) -> list[Layer]:
+        """The history of `ref`, oldest step first, with the bytes each step added (0 for steps
+        that only change the configuration)."""
 
     @abstractmethod
     def import_rootfs(self, tarball: Path, ref: str, changes: Iterable[str] = ()) -> str:
@@ -427,6 +440,11 @@ class DockerEngine(ContainerEngine):
     def history(self, ref: str) -> list[str]:
         with _translated(f"cannot read the history of {ref}", ImageNotFound, absent_is_error=True):
             return [str(layer.get("CreatedBy") or "") for layer in self._api.history(ref)]
+
+    def layers(self, ref: str) -> list[Layer]:
+        with _translated(f"cannot read the history of {ref}", ImageNotFound, absent_is_error=True):
+            steps = self._api.history(ref)
+        return [Layer(str(step.get("CreatedBy") or ""), int(step.get("Size") or 0)) for step in reversed(steps)]
 
     def import_rootfs(self, tarball: Path, ref: str, changes: Iterable[str] = ()) -> str:
         repo, tag = split_ref(ref)

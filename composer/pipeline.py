@@ -36,6 +36,7 @@ from composer.plan import (
 from composer.progress import LineSink, quiet
 from composer.refs import ImageRef, build_source
 from composer.render import BuildContext, write_context
+from composer.sizes import SizeReport, measure
 from composer.smoke import SmokeOptions, SmokeReport, smoke_test
 from composer.spec import CompositionSpec
 
@@ -263,6 +264,7 @@ class BuildResult:
     tag: str | None
     size: int
     smoke: SmokeReport | None
+    sizes: SizeReport | None = None  # what each part costs, read from the built image
 
     def to_dict(self) -> dict:
         return {
@@ -277,6 +279,7 @@ class BuildResult:
             "base_images": {"full": self.plan.full.record(), "min": self.plan.min.record()},
             "labels": dict(self.plan.labels),
             "smoke_test": self.smoke.to_dict() if self.smoke else None,
+            "sizes": self.sizes.to_dict() if self.sizes else None,
         }
 
 
@@ -326,6 +329,11 @@ def build_image(
         if context_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     on_line(f"built {image_id[:19]}")
+    try:
+        sizes = measure(engine, image_id, plan)
+    except ComposerError as error:  # the image is fine; only its report is missing
+        on_line(f"note: no size report: {error.message}")
+        sizes = None
 
     report = None
     if smoke:
@@ -346,7 +354,7 @@ def build_image(
             )
     engine.tag(image_id, plan.tag)
     info = engine.image(image_id)
-    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report)
+    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes)
 
 
 # -- one image, end to end; several in a row ------------------------------------------------

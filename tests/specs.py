@@ -8,6 +8,7 @@ _FIELDS = {
     "with_headers": "selection.with_headers", "version": "images.version", "registry": "images.registry",
     "full_image": "images.full", "min_image": "images.min", "tag": "result.tag", "push": "result.push",
     "labels": "result.labels", "smoke_test": "result.smoke_test", "model_repository": "result.model_repository",
+    "bake_models": "selection.bake_models", "smoke_cases": "result.smoke_cases", "samples": "result.samples",
 }
 
 

@@ -16,7 +16,7 @@ libnvidia-ml, ...) are never copied: the NVIDIA container runtime injects them.
 It writes a report of what it took: on stdout (the build log), beside the output folder
 (collected.json) and into the output tree as ROOT/collected.json.
 
-Usage: collect.py --root /opt/tritonserver --min-ld-cache FILE --out DIR PATH...
+Usage: collect.py --root /opt/tritonserver --min-ld-cache FILE --out DIR [--python-out DIR] PATH...
 PATH is relative to the root: a core entry (bin, lib, LICENSE, ...) or backends/NAME,
 repoagents/NAME, caches/NAME.
 """
@@ -244,6 +244,9 @@ def main(argv):
     parser.add_argument("--min-ld-cache", required=True)
     parser.add_argument("--dpkg-info", default=DPKG_INFO)
     parser.add_argument("--out", required=True)
+    # The python runtime in a tree of its own, so the image holds it as a layer of its own (and the
+    # size report can tell it from the libraries); by default it goes into --out.
+    parser.add_argument("--python-out")
     parser.add_argument("paths", nargs="+")
     args = parser.parse_args(argv[1:])
 
@@ -274,25 +277,27 @@ def main(argv):
 
     out = args.out
     os.makedirs(out, exist_ok=True)
+    python_out = args.python_out or out
+    os.makedirs(python_out, exist_ok=True)
     for need in system + siblings:
         copy_library(out, need)
     python_bytes = 0
     if runtime:
         exe = runtime["executable_realpath"]
-        copy_file(exe, out_path(out, exe))
+        copy_file(exe, out_path(python_out, exe))
         for name in (runtime["executable"], "/usr/bin/python3"):
             name = placed(name)
             if name != exe:
-                link(out_path(out, name), os.path.relpath(exe, os.path.dirname(name)))
+                link(out_path(python_out, name), os.path.relpath(exe, os.path.dirname(name)))
         stdlib = os.path.realpath(runtime["stdlib"])
         roots = [stdlib] + [os.path.realpath(p) for p in (runtime["numpy"] or {}).get("paths", [])]
-        copy_tree(out, stdlib, roots, skip=STDLIB_SKIP)
+        copy_tree(python_out, stdlib, roots, skip=STDLIB_SKIP)
         for path in (runtime["numpy"] or {}).get("paths", []):
             real = os.path.realpath(path)
             if os.path.isdir(real):
-                copy_tree(out, real, roots)
+                copy_tree(python_out, real, roots)
             else:
-                copy_file(real, out_path(out, placed(path)))
+                copy_file(real, out_path(python_out, placed(path)))
         python_bytes = runtime["size"]
 
     def entry(need):

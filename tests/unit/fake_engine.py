@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from composer.engine import Container, ContainerEngine, Gpus, ImageInfo, RunResult, gpu_request
+from composer.engine import Container, ContainerEngine, Gpus, ImageInfo, Layer, RunResult, gpu_request
 from composer.errors import ImageNotFound, RegistryError
 
 PUSHED_DIGEST = "sha256:" + "d" * 64
@@ -38,6 +38,7 @@ class FakeEngine(ContainerEngine):
     registry_settings: dict = field(default_factory=lambda: {"InsecureRegistryCIDRs": ["127.0.0.0/8"]})
     logins: dict[str, dict] = field(default_factory=dict)  # registry host -> docker login credentials
     asked_logins: list[str] = field(default_factory=list)
+    histories: dict[str, list[Layer]] = field(default_factory=dict)  # image -> its layers, oldest first
 
     @classmethod
     def with_images(cls, *names: str, **kwargs) -> "FakeEngine":
@@ -72,6 +73,11 @@ class FakeEngine(ContainerEngine):
 
     def history(self, ref: str) -> list[str]:
         return []
+
+    def layers(self, ref: str) -> list[Layer]:
+        if ref not in self.histories:
+            raise ImageNotFound(f"cannot read the history of {ref}: no such image")
+        return list(self.histories[ref])
 
     def import_rootfs(self, tarball: Path, ref: str, changes: Iterable[str] = ()) -> str:
         self.images[ref] = f"sha256:{len(self.images) + 1:064x}"

@@ -14,14 +14,16 @@ SELECTIONS = {
     "identity": ("identity",),
     "onnxruntime-python-pytorch-tensorrt": ("onnxruntime", "python", "tensorrt", "pytorch"),
 }
-CASES = [(release, name) for release in RELEASES for name in SELECTIONS]
+CASES = [(release, name) for release in RELEASES for name in SELECTIONS] + [("24.09", "onnxruntime-python-baked")]
 
 
 @pytest.mark.parametrize("release, name", CASES)
 def test_golden_dockerfiles(ngc_plan, release, name):
     """Rendering is pinned: a change to the template shows up as a diff of these files.
     Regenerate with UPDATE_GOLDEN=1 after reviewing the change."""
-    text = render_dockerfile(ngc_plan(*SELECTIONS[name], release=release))
+    selection = SELECTIONS[name.removesuffix("-baked")]
+    options = {"bake_models": Path("/srv/models")} if name.endswith("-baked") else {}
+    text = render_dockerfile(ngc_plan(*selection, release=release, **options))
     golden = GOLDEN / f"ngc-{release}-{name}.Dockerfile"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(text)
@@ -34,7 +36,7 @@ def test_golden_renders_follow_ngc_final_stage(release, name):
     (section 7 of TRITON-FACTS.md; build.py dockerfile_prepare_container_linux)."""
     text = (GOLDEN / f"ngc-{release}-{name}.Dockerfile").read_text()
     lines = text.splitlines()
-    backends = SELECTIONS[name]
+    backends = SELECTIONS[name.removesuffix("-baked")]
     # Every release: the server's version in ENV and LABEL, PATH, UCX_MEM_EVENTS,
     # TRITON_SERVER_GPU_ENABLED, TCMALLOC_RELEASE_RATE, TRITON_SERVER_USER, DEBIAN_FRONTEND.
     for env in ('NVIDIA_TRITON_SERVER_VERSION="%s"' % release, 'PATH="/opt/tritonserver/bin:${PATH}"',
@@ -174,3 +176,21 @@ def test_packages_need_the_python_backend(ngc_plan):
 
     with pytest.raises(UsageError, match="--backend python"):
         ngc_plan("onnxruntime", packages=PackageOptions(specs=("six",)))
+
+
+def test_baked_models_are_the_last_layer_and_served_by_default(ngc_plan, tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "affine" / "1").mkdir(parents=True)
+    (repo / "affine" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n')
+    (repo / "affine" / "smoke_cases.json").write_text("{}")
+    context = write_context(ngc_plan("onnxruntime", bake_models=repo), tmp_path / "ctx")
+    text = context.dockerfile.read_text()
+    steps = [line for line in text.splitlines() if line.startswith(("COPY", "RUN"))]
+    assert steps[-1] == "COPY --chown=1000:1000 models/ /models/"  # after every Triton layer
+    assert text.rstrip().endswith('CMD ["tritonserver", "--model-repository=/models"]')
+    assert "ENTRYPOINT" not in text  # the min image's (NGC's) entrypoint stays
+    assert (context.directory / "models" / "affine" / "config.pbtxt").is_file()
+    assert (context.directory / "models" / "affine" / "smoke_cases.json").is_file()
+    assert '"baked_models": "/models"' in (context.directory / "composition.json").read_text()
+    again = write_context(ngc_plan("onnxruntime"), tmp_path / "ctx")  # rendering again without: gone
+    assert not (again.directory / "models").exists() and "CMD" not in again.dockerfile.read_text()
