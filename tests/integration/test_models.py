@@ -1,6 +1,7 @@
 """The user's own models, end to end on the 24.09 stand-ins: one image with a repository baked in
 (a TorchScript model with cases in the project's convention, a BLS python model calling it with
-cases from a file, an ONNX model checked by a default request), served with nothing mounted; the
+cases from a file, an ONNX model with a configuration and one without, checked by
+a default request), served with nothing mounted; the
 same image then smoke-tests a model that answers wrong on purpose and one whose config.pbtxt is
 broken. Sizes are read from the image and must add up."""
 
@@ -111,6 +112,7 @@ def good_repository(root: Path) -> Path:
         'backend: "onnxruntime"\nmax_batch_size: 0\n'
         'input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, 3 ] } ]\n'
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1, 3 ] } ]\n')
+    onnx_plus_one(repo / "onnx_noconf" / "1" / "model.onnx")  # no config.pbtxt: the backend completes one
     return repo
 
 
@@ -159,6 +161,10 @@ def test_baked_models_answer_their_cases_with_nothing_mounted(baked):
     assert (rows["bls_ts"].status, rows["bls_ts"].cases) == ("PASS", "1/1")
     assert rows["onnx_plus_one"].status == "PASS"
     assert rows["onnx_plus_one"].request == "default: X FP32 [1, 3]"
+    # Configless: served from the configuration the backend completed (a variable first dimension
+    # becomes the batch dimension), then answered in full.
+    assert rows["onnx_noconf"].status == "PASS", rows["onnx_noconf"].detail
+    assert rows["onnx_noconf"].request == "default: X FP32 [1, 3]"
     samples = {r.subject: r.status for r in report.rows if r.request == "sample"}
     assert samples == {"onnxruntime": "PASS", "python": "PASS", "pytorch": "PASS"}  # served alongside
 
@@ -223,14 +229,3 @@ def test_wrong_answers_and_a_broken_config_fail_without_moving_the_tag(engine, b
     assert rows["scaled_ts"].status == "PASS"  # the baked models are still served and right
     assert "wrong" in failure.value.message and "broken" in failure.value.message
     assert waited < SmokeOptions(backends=()).timeout / 2  # the server said so: no wait for the deadline
-
-
-@pytest.mark.xfail(strict=True, reason="the stand-in onnxruntime backend completes a missing config.pbtxt only "
-                                       "once issue 11 item 3 lands; until then the model has no inputs")
-def test_a_configless_onnx_model_serves(engine, baked):
-    repo = baked["root"] / "configless"
-    onnx_plus_one(repo / "noconf" / "1" / "model.onnx")
-    report = smoke_test(engine, baked["tag"], SmokeOptions(backends=BACKENDS, model_repository=repo, samples=False),
-                        labels=TEST_LABEL)
-    row = next(r for r in report.rows if r.model == "noconf")
-    assert row.status == "PASS", row.detail
