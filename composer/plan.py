@@ -173,6 +173,14 @@ class CompositionPlan:
         others = {c.name for c in self.custom_backends} | {f.name for f in self.foreign_backends}
         return tuple(sorted(set(self.backends) | others))
 
+    @property
+    def python_runtime(self) -> bool:
+        """Whether the image gets the python the stub runs on (its own layer): the python backend,
+        or a custom backend that is a model.py served through it."""
+        return "python" in self.all_backends or any(
+            (c.source / "model.py").is_file() and not (c.source / f"libtriton_{c.name}.so").is_file()
+            for c in self.custom_backends)
+
     def component_paths(self) -> list[str]:
         """Folders copied from the full image, relative to /opt/tritonserver."""
         paths = [f"backends/{b}" for b in self.backends]

@@ -100,7 +100,7 @@ def report_from(layers: list[Layer], shared: int, plan: CompositionPlan) -> Size
         if key is not None:
             sizes[key] = sizes.get(key, 0) + layer.size
     sizes.setdefault(ROOT_TREES[0], 0)
-    if "python" in plan.all_backends:
+    if plan.python_runtime:
         sizes.setdefault(ROOT_TREES[1], 0)
     if plan.packages:
         sizes.setdefault(("packages", "added packages"), 0)

@@ -194,3 +194,14 @@ def test_baked_models_are_the_last_layer_and_served_by_default(ngc_plan, tmp_pat
     assert '"baked_models": "/models"' in (context.directory / "composition.json").read_text()
     again = write_context(ngc_plan("onnxruntime"), tmp_path / "ctx")  # rendering again without: gone
     assert not (again.directory / "models").exists() and "CMD" not in again.dockerfile.read_text()
+
+
+def test_the_python_runtime_is_a_layer_only_where_python_is_served(ngc_plan, tmp_path):
+    """No empty COPY layer (the classic builder cannot export one): no python, no python layer."""
+    line = "COPY --from=collect /composer/python-rootfs/ /"
+    assert line in render_dockerfile(ngc_plan("python")).splitlines()
+    assert line not in render_dockerfile(ngc_plan("identity")).splitlines()
+    custom = tmp_path / "mine"
+    custom.mkdir()
+    (custom / "model.py").write_text("")  # a Python-based backend, served through python's stub
+    assert line in render_dockerfile(ngc_plan("identity", custom_backends=(("mine", custom),))).splitlines()

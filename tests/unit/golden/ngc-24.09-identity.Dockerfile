@@ -12,7 +12,7 @@ FROM full AS collect
 USER root
 COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
 COPY collect.py probe.py /composer/
-RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "--python-out", "/composer/python-rootfs", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/identity"]
+RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/identity"]
 
 FROM min
 USER root
@@ -22,7 +22,6 @@ COPY --chown=1000:1000 --from=full /opt/tritonserver/LICENSE /opt/tritonserver/L
 COPY --chown=1000:1000 --from=full /opt/tritonserver/TRITON_VERSION /opt/tritonserver/TRITON_VERSION
 COPY --chown=1000:1000 --from=full /opt/tritonserver/NVIDIA_Deep_Learning_Container_License.pdf /opt/tritonserver/NVIDIA_Deep_Learning_Container_License.pdf
 COPY --from=collect /composer/rootfs/ /
-COPY --from=collect /composer/python-rootfs/ /
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/identity /opt/tritonserver/backends/identity
 COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
 COPY --from=full /opt/nvidia/entrypoint.d/ /opt/nvidia/entrypoint.d/
