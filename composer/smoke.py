@@ -26,7 +26,7 @@ from composer.cases import (
 from composer.engine import Container, Engine, gpu_request
 from composer.errors import ComposerError, EngineError, UsageError
 from composer.samples import Sample, samples_for
-from composer.triton_client import TensorData, TritonHTTP
+from composer.triton_client import TritonHTTP
 from composer.progress import LineSink, quiet
 
 HTTP_PORT = 8000

@@ -6,7 +6,6 @@ inputs to send and the outputs to expect.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any, Iterable
 
 import yaml
 
+from composer.cases import close
 from composer.triton_client import TensorData
 
 FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64", "BF16"})
@@ -44,24 +44,12 @@ class Sample:
             if len(got.data) != len(want.data):
                 return f"{self.model}: {want.name} has {len(got.data)} values, expected {len(want.data)}"
             for index, (g, w) in enumerate(zip(got.data, want.data)):
-                if not _close(g, w, self.tolerance if want.datatype in FLOAT_TYPES else 0.0):
+                if not close(g, w, self.tolerance if want.datatype in FLOAT_TYPES else 0.0):
                     return (
                         f"{self.model}: {want.name}[{index}] is {g!r}, expected {w!r}"
                         + (f" (tolerance {self.tolerance:g})" if want.datatype in FLOAT_TYPES else "")
                     )
         return None
-
-
-def _close(got: Any, want: Any, tolerance: float) -> bool:
-    if isinstance(want, bool) or isinstance(got, bool) or isinstance(want, str) or isinstance(got, str):
-        return got == want
-    try:
-        g, w = float(got), float(want)
-    except (TypeError, ValueError):
-        return got == want
-    if math.isnan(w):
-        return math.isnan(g)
-    return abs(g - w) <= tolerance * max(1.0, abs(w)) if tolerance else g == w
 
 
 def _tensor(raw: dict[str, Any]) -> TensorData:

@@ -19,7 +19,7 @@ from composer.catalog import Catalog
 from composer.errors import SmokeTestFailed
 from composer.pipeline import build_image, plan_from_engine
 from composer.samples import models_dir
-from composer.smoke import SmokeOptions, smoke_test
+from composer.smoke import SmokeOptions
 from composer.triton_client import TensorData, TritonHTTP
 from tests.conftest import TEST_LABEL
 from tests.specs import spec

@@ -7,7 +7,6 @@ each system library taken, driver libraries never; a library found nowhere fails
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest

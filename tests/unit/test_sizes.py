@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from composer.engine import Layer
 from composer.sizes import destination, measure

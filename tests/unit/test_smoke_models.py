@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
 
@@ -91,7 +92,7 @@ def engine_for(backends=("pytorch",), record=None, image_files=None, log="") -> 
     return FakeEngine(answer=answer, logs=log)
 
 
-def repository(tmp_path, **models) -> "Path":
+def repository(tmp_path, **models) -> Path:
     for name, cases in models.items():
         (tmp_path / name / "1").mkdir(parents=True)
         if cases is not None:
