@@ -34,6 +34,7 @@ from composer.spec import (
     check,
     flags_for,
     given_on_command_line,
+    redact_urls,
 )
 
 app = typer.Typer(
@@ -56,7 +57,7 @@ def reports_errors(command):
                 typer.echo("--- build output (tail) ---\n" + error.log_tail.rstrip(), err=True)
             if kwargs.get("as_json") and not getattr(error, "reported", False):
                 _json_error(error)  # --json answers on every exit path
-            typer.secho(f"error: {error.message}", err=True, fg="red")
+            typer.secho(f"error: {redact_urls(error.message)}", err=True, fg="red")
             raise typer.Exit(error.exit_code)
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
@@ -79,7 +80,7 @@ def reports_errors(command):
 def _json_error(error: ComposerError) -> None:
     import json
 
-    payload: dict[str, Any] = {"error": error.message, "exit_code": error.exit_code}
+    payload: dict[str, Any] = {"error": redact_urls(error.message), "exit_code": error.exit_code}
     report = getattr(error, "report", None)
     if report is not None:
         payload["smoke_test"] = report.to_dict()
@@ -269,15 +270,15 @@ def _report(out: Printer, outcomes, junit: Optional[Path]) -> None:
             typer.echo(smoke_table(outcomes[0].result.smoke))
         raise error
     for outcome in failed:
-        typer.secho(f"error: {outcome.spec.name}: {outcome.error.message}", err=True, fg="red")
+        typer.secho(f"error: {outcome.spec.name}: {redact_urls(outcome.error.message)}", err=True, fg="red")
 
     def describe(outcome) -> str:
         result = outcome.result
         if result is None:
-            return f"{outcome.spec.name}: FAILED: {outcome.error.message}"
+            return f"{outcome.spec.name}: FAILED: {redact_urls(outcome.error.message)}"
         lines = [smoke_table(result.smoke)] if result.smoke else []
         if outcome.error is not None:
-            lines.append(f"{outcome.spec.name}: FAILED: {outcome.error.message}")
+            lines.append(f"{outcome.spec.name}: FAILED: {redact_urls(outcome.error.message)}")
         if result.sizes:
             lines.append(result.sizes.table())
         lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")

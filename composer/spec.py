@@ -608,10 +608,9 @@ def given_on_command_line(command: str, values: Mapping[str, Any], cwd: Path | N
             else:
                 value = option.kind.read(raw, base)
         except Invalid as problem:
-            shown = ", ".join(map(str, raw)) if isinstance(raw, (list, tuple)) else raw
-            if option.kind is not None and not option.portable and option.field == "packages.index_url":
-                shown = _redact_url(str(raw))
-            raise UsageError(f"{option.flag} {_printable(str(shown))}: {problem}") from None
+            values = raw if isinstance(raw, (list, tuple)) else [raw]
+            shown = ", ".join(_redact_url(str(v)) for v in values)  # a URL's credentials never echoed
+            raise UsageError(f"{option.flag} {_printable(shown)}: {problem}") from None
         if option.field in given and isinstance(value, tuple):
             value = given[option.field] + value  # --pip and --requirements feed one field
         given[option.field] = value
@@ -689,9 +688,13 @@ def _printable(text: str) -> str:
     return "".join(c if ord(c) >= 32 else repr(c)[1:-1] for c in text)
 
 
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+
+
+def redact_urls(text: str) -> str:
+    """`text` with the user:password part of every URL in it replaced by ***."""
+    return _URL_CREDENTIALS.sub(lambda m: m.group("scheme") + "***@", text)
+
+
 def _redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        return url.replace(f"{parts.username or ''}:{parts.password or ''}@", "***@").replace(
-            f"{parts.username}@", "***@")
-    return url
+    return redact_urls(url)

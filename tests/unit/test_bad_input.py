@@ -169,3 +169,10 @@ def test_version(args, tmp_path):
 
     run = _run(args, tmp_path)
     assert run.returncode == 0 and run.stdout.strip() == __version__
+
+
+def test_credentials_in_any_url_of_an_error_are_not_echoed(tmp_path):
+    for args in [("build", *V, *B, "--pip", "--x=https://u:tok-77@h.example/x"),
+                 ("build", *V, *B, "--pip", "six", "--pip-extra-index-url", "https://u:tok-77@bad host/s")]:
+        run = _run(args, tmp_path)
+        assert run.returncode == 2 and "tok-77" not in run.stderr + run.stdout and "***@" in run.stderr
