@@ -78,11 +78,13 @@ def podman(engine, standin_images, tmp_path_factory):
     finally:
         pid = service.pid()
         service.stop()
-        assert pid is None or not Path(f"/proc/{pid}").exists() or "Z" in _state(pid)
-        # Podman's storage is root-owned and holds read-only layers: podman itself removes it.
+        stopped = pid is None or not Path(f"/proc/{pid}").exists() or "Z" in _state(pid)
+        # Podman's storage is root-owned and holds read-only layers: podman itself removes it
+        # (and its overlay mount), whatever became of the service; the check comes after.
         subprocess.run(["podman", "--root", str(service.folder / "storage"), "--runroot", str(service.folder / "run"),
                         "system", "reset", "--force"], capture_output=True, timeout=300)
         shutil.rmtree(service.folder, ignore_errors=True)
+        assert stopped, f"the podman service (pid {pid}) still runs after scripts/podman-service stop"
 
 
 def _state(pid: int) -> str:
