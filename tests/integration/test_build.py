@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 
 import pytest
+
+from tests.cli import composer
 
 from composer.catalog import Catalog
 from composer.errors import SmokeTestFailed
@@ -27,16 +26,6 @@ def test_tag(engine):
     tag = f"triton-composer-test/tritonserver:{uuid.uuid4().hex[:10]}"
     yield tag
     engine.remove_image(tag, force=True)
-
-
-def composer(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "composer", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=1800,
-    )
 
 
 def test_build_onnxruntime_python_offline_and_smoke(engine, standin_images, test_tag):

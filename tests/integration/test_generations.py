@@ -8,13 +8,12 @@ are used by image id: another checkout sharing the engine may retag them with it
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.cli import composer
 
 from composer.in_image import probe as probe_module
 from composer.samples import load_samples, models_dir
@@ -36,11 +35,6 @@ def sh(engine, image: str, script: str, **kwargs) -> str:
 
 def images_of(release, standins, standin_images):
     return standin_images if release == "24.09" else standins(release)
-
-
-def composer(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "composer", *args], capture_output=True, text=True,
-                          env=dict(os.environ), timeout=1800)
 
 
 @pytest.fixture

@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 import tarfile
 import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.cli import composer
 
 from composer.catalog import Catalog
 from composer.pipeline import build_image, plan_from_engine
@@ -30,11 +30,6 @@ MODELS = Path(__file__).parent / "models"
 # pip settings of this machine (extra indexes, find-links) would otherwise find the wheel anyway.
 ONLY_THE_GIVEN_INDEX = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": " ", "PIP_EXTRA_INDEX_URL": " ",
                         "PIP_RETRIES": "0", "PIP_TIMEOUT": "3"}
-
-
-def composer(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "composer", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=1800)
 
 
 @pytest.fixture(scope="module")

@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 import uuid
 
 import pytest
 
+from tests.cli import composer
+
 pytestmark = pytest.mark.integration
-
-
-def composer(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "composer", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=1800)
 
 
 @pytest.fixture

@@ -4,13 +4,13 @@ images known under more than one repository. Real docker-registry, real engine, 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.cli import composer as run_composer
 import yaml
 
 from composer.refs import ImageRef
@@ -27,9 +27,7 @@ LOCKED_OK = "every base image is where it was locked"
 
 def composer(*args: str, docker_config: Path, cwd=None) -> subprocess.CompletedProcess:
     """The CLI with its own docker config folder (which holds the engine's login, or none)."""
-    env = dict(os.environ, DOCKER_CONFIG=str(docker_config))
-    return subprocess.run([sys.executable, "-m", "composer", *args], capture_output=True, text=True, env=env,
-                          timeout=1800, cwd=cwd)
+    return run_composer(*args, env={"DOCKER_CONFIG": str(docker_config)}, cwd=cwd)
 
 
 def last_line(run: subprocess.CompletedProcess) -> str:

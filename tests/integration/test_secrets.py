@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli import composer as run_composer
+
 pytestmark = pytest.mark.integration
 
 REGISTRY = "localhost/standin"
@@ -29,8 +31,7 @@ ONLY_THE_GIVEN_INDEX = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": " ", "P
 
 
 def composer(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "composer", *args], capture_output=True, text=True,
-                          env={**os.environ, **ONLY_THE_GIVEN_INDEX, **(env or {})}, timeout=1800)
+    return run_composer(*args, env={**ONLY_THE_GIVEN_INDEX, **(env or {})})
 
 
 class _Index(http.server.BaseHTTPRequestHandler):

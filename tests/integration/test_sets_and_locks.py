@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from tests.cli import composer
+
 pytestmark = pytest.mark.integration
 
 REGISTRY = "localhost/standin"
-
-
-def composer(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "composer", *args], capture_output=True, text=True,
-                          env=dict(os.environ), timeout=1800, cwd=cwd)
 
 
 @pytest.fixture
