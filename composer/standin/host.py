@@ -159,24 +159,37 @@ def _publish(partial: Path, final: Path, complete: Callable[[Path], bool]) -> No
             raise
 
 
-def site_packages(name: str, requirements: Sequence[str], on_line: LineSink) -> Path:
-    """A folder holding `requirements` for the stand-in's python (no dependency resolution:
-    the list is complete on purpose, so numpy stays the system's)."""
+def _cached(kind: str, name: str, requirements: Sequence[str], fill, complete_when=lambda folder: True) -> Path:
+    """A cache folder of `kind` for `requirements`, filled once by `fill(partial_folder)` and
+    published whole (a stamp of the requirement list marks it complete)."""
     if not requirements:
         raise ValueError("no requirements")
     wanted = "\n".join([f"# {PIP_PLATFORM} cp{PYTHON_VERSION}", *requirements])
     key = hashlib.sha256(wanted.encode()).hexdigest()[:12]
-    folder = cache_dir() / "site-packages" / f"{name}-{key}"
+    folder = cache_dir() / kind / f"{name}-{key}"
 
     def complete(candidate: Path) -> bool:
         stamp = candidate / ".requirements"
-        return stamp.is_file() and stamp.read_text() == wanted
+        return stamp.is_file() and stamp.read_text() == wanted and complete_when(candidate)
 
     if complete(folder):
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
+        fill(partial)
+        (partial / ".requirements").write_text(wanted)
+        _publish(partial, folder, complete)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
+def site_packages(name: str, requirements: Sequence[str], on_line: LineSink) -> Path:
+    """A folder holding `requirements` for the stand-in's python (no dependency resolution:
+    the list is complete on purpose, so numpy stays the system's)."""
+
+    def fill(partial: Path) -> None:
         on_line(f"downloading for the {name} backend: {' '.join(requirements)}")
         _pip(
             [
@@ -187,33 +200,16 @@ def site_packages(name: str, requirements: Sequence[str], on_line: LineSink) -> 
             f"downloading the {name} backend's packages",
             on_line,
         )
-        # Console scripts are useless inside a backend folder.
-        shutil.rmtree(partial / "bin", ignore_errors=True)
-        (partial / ".requirements").write_text(wanted)
-        _publish(partial, folder, complete)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    return folder
+        shutil.rmtree(partial / "bin", ignore_errors=True)  # console scripts are useless in a backend folder
+
+    return _cached("site-packages", name, requirements, fill)
 
 
 def wheels(name: str, requirements: Sequence[str], on_line: LineSink) -> Path:
     """A folder of wheels for the stand-in's python, for pip to install inside the build
     (containers cannot reach PyPI). Cached per requirement list; no dependencies fetched."""
-    if not requirements:
-        raise ValueError("no requirements")
-    wanted = "\n".join([f"# {PIP_PLATFORM} cp{PYTHON_VERSION}", *requirements])
-    key = hashlib.sha256(wanted.encode()).hexdigest()[:12]
-    folder = cache_dir() / "wheels" / f"{name}-{key}"
 
-    def complete(candidate: Path) -> bool:
-        stamp = candidate / ".requirements"
-        return stamp.is_file() and stamp.read_text() == wanted and any(candidate.glob("*.whl"))
-
-    if complete(folder):
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
-    try:
+    def fill(partial: Path) -> None:
         on_line(f"downloading wheels: {' '.join(requirements)}")
         _pip(
             [
@@ -224,11 +220,8 @@ def wheels(name: str, requirements: Sequence[str], on_line: LineSink) -> Path:
             f"downloading {' '.join(requirements)}",
             on_line,
         )
-        (partial / ".requirements").write_text(wanted)
-        _publish(partial, folder, complete)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    return folder
+
+    return _cached("wheels", name, requirements, fill, complete_when=lambda folder: any(folder.glob("*.whl")))
 
 
 def normalise_modes(folder: Path) -> None:

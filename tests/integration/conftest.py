@@ -219,3 +219,12 @@ def _remove_local_names(engine, host: str) -> None:
                 engine.remove_image(name)
             except ComposerError:
                 pass
+
+
+@pytest.fixture
+def names(engine):
+    """Image names a test makes: append them, and they are removed afterwards, pass or fail."""
+    made: list[str] = []
+    yield made
+    for ref in made:
+        engine.remove_image(ref, force=True)

@@ -52,14 +52,6 @@ def credentials_file(folder: Path, registry) -> Path:
     return path
 
 
-@pytest.fixture
-def names(engine):
-    made: list[str] = []
-    yield made
-    for ref in made:
-        engine.remove_image(ref, force=True)
-
-
 def test_tls_registry_with_its_own_ca_mirror_lock_build_push_pull(engine, standin_images, tls_registry, tmp_path,
                                                                   names):
     reg = tls_registry

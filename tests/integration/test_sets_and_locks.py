@@ -16,14 +16,6 @@ pytestmark = pytest.mark.integration
 REGISTRY = "localhost/standin"
 
 
-@pytest.fixture
-def names(engine):
-    made: list[str] = []
-    yield made
-    for ref in made:
-        engine.remove_image(ref, force=True)
-
-
 def write_set(folder: Path, name: str, body: str) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(body)
