@@ -25,6 +25,7 @@ from composer.packages import check_wheelhouse, download_wheels, explain_pip_fai
 from composer.plan import (
     BaseImage,
     CompositionPlan,
+    check_release,
     Offer,
     created_label,
     foreign_backend,
@@ -129,7 +130,7 @@ def inspect_images(engine: Engine, targets: Targets, on_line: LineSink = quiet) 
     """Pull what is missing and look inside the full image(s) with short-lived containers."""
     on_line(f"full image: {targets.full}")
     full_info = engine.require_image(targets.full, on_line=on_line)
-    check_release(targets.release, full_info)  # a mismatch fails before anything slow
+    check_release(targets.release, full_info.env)  # a mismatch fails before anything slow
     on_line(f"min image: {targets.min}")
     min_info = engine.require_image(targets.min, on_line=on_line)
     on_line(f"looking inside {targets.full}")
@@ -140,13 +141,6 @@ def inspect_images(engine: Engine, targets: Targets, on_line: LineSink = quiet) 
         info = engine.require_image(ref, on_line=on_line)
         others.append((name, info, inspect_full(engine, ref)))
     return Inspection(full_info, min_info, contents, tuple(others))
-
-
-def check_release(release: Release, full: ImageInfo) -> None:
-    """The full image must be of the release the composition is for, when it says which."""
-    stated = full.env.get(RELEASE_ENV)
-    if stated and stated != release.name:
-        raise UsageError(f"--version {release.name} does not match the full image, which is release {stated}")
 
 
 def plan_from_inspection(

@@ -208,16 +208,18 @@ class CompositionPlan:
         }
 
 
+def check_release(release: Release, full_env: Mapping[str, str] | None) -> Release:
+    """The full image must be of the release the composition is for, when it says which."""
+    stated = (full_env or {}).get("NVIDIA_TRITON_SERVER_VERSION")
+    if stated and stated != release.name:
+        raise UsageError(f"--version {release.name} does not match the full image, which is release {stated}")
+    return release
+
+
 def resolve_release(version: str | None, catalog: Catalog, full_env: Mapping[str, str] | None) -> Release:
     """The release: --version if given, else read from the full image's environment."""
     if version:
-        release = catalog.release(version)
-        image_release = (full_env or {}).get("NVIDIA_TRITON_SERVER_VERSION")
-        if image_release and image_release != release.name:
-            raise UsageError(
-                f"--version {release.name} does not match the full image, which is release {image_release}"
-            )
-        return release
+        return check_release(catalog.release(version), full_env)
     if full_env is None:
         raise UsageError("give --version YY.MM, or --image full=REF so the release can be read from the image")
     name = full_env.get("NVIDIA_TRITON_SERVER_VERSION")

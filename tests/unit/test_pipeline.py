@@ -127,3 +127,13 @@ def test_a_failed_push_keeps_the_smoke_result(engine, monkeypatch):
     assert outcome.result is not None and outcome.result.smoke.passed and outcome.pushed is None
     assert "refused the credentials" in outcome.error.message
     assert outcome.to_dict()["smoke_test"]["passed"] and outcome.to_dict()["error"]
+
+
+def test_a_full_image_of_another_release_fails_before_anything_slow():
+    catalog = Catalog.load()
+    full = "localhost/standin/tritonserver:24.09-py3"
+    engine = FakeEngine(infos={full: _info(full, OLD, env={"NVIDIA_TRITON_SERVER_VERSION": "24.08"})})
+    targets = resolve_targets(spec(backends=("python",), version="24.09", registry="localhost/standin"), catalog)
+    with pytest.raises(UsageError, match="--version 24.09 does not match the full image, which is release 24.08"):
+        pipeline.inspect_images(engine, targets)
+    assert engine.runs == []  # no probe ran
