@@ -519,9 +519,7 @@ def wheels(
     as_json: bool = JsonOpt,
 ) -> None:
     """Download on this machine the wheels a build's packages need, so the build runs offline."""
-    from composer.packages import download_wheels, python_target
-    from composer.pipeline import inspect_images, resolve_targets
-    from composer.plan import release_constraints
+    from composer.pipeline import fetch_wheels, inspect_images, resolve_targets
 
     out = Printer(as_json)
     catalog = Catalog.load()
@@ -533,12 +531,7 @@ def wheels(
     engine = _engine()
     targets = resolve_targets(spec, catalog, engine)
     inspection = inspect_images(engine, targets, out.step)
-    if inspection.contents.python is None:
-        raise UsageError(f"{targets.full} has no python: its python backend cannot take packages")
-    constraints = release_constraints(targets.release)
-    target = python_target(engine, targets.full, inspection.contents.python.version)
-    out.step(f"wheels for python {target.version} on {target.platform}, pins: {', '.join(constraints) or 'none'}")
-    files = download_wheels(target, spec.packages, constraints, output, on_line=out.step)
+    target, files = fetch_wheels(engine, spec, targets, inspection, output, out.step)
     out.result(
         {"wheelhouse": str(output), "python": target.version, "platform": target.platform,
          "wheels": [f.name for f in files]},

@@ -218,18 +218,26 @@ def plan_from_engine(
     return plan, inspection
 
 
+def fetch_wheels(engine: Engine, spec: CompositionSpec, targets: Targets, inspection: Inspection,
+                 folder: Path, on_line: LineSink = quiet):
+    """Fetch on the host, into `folder`, the wheels the spec's packages need for the python the
+    image's python backend runs (with the release's pins); (the python target, the wheel files)."""
+    if inspection.contents.python is None:
+        raise UsageError(f"{targets.full} has no python: --pip packages need the python backend's python")
+    target = python_target(engine, targets.full, inspection.contents.python.version)
+    constraints = release_constraints(targets.release)
+    on_line(f"fetching wheels on this machine for python {target.version} ({target.platform}), "
+            f"pins: {', '.join(constraints) or 'none'}")
+    return target, download_wheels(target, spec.packages, constraints, folder, on_line=on_line)
+
+
 def fetch_packages(engine: Engine, spec: CompositionSpec, targets: Targets, inspection: Inspection,
                    folder: Path, on_line: LineSink = quiet) -> CompositionSpec:
     """The spec with its packages fetched from their index into `folder` on the host (a
     wheelhouse), and no index, trusted host or CA left in it: those stay on the host."""
-    packages = spec.packages
-    if not packages or packages.wheelhouse is not None:
+    if not spec.packages or spec.packages.wheelhouse is not None:
         return spec
-    if inspection.contents.python is None:
-        raise UsageError(f"{targets.full} has no python: --pip packages need the python backend's python")
-    target = python_target(engine, targets.full, inspection.contents.python.version)
-    on_line(f"fetching wheels on this machine for python {target.version} ({target.platform})")
-    download_wheels(target, packages, release_constraints(targets.release), folder, on_line=on_line)
+    fetch_wheels(engine, spec, targets, inspection, folder, on_line)
     return spec.with_fields({"packages.wheelhouse": folder, "packages.index_url": None,
                              "packages.extra_index_urls": (), "packages.trusted_hosts": (), "packages.ca_cert": None})
 
