@@ -503,7 +503,8 @@ class DockerEngine(ContainerEngine):
                     image_id = event["aux"]["ID"]
                 elif "error" in event:
                     error = redact(event["error"]).strip()
-                    message = error.splitlines()[-1] if error else "unknown error"
+                    message = with_runtime_hint(error.splitlines()[-1] if error else "unknown error",
+                                                "\n".join([error, *tail]))
                     raise BuildFailed(f"image build failed: {message}", log_tail="\n".join(tail))
                 else:
                     progress(event)
@@ -797,7 +798,24 @@ def _explain(exc: docker.errors.APIError) -> str:
     explanation = getattr(exc, "explanation", None) or str(exc)
     if isinstance(explanation, bytes):
         explanation = explanation.decode("utf-8", "replace")
-    return _one_line(explanation) or _one_line(str(exc)) or type(exc).__name__
+    return with_runtime_hint(_one_line(explanation) or _one_line(str(exc)) or type(exc).__name__)
+
+
+# OCI runtimes' refusals of the host itself: what the engine's operator changes, not the user's input.
+RUNTIME_REFUSALS = {
+    "cgroups in hybrid mode not supported": (
+        "the engine's OCI runtime (crun) refuses this host's cgroup layout (v1 controllers beside a cgroup2 "
+        "mount): run containers with runc (Podman: runtime = \"runc\" under [engine] in containers.conf; "
+        "scripts/podman-service picks a runtime that works)"),
+}
+
+
+def with_runtime_hint(message: str, evidence: str = "") -> str:
+    """`message`, followed by what to change when it (or `evidence`) is a runtime refusing the host."""
+    for refusal, hint in RUNTIME_REFUSALS.items():
+        if refusal in message or refusal in evidence:
+            return f"{message}: {hint}"
+    return message
 
 
 def _response_message(response) -> str:
