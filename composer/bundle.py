@@ -9,14 +9,17 @@ registry, no network in the build.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from composer import __version__
 from composer.engine import Engine
-from composer.errors import ComposerError, UsageError
+from composer.errors import ComposerError, Invalid, UsageError
+from composer.files import check_output_file, fresh_folder, path_problem, printable, read_text
 from composer.pipeline import Inspection
 from composer.packages import public_requirement
 from composer.plan import CompositionPlan
@@ -36,6 +39,25 @@ class OpenedBundle:
     inspection: Inspection
 
 
+def is_bundle(path: Path) -> bool:
+    """A bundle archive this composer wrote: its first member is the manifest (so a rerun may
+    replace it, and nothing else)."""
+    try:
+        with tarfile.open(path) as tar:
+            first = tar.next()
+        return first is not None and first.name == MANIFEST
+    except (tarfile.TarError, OSError, EOFError):
+        return False
+
+
+def check_bundle_output(out: Path) -> Path:
+    """bundle -o: checked before any work (not a link, not someone else's file, writable)."""
+    try:
+        return check_output_file(out, "-o", ours=is_bundle)
+    except Invalid as problem:
+        raise UsageError(str(problem)) from None
+
+
 def write_bundle(
     engine: Engine,
     plan: CompositionPlan,
@@ -45,11 +67,13 @@ def write_bundle(
     *,
     on_line: LineSink = quiet,
 ) -> Path:
-    """Write the bundle archive `out`; packages travel as the plan's wheelhouse (fetched on this side)."""
-    staging = out.with_name(out.name + ".staging")
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
+    """Write the bundle archive `out`; packages travel as the plan's wheelhouse (fetched on this side).
+
+    Everything is gathered in a fresh folder beside `out` and archived under a fresh name, then
+    renamed into place: no path of the user's is used for staging, and a failure leaves `out` as it was.
+    """
+    out = check_bundle_output(out)
+    staging = fresh_folder(out, "staging")
     try:
         refs = [inspection.full.ref, inspection.min.ref] + [info.ref for _, info, _ in inspection.backend_images]
         on_line(f"saving {len(refs)} base image(s): {', '.join(refs)}")
@@ -77,30 +101,83 @@ def write_bundle(
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         on_line(f"writing {out}")
-        with tarfile.open(out, "w") as tar:
-            for item in sorted(staging.iterdir()):
-                tar.add(item, arcname=item.name)
+        archive = staging / "bundle.tar"
+        with tarfile.open(archive, "w") as tar:
+            for item in sorted(staging.iterdir()):  # the manifest first (is_bundle reads it)
+                if item != archive:
+                    tar.add(item, arcname=item.name)
+        check_bundle_output(out)  # still not a link or someone else's file
+        os.replace(archive, out)
+    except OSError as exc:
+        raise UsageError(f"cannot write the bundle {out}: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
 
 
-def open_bundle(engine: Engine, archive: Path, workdir: Path, *, on_line: LineSink = quiet) -> OpenedBundle:
-    """Unpack `archive` into `workdir`, load its images into the engine, and return what to build."""
-    if not archive.is_file():
-        raise UsageError(f"--bundle {archive}: no such file")
+@dataclass(frozen=True)
+class ReadBundle:
+    """A bundle unpacked and checked, before any engine is asked."""
+
+    archive: Path
+    workdir: Path
+    manifest: dict
+    inspection: Inspection
+
+    def spec(self) -> CompositionSpec:
+        return _spec_from(self.manifest, self.workdir, self.archive)
+
+
+def read_bundle(archive: Path, workdir: Path) -> ReadBundle:
+    """Unpack `archive` into `workdir` and check it: only plain files and folders inside the
+    archive's own tree, a manifest of the shape this composer writes."""
+    shown = f"--bundle {printable(str(archive))}"
+    problem = path_problem(archive, "file")
+    if problem:
+        raise UsageError(f"{shown}: {problem}")
     try:
         with tarfile.open(archive) as tar:
-            tar.extractall(workdir, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(workdir)
-    except (tarfile.TarError, OSError) as exc:
-        raise UsageError(f"--bundle {archive}: not a readable bundle ({exc})") from exc
+            members = tar.getmembers()
+            for member in members:
+                name = member.name
+                if name.startswith("/") or ".." in Path(name).parts or not (member.isfile() or member.isdir()
+                                                                           or (member.issym() and _inside_link(member))):
+                    raise UsageError(f"{shown}: holds {printable(name)[:120]}, which no bundle holds")
+            tar.extractall(workdir, members=members, filter="data") if hasattr(tarfile, "data_filter") \
+                else tar.extractall(workdir, members=members)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise UsageError(f"{shown}: not a readable bundle ({' '.join(str(exc).split())[:160]})") from None
     try:
-        manifest = json.loads((workdir / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--bundle {archive}: no {MANIFEST} in it") from exc
-    if manifest.get("format") != FORMAT:
-        raise UsageError(f"--bundle {archive}: format {manifest.get('format')} is not one this composer reads")
-    inspection = Inspection.from_dict(manifest["inspection"])
+        manifest = json.loads(read_text(workdir / MANIFEST, "bundle manifest", 64 << 20))
+    except Invalid:
+        raise UsageError(f"{shown}: no readable {MANIFEST} in it") from None
+    except ValueError:
+        raise UsageError(f"{shown}: its {MANIFEST} is not JSON") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        shape = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise UsageError(f"{shown}: format {printable(str(shape))[:40]} is not one this composer reads")
+    try:
+        inspection = Inspection.from_dict(manifest["inspection"])
+        read = ReadBundle(archive, workdir, manifest, inspection)
+        read.spec()
+    except UsageError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, ComposerError) as exc:
+        raise UsageError(f"{shown}: its {MANIFEST} is not one this composer wrote ({type(exc).__name__})") from None
+    if not (workdir / IMAGES).is_file():
+        raise UsageError(f"{shown}: holds no {IMAGES}")
+    return read
+
+
+def _inside_link(member: tarfile.TarInfo) -> bool:
+    """A link in a custom backend that stays inside the archive's tree."""
+    target = os.path.normpath(os.path.join(os.path.dirname(member.name), member.linkname))
+    return not member.linkname.startswith("/") and not target.startswith("..")
+
+
+def open_bundle(engine: Engine, read: ReadBundle, *, on_line: LineSink = quiet) -> OpenedBundle:
+    """Load a read bundle's images into the engine, and return what to build."""
+    inspection = read.inspection
     wanted = [inspection.full, inspection.min] + [info for _, info, _ in inspection.backend_images]
     for info in wanted:  # never move a name that already means something else here
         present = engine.image(info.ref)
@@ -110,12 +187,12 @@ def open_bundle(engine: Engine, archive: Path, workdir: Path, *, on_line: LineSi
                 "remove or rename it first"
             )
     if any(engine.image(info.id) is None for info in wanted):
-        on_line(f"loading base images from {archive}")
-        engine.load(workdir / IMAGES)
+        on_line(f"loading base images from {read.archive}")
+        engine.load(read.workdir / IMAGES)
     for info in wanted:
         if engine.image(info.ref) is None:
             engine.tag(info.id, info.ref)
-    return OpenedBundle(_spec_from(manifest, workdir, archive), inspection)
+    return OpenedBundle(read.spec(), inspection)
 
 
 def _spec_from(manifest: dict, root: Path, archive: Path) -> CompositionSpec:
@@ -128,5 +205,5 @@ def _spec_from(manifest: dict, root: Path, archive: Path) -> CompositionSpec:
             "packages.wheelhouse": root / "wheelhouse" if manifest["wheelhouse"] else None,
             "selection.bake_models": root / "models" if manifest.get("bake_models") else None,
         })
-    except (KeyError, TypeError, ValueError, ComposerError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, ComposerError) as exc:
         raise UsageError(f"--bundle {archive}: its {MANIFEST} is not one this composer wrote ({exc})") from None

@@ -27,6 +27,8 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from composer.errors import Invalid
+from composer.files import load_structured, read_text
 from composer.triton_client import TensorData
 
 CASE_FILES = ("smoke_cases.json", "smoke_cases.yaml", "smoke_cases.yml")
@@ -105,20 +107,19 @@ def close(got: Any, want: Any, tolerance: float) -> bool:
 def read_cases_file(path: Path, model: str | None = None) -> tuple[Case, ...]:
     """The cases of one file (JSON or YAML); `model` is the default for a model's own file."""
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CaseError(f"{path}: cannot read it ({exc})") from None
+        text = read_text(Path(path), "case file")
+    except Invalid as problem:
+        raise CaseError(str(problem)) from None
     return cases_from_text(text, str(path), model)
 
 
 def cases_from_text(text: str, source: str, model: str | None = None) -> tuple[Case, ...]:
     """The cases of a file's text: JSON when `source` ends in .json, else YAML."""
     as_json = source.endswith(".json")
-    try:
-        raw = json.loads(text) if as_json else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise CaseError(f"{source}: not valid {'JSON' if as_json else 'YAML'} "
-                        f"({' '.join(str(exc).split())[:160]})") from None
+    try:  # depth, alias expansion and string keys checked: a bomb is refused, not expanded
+        raw = load_structured(text, source, as_json)
+    except Invalid as problem:
+        raise CaseError(str(problem)) from None
     return parse_cases(raw, source, model)
 
 

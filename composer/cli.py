@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -16,8 +19,19 @@ import typer
 
 from composer import __version__
 from composer.catalog import Catalog
-from composer.errors import BuildFailed, ComposerError, EngineUnavailable, ImageNotFound, SmokeTestFailed, UsageError
+from composer.errors import (
+    BuildFailed,
+    ComposerError,
+    EngineUnavailable,
+    ImageNotFound,
+    Invalid,
+    SmokeTestFailed,
+    UsageError,
+)
 from composer.output import Printer, human_size, smoke_table
+from composer.redaction import redact
+from composer.files import check_output_file, printable
+from composer.refs import is_image_id
 from composer.spec import (
     BACKENDS,
     BUILD,
@@ -32,10 +46,17 @@ from composer.spec import (
     Option,
     RequirementFiles,
     check,
+    check_environment,
+    check_name,
+    check_reference,
     flags_for,
     given_on_command_line,
-    redact_urls,
 )
+
+try:  # the command-line library under typer: vendored by newer typers, click itself before
+    from typer._click import exceptions as _cli_errors
+except ImportError:  # pragma: no cover
+    import click.exceptions as _cli_errors
 
 app = typer.Typer(
     add_completion=False,
@@ -57,7 +78,7 @@ def reports_errors(command):
                 typer.echo("--- build output (tail) ---\n" + error.log_tail.rstrip(), err=True)
             if kwargs.get("as_json") and not getattr(error, "reported", False):
                 _json_error(error)  # --json answers on every exit path
-            typer.secho(f"error: {redact_urls(error.message)}", err=True, fg="red")
+            typer.secho(f"error: {redact(error.message)}", err=True, fg="red")
             raise typer.Exit(error.exit_code)
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
@@ -80,32 +101,21 @@ def reports_errors(command):
 def _json_error(error: ComposerError) -> None:
     import json
 
-    payload: dict[str, Any] = {"error": redact_urls(error.message), "exit_code": error.exit_code}
+    payload: dict[str, Any] = {"error": redact(error.message), "exit_code": error.exit_code}
     report = getattr(error, "report", None)
     if report is not None:
         payload["smoke_test"] = report.to_dict()
     typer.echo(json.dumps(payload, indent=2, sort_keys=True))
 
 
-def _check_writable(path: Optional[Path], flag: str) -> None:
-    """An output file the command will write: refused before any work if it cannot be."""
-    if path is None:
-        return
-    path = path.absolute()
-    if path.is_dir():
-        raise UsageError(f"{flag} {path}: is a folder; give a file name")
-    parent = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
-    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: cannot be written ({parent} is not a writable folder)")
-    try:  # the one sure test; the file is written in full at the end, on every exit path
-        existed = path.exists()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a"):
-            pass
-        if not existed:
-            path.unlink()
-    except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot be written ({exc.strerror or exc})") from None
+def check_wheelhouse_output(folder: Path) -> None:
+    """wheels -o DIR: a folder (new or existing) where files can be made, checked before any work."""
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"-o {printable(str(folder))}: exists and is not a folder")
+    try:  # the folder's own writability is the test: a wheel is a file in it
+        check_output_file(Path(folder) / "wheel.whl", "-o")
+    except Invalid as problem:
+        raise UsageError(str(problem).replace("/wheel.whl", "")) from None
 
 
 def _engine():
@@ -208,12 +218,14 @@ def build(
     from composer.pipeline import Run, compose_all
     from composer.registry import load_auth
 
+    from composer.junit import check_junit_output
+
     out = Printer(as_json)
     catalog = Catalog.load()
-    _check_writable(junit, "--junit")
+    if junit is not None:
+        junit = check_junit_output(junit)
+    check_environment(os.environ)
     if bundle is not None:
-        if not bundle.is_file():
-            raise UsageError(f"--bundle {bundle}: no such file")
         allowed = {"result.tag", "result.push", "result.smoke_test", "result.model_repository", "result.labels",
                    "result.smoke_cases", "result.samples"}
         if set_files or locked or set(given) - allowed:
@@ -224,7 +236,24 @@ def build(
         specs = _specs(BUILD, set_files, given, catalog)
         if locked and not set_files:
             raise UsageError("--locked needs a backend set (--set FILE) with a lock file beside it")
+        if locked:
+            from composer.lock import read_lock
+
+            for spec in specs:  # a missing or stale lock is bad input, refused before the engine
+                read_lock(spec.source)
     auth = load_auth(registry_auth)
+    read = None
+    if bundle is not None:
+        import tempfile
+
+        from composer.bundle import read_bundle
+
+        workdir = Path(tempfile.mkdtemp(prefix="triton-composer-bundle-"))
+        try:
+            read = read_bundle(bundle, workdir)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
     engine = _engine()
 
     def show_plan(plan) -> None:
@@ -233,18 +262,14 @@ def build(
         out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
 
     run = Run(locked=locked, registry_auth=auth, on_line=out.step, on_build_line=out.build_line, on_plan=show_plan)
-    if bundle is not None:
-        import shutil
-        import tempfile
-
+    if read is not None:
         from composer.bundle import open_bundle
 
-        workdir = Path(tempfile.mkdtemp(prefix="triton-composer-bundle-"))
         try:
-            opened = open_bundle(engine, bundle, workdir, on_line=out.step)
+            opened = open_bundle(engine, read, on_line=out.step)
             outcomes = compose_all(engine, [opened.spec.with_fields(given)], catalog, run, opened.inspection)
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            shutil.rmtree(read.workdir, ignore_errors=True)
     else:
         outcomes = compose_all(engine, specs, catalog, run)
     _report(out, outcomes, junit)
@@ -270,15 +295,15 @@ def _report(out: Printer, outcomes, junit: Optional[Path]) -> None:
             typer.echo(smoke_table(outcomes[0].result.smoke))
         raise error
     for outcome in failed:
-        typer.secho(f"error: {outcome.spec.name}: {redact_urls(outcome.error.message)}", err=True, fg="red")
+        typer.secho(f"error: {outcome.spec.name}: {redact(outcome.error.message)}", err=True, fg="red")
 
     def describe(outcome) -> str:
         result = outcome.result
         if result is None:
-            return f"{outcome.spec.name}: FAILED: {redact_urls(outcome.error.message)}"
+            return f"{outcome.spec.name}: FAILED: {redact(outcome.error.message)}"
         lines = [smoke_table(result.smoke)] if result.smoke else []
         if outcome.error is not None:
-            lines.append(f"{outcome.spec.name}: FAILED: {redact_urls(outcome.error.message)}")
+            lines.append(f"{outcome.spec.name}: FAILED: {redact(outcome.error.message)}")
         if result.sizes:
             lines.append(result.sizes.table())
         lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
@@ -305,9 +330,13 @@ def lock(
     from composer.pipeline import resolve_targets
     from composer.registry import Registries, load_auth
 
+    from composer.lock import check_lock_output
+
     out = Printer(as_json)
     catalog = Catalog.load()
     specs = _specs(BUILD, set_files, {}, catalog)
+    for spec in specs:
+        check_lock_output(spec.source)
     auth = load_auth(registry_auth)
     engine = _engine()
     locks = [lock_spec(engine, spec, resolve_targets(spec, catalog, engine), out.step,
@@ -367,12 +396,14 @@ def bundle(
     """Write one archive with everything a build needs, for a machine that reaches no registry."""
     import tempfile
 
-    from composer.bundle import write_bundle
+    from composer.bundle import check_bundle_output, write_bundle
     from composer.pipeline import plan_from_engine
 
     out = Printer(as_json)
     catalog = Catalog.load()
     spec = _one_spec(BUNDLE, set_files, given, catalog)
+    output = check_bundle_output(output)
+    check_environment(os.environ)
     engine = _engine()
     with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
         plan, inspection = plan_from_engine(engine, spec, catalog, on_line=out.step, wheels=Path(wheels))
@@ -403,6 +434,7 @@ def render(
     catalog = Catalog.load()
     spec = _one_spec(RENDER, set_files, given, catalog)
     check_output(output)  # before any work
+    check_environment(os.environ)
     with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
         _render(out, spec, catalog, output, offline, Path(wheels))
 
@@ -454,6 +486,12 @@ def smoke_test_command(
     from composer.smoke import SmokeOptions, smoke_test
 
     out = Printer(as_json)
+    problem = check_reference(image_ref) if not is_image_id(image_ref) else None
+    if problem:
+        raise UsageError(f"IMAGE {printable(image_ref[:200])}: {problem}")
+    for name in backend:
+        if check_name(name):
+            raise UsageError(f"--backend {printable(name[:200])}: {check_name(name)}")
     engine = _engine()
     info = engine.require_image(image_ref, on_line=out.step)
     backends = tuple(backend) or tuple(b for b in info.labels.get("org.triton-composer.backends", "").split(",") if b)
@@ -528,6 +566,7 @@ def wheels(
     spec = _one_spec(WHEELS, set_files, given, catalog)
     if not spec.packages:
         raise UsageError("name the packages with --pip SPEC or --requirements FILE")
+    check_wheelhouse_output(output)
     engine = _engine()
     targets = resolve_targets(spec, catalog, engine)
     inspection = inspect_images(engine, targets, out.step)
@@ -577,5 +616,58 @@ def main_options(
         raise typer.Exit(0)
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Run the command; the command-line library's own usage errors become one line (and JSON
+    under --json), exit 2, like every other refusal of bad input."""
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args
+    command = typer.main.get_command(app)
+    try:
+        _check_arguments(command, args)
+        code = command.main(args=args, prog_name="composer", standalone_mode=False)
+    except (_cli_errors.UsageError, UsageError) as error:
+        message = redact(error.format_message() if isinstance(error, _cli_errors.UsageError) else error.message)
+        message = printable(" ".join(message.split()))
+        if as_json:
+            typer.echo(json.dumps({"error": message, "exit_code": 2}, indent=2, sort_keys=True))
+        typer.secho(f"error: {message}", err=True, fg="red")
+        sys.exit(2)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except typer.Abort:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _check_arguments(command, args: list[str]) -> None:
+    """Refuse what the command-line library would take silently or choke on: an argument that is
+    not UTF-8, and a single-valued option given twice with different values (the last would win)."""
+    for number, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"argument {number} is not UTF-8 text") from None
+    name = next((a for a in args if not a.startswith("-")), None)
+    sub = getattr(command, "commands", {}).get(name) if name else None
+    if sub is None:
+        return
+    single = {opt: param for param in sub.params if param.param_type_name == "option"
+              and not param.multiple and not param.is_flag for opt in param.opts + param.secondary_opts}
+    seen: dict[str, tuple[str, str]] = {}
+    tokens = iter(args[args.index(name) + 1:])
+    for token in tokens:
+        if token == "--":
+            break
+        flag, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        param = single.get(flag)
+        if param is None:
+            continue
+        if not eq:
+            value = next(tokens, None)
+            if value is None:
+                return  # the library says the value is missing
+        first = seen.setdefault(param.name, (flag, value))
+        if first[1] != value:
+            raise UsageError(f"{flag} is given twice ({printable(redact(first[1]))[:80]} and "
+                             f"{printable(redact(value))[:80]}): give it once")

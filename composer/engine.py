@@ -31,7 +31,8 @@ import docker.types
 import docker.utils
 import requests.exceptions
 
-from composer.errors import BuildFailed, ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError
+from composer.errors import BuildFailed, ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError, UsageError
+from composer.redaction import redact
 from composer.progress import LineSink, quiet
 from composer.refs import ImageRef, digest_for
 
@@ -376,7 +377,13 @@ class DockerEngine(ContainerEngine):
                                              use_ssh_client=endpoint.scheme == "ssh")
             client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-            raise EngineUnavailable(f"no Docker engine answers at {endpoint.url}: {START_HINT}") from exc
+            if "DOCKER_HOST" in str(exc) or "Invalid bind address" in str(exc) or "scheme" in str(exc).lower():
+                raise UsageError(f"DOCKER_HOST {redact(endpoint.url)[:200]}: not an engine address "
+                                 "(unix:///PATH, tcp://HOST:PORT or ssh://HOST)") from None
+            raise EngineUnavailable(f"no Docker engine answers at {redact(endpoint.url)[:200]}: {START_HINT}") from exc
+        except (ValueError, TypeError, IndexError, KeyError) as exc:  # the SDK's parse of a malformed address
+            raise UsageError(f"DOCKER_HOST {redact(endpoint.url)[:200]}: not an engine address "
+                             "(unix:///PATH, tcp://HOST:PORT or ssh://HOST)") from exc
         return cls(client, endpoint)
 
     # -- images -------------------------------------------------------------

@@ -15,6 +15,11 @@ class ComposerError(Exception):
         self.message = message
 
 
+class Invalid(Exception):
+    """A value that is not valid for its option; the message says what would be (the caller
+    names the option: a flag on the command line, file:line: key: in a set)."""
+
+
 class UsageError(ComposerError):
     """Bad input: an unknown backend, release, option value or file."""
 

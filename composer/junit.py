@@ -11,7 +11,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Sequence, Union
 
-from composer.errors import UsageError
+from composer.errors import Invalid, UsageError
+from composer.files import check_output_file, make_folders, write_file
 from composer.smoke import SmokeReport
 
 # An image's tag with its smoke report, or with None and the error that stopped its build.
@@ -21,14 +22,32 @@ Outcome = Union[tuple[str, SmokeReport], tuple[str, None, str]]
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
+def is_junit(path: Path) -> bool:
+    """A JUnit report this composer wrote (so a rerun may replace it, and nothing else)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(512)
+    except OSError:
+        return False
+    return head.startswith(b"<?xml") and b'<testsuites name="triton-composer smoke tests"' in head
+
+
+def check_junit_output(path: Path) -> Path:
+    """--junit FILE, checked before any work; no folder is made for a run that may be refused."""
+    try:
+        return check_output_file(path, "--junit", ours=is_junit)
+    except Invalid as problem:
+        raise UsageError(str(problem)) from None
+
+
 def write_junit(reports: Sequence[Outcome], path: Path) -> None:
-    """Write the JUnit XML of `reports` to `path` (its folder is created)."""
+    """Write the JUnit XML of `reports` to `path` (its folder is created), never through a link."""
     root = junit_tree(reports)
     ET.indent(root)
-    path = Path(path)
+    path = check_junit_output(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+        make_folders(path.parent)
+        write_file(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
     except OSError as exc:
         raise UsageError(f"cannot write the JUnit report {path}: {exc.strerror or exc}") from None
 

@@ -9,13 +9,15 @@ is trusted.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import yaml
 
-from composer.errors import ImageNotFound, UsageError
+from composer.errors import ImageNotFound, Invalid, UsageError
+from composer.files import check_output_file, load_structured, read_text, write_file
 from composer.progress import LineSink, quiet
 from composer.refs import ImageRef, digest_for
 
@@ -107,11 +109,29 @@ def write_lock(set_path: Path, images: Sequence[LockedImage]) -> LockFile:
         sort_keys=True,
         default_flow_style=False,
     )
+    check_lock_output(set_path)
     try:
-        lock.path.write_text(header + body)
+        write_file(lock.path, (header + body).encode())
     except OSError as exc:
         raise UsageError(f"cannot write the lock file {lock.path}: {exc.strerror or exc}") from None
     return lock
+
+
+LOCK_HEADER = b"# composer lock file for "
+
+
+def check_lock_output(set_path: Path) -> Path:
+    """The lock file `composer lock` writes beside the set: checked before any work; an
+    existing file is replaced only if it is a lock this composer wrote."""
+
+    def ours(path: Path) -> bool:
+        with open(path, "rb") as handle:
+            return handle.read(len(LOCK_HEADER)) == LOCK_HEADER
+
+    try:
+        return check_output_file(lock_path(set_path), "lock file", ours=ours)
+    except Invalid as problem:
+        raise UsageError(str(problem)) from None
 
 
 def read_lock(set_path: Path, *, check_set: bool = True) -> LockFile:
@@ -119,12 +139,14 @@ def read_lock(set_path: Path, *, check_set: bool = True) -> LockFile:
     set_path = Path(set_path)
     path = lock_path(set_path)
     relock = f"run composer lock --set {set_path}"
+    if not os.path.lexists(path):
+        raise UsageError(f"no lock file {path}: {relock}")
     try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"no lock file {path}: {relock}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read the lock file {path}: {exc}") from None
+        raw = load_structured(read_text(path, "lock file", 1 << 20), str(path), as_json=False)
+    except Invalid as problem:
+        if "not valid YAML" in str(problem):
+            raise UsageError(f"{path}: not a composer lock file (invalid YAML): {relock}") from None
+        raise UsageError(f"{problem}: {relock}") from None
     except yaml.YAMLError:
         raise UsageError(f"{path}: not a composer lock file (invalid YAML): {relock}") from None
     lock = _parse(raw, path, set_path, relock)

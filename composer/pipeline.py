@@ -39,7 +39,8 @@ from composer.refs import ImageRef, build_source
 from composer.render import BuildContext, write_context
 from composer.sizes import SizeReport, measure
 from composer.smoke import SmokeOptions, SmokeReport, smoke_test
-from composer.spec import CompositionSpec, redact_urls
+from composer.redaction import redact
+from composer.spec import CompositionSpec
 
 RELEASE_ENV = "NVIDIA_TRITON_SERVER_VERSION"
 
@@ -394,7 +395,7 @@ class Outcome:
         if self.pushed is not None:
             payload["pushed"] = {"ref": self.pushed[0], "digest": self.pushed[1]}
         if self.error is not None:
-            payload["error"] = redact_urls(self.error.message)
+            payload["error"] = redact(self.error.message)
         return payload
 
 

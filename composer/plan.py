@@ -18,7 +18,7 @@ from composer.catalog import Catalog, Release
 from composer.errors import UsageError
 from composer.packages import public_requirement
 from composer.refs import ImageRef
-from composer.spec import NAME_PATTERN, CompositionSpec, Packages
+from composer.spec import NAME_PATTERN, CompositionSpec, Packages, source_date_epoch
 
 ROOT = "/opt/tritonserver"
 MODELS_ROOT = "/models"  # where baked models go, and what the image serves by default
@@ -372,9 +372,7 @@ def created_label(environ: Mapping[str, str]) -> str:
 
     epoch = environ.get("SOURCE_DATE_EPOCH")
     if epoch is not None:
-        if not epoch.strip().isdigit():
-            raise UsageError(f"SOURCE_DATE_EPOCH={epoch!r}: expected whole seconds since 1970")
-        moment = datetime.datetime.fromtimestamp(int(epoch), tz=datetime.timezone.utc)
+        moment = datetime.datetime.fromtimestamp(source_date_epoch(epoch), tz=datetime.timezone.utc)
     else:
         moment = datetime.datetime.now(tz=datetime.timezone.utc).replace(microsecond=0)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

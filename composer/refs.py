@@ -26,7 +26,7 @@ _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _PATH = re.compile(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*")
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _HOST = re.compile(rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?")
-_TAG = re.compile(r"[\w][\w.-]{0,127}")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # ASCII, as Docker's grammar
 _DIGEST = re.compile(r"sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128}|sha384:[a-f0-9]{96}")
 _IMAGE_ID = re.compile(r"sha256:[a-f0-9]{64}")
 
@@ -226,6 +226,8 @@ def _invalid(text: str) -> str | None:
     """Why `text` is not a reference, or None when it is one."""
     if not text:
         return "it is empty"
+    if not text.isascii():
+        return "it holds characters outside ASCII (Docker's grammar is ASCII)"
     if any(ch.isspace() or not ch.isprintable() for ch in text):
         return "it holds whitespace or control characters"
     if text.count("@") > 1:

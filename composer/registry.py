@@ -27,7 +27,8 @@ import requests
 import requests.adapters
 
 from composer.engine import Engine, ImageInfo
-from composer.errors import ImageNotFound, RegistryError, UsageError
+from composer.errors import ImageNotFound, Invalid, RegistryError, UsageError
+from composer.files import read_text
 from composer.progress import LineSink, quiet
 from composer.refs import DOCKER_HUB, ImageRef, check_registry_prefix, digest_for, parse_tag_ref
 MANIFEST_TYPES = (
@@ -88,11 +89,11 @@ def load_auth(spec: str | None, *, environ: Mapping[str, str] | None = None) -> 
     scheme, _, where = spec.partition(":")
     if scheme == "file" and where:
         path = Path(where).expanduser()
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "unreadable"
-            raise UsageError(f"cannot read the credentials file {path}: {reason}") from None
+        try:  # a small regular file of text: /dev/zero, a FIFO or a huge file is refused, not read
+            text = read_text(path, "credentials file", 64 << 10)
+        except Invalid as problem:
+            raise UsageError(str(problem).replace("no such credentials file", "cannot read the credentials file")
+                             + ("" if os.path.lexists(path) else ": no such file")) from None
         auth = _parse_credentials(text)
         if auth is None:
             raise UsageError(
@@ -117,7 +118,7 @@ def _parse_credentials(text: str) -> RegistryAuth | None:
     if stripped.startswith("{"):
         try:
             data = json.loads(stripped)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return None
         if not isinstance(data, dict):
             return None

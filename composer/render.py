@@ -6,16 +6,19 @@ files the templates refer to. The same plan always renders byte-identical files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
+import stat
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Union
 
 import jinja2
 
-from composer.errors import UsageError
+from composer.errors import Invalid, UsageError
+from composer.files import check_output_file, digest, make_folders, path_problem, printable, read_text, write_file
 from composer.packages import installable_requirement
 from composer.plan import MODELS_ROOT, ROOT, CompositionPlan
 
@@ -59,68 +62,160 @@ def composition_record(plan: CompositionPlan) -> str:
     return json.dumps(plan.record(), indent=2, sort_keys=True) + "\n"
 
 
-MARKER = ".triton-composer-context"  # left in every folder render writes, so it knows its own
+MARKER = ".triton-composer-context"  # in every folder render writes: the files it wrote, with digests
+MARKER_FORMAT = 1
 
 
 def check_output(directory: Path) -> Path:
     """A folder render may write into: new, empty, or one it rendered before (its marker is
-    there). Anything else is a one-line error: nothing of the user's is deleted or overwritten."""
-    directory = Path(directory).absolute()
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(f"-o {directory}: exists and is not a folder; give a new or empty folder")
-    if directory.is_dir() and any(directory.iterdir()) and not (directory / MARKER).is_file():
-        raise UsageError(f"-o {directory}: the folder holds files the composer did not write; "
-                         "give a new or empty folder (or one composer render wrote before)")
-    parent = directory if directory.exists() else next(p for p in directory.parents if p.exists())
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"-o {directory}: {parent} is not writable")
-    return directory
+    there) whose rendered files are as it left them. Anything else is a one-line error."""
+    _owned(Path(os.path.abspath(directory)))
+    return Path(os.path.abspath(directory))
+
+
+def _owned(directory: Path) -> dict[str, str]:
+    """The files render wrote into `directory` (relative path -> digest), each checked unchanged."""
+    shown = f"-o {printable(str(directory))}"
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise UsageError(f"{shown}: {path_problem(directory, 'folder') or exc}") from None
+    if info is None:
+        try:
+            check_output_file(directory, "-o")  # a folder can be made there
+        except Invalid as problem:
+            raise UsageError(str(problem)) from None
+        return {}
+    if not stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"{shown}: exists and is not a folder; give a new or empty folder")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"{shown}: is not writable")
+    marker = directory / MARKER
+    if not os.path.lexists(marker):
+        if any(directory.iterdir()):
+            raise UsageError(f"{shown}: the folder holds files the composer did not write; "
+                             "give a new or empty folder (or one composer render wrote before)")
+        return {}
+    try:
+        record = json.loads(read_text(marker, "render marker", 16 << 20))
+        files = record["files"]
+        if record.get("format") != MARKER_FORMAT or not isinstance(files, dict):
+            raise ValueError
+    except (Invalid, ValueError, KeyError, TypeError):
+        raise UsageError(f"{shown}: its {MARKER} is not one this composer wrote (an older render?); "
+                         "give a new or empty folder") from None
+    for name, written in files.items():
+        path = directory / name
+        if not _inside(directory, path) or not isinstance(written, str):
+            raise UsageError(f"{shown}: its {MARKER} names {printable(str(name))}, outside the folder")
+        if os.path.lexists(path) and (not _plain_path(directory, path) or digest(path) != written):
+            raise UsageError(f"{shown}: {printable(name)} was changed or replaced since composer render wrote it; "
+                             "move it away (or give a new folder): render replaces only its own files")
+    return files
+
+
+def _inside(directory: Path, path: Path) -> bool:
+    return os.path.normpath(path).startswith(str(directory) + os.sep)
+
+
+def _plain_path(directory: Path, path: Path) -> bool:
+    """No folder between `directory` and `path` is a link (a write would leave the folder)."""
+    for parent in path.relative_to(directory).parents:
+        if parent != Path(".") and os.path.islink(directory / parent):
+            return False
+    return True
 
 
 def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
-    """Write the Dockerfile and everything it copies into `directory` (see check_output)."""
-    directory = check_output(directory)
+    """Write the Dockerfile and everything it copies into `directory`.
+
+    Only files render wrote there before (listed in its marker, unchanged since) are replaced
+    or removed; a user's other files stay; nothing is written through a symbolic link."""
+    directory = Path(os.path.abspath(directory))
+    before = _owned(directory)
+    files = _context_files(plan)
+    for name in files:
+        path = directory / name
+        if name not in before and (os.path.lexists(path) or not _plain_path(directory, path)):
+            raise UsageError(f"-o {printable(str(directory))}: {printable(name)} is in the way and composer render "
+                             "did not write it; move it away or give a new folder")
+        for parent in Path(name).parents:
+            if parent != Path(".") and os.path.lexists(directory / parent) and \
+                    not os.path.isdir(directory / parent) or os.path.islink(directory / parent):
+                raise UsageError(f"-o {printable(str(directory))}: {printable(str(parent))} is in the way "
+                                 "(not a folder, or a link); move it away or give a new folder")
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / MARKER).write_text("written by triton-composer render; it rewrites only its own files here\n")
-        return _write(plan, directory)
+        make_folders(directory)
+        for name in sorted(set(before) - set(files)):  # what the last render wrote and this one does not
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
+            _remove_empty_parents(directory, directory / name)
+        written = {}
+        for name, (data, mode) in sorted(files.items()):
+            path = directory / name
+            make_folders(path.parent)
+            if isinstance(data, str):  # a link kept as a link (custom backends)
+                if os.path.lexists(path):
+                    os.unlink(path)
+                os.symlink(data, path)
+            else:
+                write_file(path, data, mode)
+            written[name] = digest(path)
+        record = {"format": MARKER_FORMAT, "written_by": "triton-composer render: it replaces only these files",
+                  "files": written}
+        write_file(directory / MARKER, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
     except OSError as exc:
         raise UsageError(f"cannot write the build context in {directory}: {exc.strerror or exc}") from None
+    return BuildContext(directory=directory, dockerfile=directory / "Dockerfile")
 
 
-def _write(plan: CompositionPlan, directory: Path) -> BuildContext:
-    dockerfile = directory / "Dockerfile"
-    dockerfile.write_text(render_dockerfile(plan))
-    (directory / "composition.json").write_text(composition_record(plan))
+def _remove_empty_parents(directory: Path, path: Path) -> None:
+    for parent in path.relative_to(directory).parents:
+        if parent == Path("."):
+            return
+        try:
+            os.rmdir(directory / parent)
+        except OSError:
+            return
+
+
+Content = tuple[Union[bytes, Path, str], int]  # bytes, a file to copy, or a link's target; mode
+
+
+def _context_files(plan: CompositionPlan) -> dict[str, Content]:
+    """Every file of the build context (relative path -> content), the same for the same plan."""
+    files: dict[str, Content] = {
+        "Dockerfile": (render_dockerfile(plan).encode(), 0o644),
+        "composition.json": (composition_record(plan).encode(), 0o644),
+    }
     package = resources.files("composer.in_image")
     for script in BUILD_SCRIPTS:
-        (directory / script).write_bytes(package.joinpath(script).read_bytes())
-    _write_packages(plan, directory / "packages")
-    customs = directory / "custom-backends"
-    if customs.exists():
-        shutil.rmtree(customs)
-    for custom in plan.custom_backends:
-        shutil.copytree(custom.source, customs / custom.name, symlinks=True)
-    models = directory / "models"
-    if models.exists():
-        shutil.rmtree(models)
-    if plan.baked_models is not None:  # links are followed: the image holds the files themselves
-        shutil.copytree(plan.baked_models, models, ignore=shutil.ignore_patterns("__pycache__"))
-    return BuildContext(directory=directory, dockerfile=dockerfile)
-
-
-def _write_packages(plan: CompositionPlan, folder: Path) -> None:
-    """requirements, the release's constraints and the wheelhouse for the packages stage."""
-    if folder.exists():
-        shutil.rmtree(folder)
+        files[script] = (package.joinpath(script).read_bytes(), 0o644)
     packages = plan.packages
-    if not packages:
-        return
-    folder.mkdir(parents=True)
-    lines = [installable_requirement(spec) for spec in packages.specs]
-    (folder / "requirements.txt").write_text("".join(f"{line}\n" for line in lines))
-    (folder / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.constraints))
-    wheels = folder / "wheelhouse"
-    wheels.mkdir()
-    for wheel in sorted(packages.wheelhouse.glob("*.whl")):
-        shutil.copy2(wheel, wheels / wheel.name)
+    if packages:
+        lines = [installable_requirement(spec) for spec in packages.specs]
+        files["packages/requirements.txt"] = ("".join(f"{line}\n" for line in lines).encode(), 0o644)
+        files["packages/constraints.txt"] = ("".join(f"{pin}\n" for pin in plan.constraints).encode(), 0o644)
+        for wheel in sorted(packages.wheelhouse.glob("*.whl")):
+            files[f"packages/wheelhouse/{wheel.name}"] = (wheel, 0o644)
+    for custom in plan.custom_backends:
+        files.update(_tree(custom.source, f"custom-backends/{custom.name}", keep_links=True))
+    if plan.baked_models is not None:  # links are followed: the image holds the files themselves
+        files.update(_tree(plan.baked_models, "models", keep_links=False))
+    return files
+
+
+def _tree(source: Path, prefix: str, keep_links: bool) -> dict[str, Content]:
+    files: dict[str, Content] = {}
+    for folder, dirs, names in os.walk(source, followlinks=not keep_links):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" or keep_links)
+        for name in sorted(names + ([d for d in dirs if os.path.islink(Path(folder) / d)] if keep_links else [])):
+            path = Path(folder) / name
+            relative = f"{prefix}/{path.relative_to(source).as_posix()}"
+            if keep_links and os.path.islink(path):
+                files[relative] = (os.readlink(path), 0)
+            else:
+                files[relative] = (path, stat.S_IMODE(os.stat(path).st_mode))
+    return files

@@ -21,6 +21,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from composer.errors import UsageError
+from composer.files import check_nodes, read_text
 from composer.spec import (
     ENV_NAME_PATTERN,
     OPTIONS,
@@ -62,14 +63,13 @@ def _keys() -> tuple[list[str], dict[str, list[str]]]:
 def load_set(path: Path, environ: Mapping[str, str] = os.environ) -> CompositionSpec:
     """Read and check the set file at `path`; relative paths in it resolve against its folder."""
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_SET_BYTES:
-            raise UsageError(f"{path}: a set file is at most {MAX_SET_BYTES} bytes")
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such set file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read the set file: {exc}") from None
+    if not os.path.lexists(path):
+        raise UsageError(f"{path}: no such set file")
+    try:  # a regular file of text only: a FIFO or /dev/zero is refused, never read
+        text = read_text(path, "set file", MAX_SET_BYTES)
+    except Invalid as problem:
+        message = str(problem).replace(f"larger than {MAX_SET_BYTES} bytes", f"at most {MAX_SET_BYTES} bytes")
+        raise UsageError(f"{path}: {message}") from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
@@ -100,16 +100,12 @@ def specs_from_sets(names: Sequence[str], given: Mapping[str, Any],
 
 
 def _check_depth(path: Path, root: Node | None) -> None:
-    """No set nests deeper than a few levels: refuse a deep one before reading it."""
-    stack = [(root, 1)] if root is not None else []
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise UsageError(f"{path}:{node.start_mark.line + 1}: nested deeper than a set ever is ({MAX_DEPTH} levels)")
-        if isinstance(node, MappingNode):
-            stack += [(v, depth + 1) for pair in node.value for v in pair]
-        elif isinstance(node, SequenceNode):
-            stack += [(v, depth + 1) for v in node.value]
+    """No set nests deeper than a few levels, nor expands aliases far: refused before reading it."""
+    try:
+        check_nodes(root, str(path), MAX_DEPTH)
+    except Invalid as problem:
+        raise UsageError(str(problem).replace(f"deeper than {MAX_DEPTH} levels",
+                                              f"deeper than a set ever is ({MAX_DEPTH} levels)")) from None
 
 
 def preset_path(name: str) -> Path:

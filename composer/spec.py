@@ -11,6 +11,7 @@ replaces the set's value of that field (lists included: nothing is merged).
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from composer.catalog import RELEASE_PATTERN
-from composer.errors import UsageError
+from composer.errors import Invalid, UsageError
+from composer.files import path_problem, printable, read_text, tree_problem
+from composer.redaction import redact_url
 from composer.refs import PREFIX_SHAPE, SHAPE, reference_problem
 
 DEFAULT_REGISTRY = "nvcr.io/nvidia"
@@ -26,6 +29,8 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Label keys: letters, digits and . _ - / (reverse-DNS style, as OCI recommends).
 LABEL_KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+MAX_VALUE = 4096  # characters of one text value (a label, a requirement, a name): refused beyond
+MAX_REQUIREMENT_FILE = 1 << 20
 # Labels the composer sets itself: a user's --label may not change them.
 OWN_LABEL_PREFIXES = ("org.triton-composer.", "org.opencontainers.image.", "com.nvidia.")
 
@@ -136,10 +141,6 @@ class CompositionSpec:
 # -- kinds: how one option's value is read and checked ----------------------------
 
 
-class Invalid(Exception):
-    """A value that is not valid for its option; the message says what would be."""
-
-
 class Kind:
     """How an option's values are read (command line, set file) and checked.
 
@@ -167,9 +168,7 @@ class Text(Kind):
         self.check, self.what = check, what
 
     def read(self, raw: str, base: Path) -> str:
-        value = str(raw).strip()
-        if not value:
-            raise Invalid(f"expected {self.what}, got an empty string")
+        value = _text(raw, self.what)
         problem = self.check(value)
         if problem:
             raise Invalid(problem)
@@ -200,9 +199,7 @@ class Strings(Kind):
     def read(self, raw: Sequence[str], base: Path) -> tuple[str, ...]:
         values = []
         for item in raw:
-            item = str(item).strip()
-            if not item:
-                raise Invalid(f"expected {self.what}, got an empty string")
+            item = _text(item, self.what)
             problem = self.check(item)
             if problem:
                 raise Invalid(problem)
@@ -228,10 +225,7 @@ class RequirementFiles(Kind):
     def read(self, raw: Sequence[Any], base: Path) -> tuple[str, ...]:
         lines: list[str] = []
         for item in raw:
-            path = _local(base, item)
-            if not path.is_file():
-                raise Invalid(f"no such file {item}" + (f" (relative to {base})" if not Path(str(item)).is_absolute() else ""))
-            lines += read_requirement_file(path)
+            lines += read_requirement_file(LocalPath("file").read(item, base))
         return tuple(lines)
 
     plain = Strings.plain
@@ -247,15 +241,18 @@ class LocalPath(Kind):
         self.what, self.must_exist = what, must_exist  # what: "file" or "folder"
 
     def read(self, raw: Any, base: Path) -> Path:
-        text = str(raw).strip()
-        if not text:
-            raise Invalid(f"expected a {self.what}, got an empty string")
-        path = _local(base, text)
-        if self.must_exist:
-            exists = path.is_file() if self.what == "file" else path.is_dir()
-            if not exists:
-                where = "" if Path(text).is_absolute() else f" (relative to {base})"
-                raise Invalid(f"no such {self.what} {text}{where}")
+        text = _text(raw, f"a {self.what}")
+        try:
+            path = _local(base, text)
+        except (OSError, RuntimeError, ValueError) as exc:  # a loop, a name too long, a NUL byte
+            raise Invalid(f"{text}: {path_problem(Path(text), self.what) or exc}") from None
+        problem = path_problem(path, self.what) if self.must_exist else None
+        if problem is None and not self.must_exist and os.path.lexists(path):
+            problem = path_problem(path, self.what)
+        if problem:
+            where = "" if Path(text).is_absolute() else f" (relative to {base})"
+            raise Invalid(f"no such {self.what} {text}{where}" if problem.startswith("no such") else
+                          problem + (f" ({text}{where})" if where else ""))
         return path
 
     def plain(self, value):
@@ -265,12 +262,23 @@ class LocalPath(Kind):
         return Path(value) if value is not None else None
 
 
-class ModelRepository(LocalPath):
-    """A Triton model repository on this machine: one folder per model, and any case files in
-    them (composer.cases) readable, checked before any work starts."""
+class Tree(LocalPath):
+    """A folder copied into the image: every file in it readable, no link loops, checked up front."""
 
     def __init__(self):
         super().__init__("folder")
+
+    def read(self, raw: Any, base: Path) -> Path:
+        path = super().read(raw, base)
+        problem = tree_problem(path)
+        if problem:
+            raise Invalid(problem)
+        return path
+
+
+class ModelRepository(Tree):
+    """A Triton model repository on this machine: one folder per model, and any case files in
+    them (composer.cases) readable, checked before any work starts."""
 
     def read(self, raw: Any, base: Path) -> Path:
         from composer.cases import repository_problem
@@ -344,13 +352,13 @@ class FromEnvironment(Kind):
 
 
 def check_release(value: str) -> str | None:
-    if not RELEASE_PATTERN.match(value):
+    if not RELEASE_PATTERN.fullmatch(value):
         return f"'{value}' is not a release: releases are named YY.MM, e.g. 24.09"
     return None
 
 
 def check_name(value: str) -> str | None:
-    if not NAME_PATTERN.match(value):
+    if not NAME_PATTERN.fullmatch(value):
         return f"'{value}' is not a name (letters, digits, '.', '_' or '-')"
     return None
 
@@ -375,12 +383,32 @@ def check_prefix(value: str) -> str | None:
 
 
 def check_requirement(value: str) -> str | None:
+    """pip's requirement grammar (PEP 508, read by `packaging`), or a URL of a wheel."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
     if value.startswith("-"):
-        return (f"pip options ({value.split()[0]}) are not packages: use --pip-index-url, "
+        return (f"pip options ({printable(redact_url(value.split()[0]))}) are not packages: use --pip-index-url, "
                 "--pip-extra-index-url or --wheelhouse")
     if any(ord(c) < 32 for c in value):
-        return f"'{_printable(value)}' holds control characters"
+        return f"'{printable(redact_url(value))}' holds control characters"
+    if _is_bare_url(value):
+        try:
+            parse_wheel_filename(value.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
+        except InvalidWheelFilename:
+            return (f"'{printable(redact_url(value))}' is a URL but not of a wheel: "
+                    "give NAME @ URL (pip's requirement syntax)")
+        return None
+    try:
+        Requirement(value)
+    except InvalidRequirement:
+        return (f"'{printable(redact_url(value))}' is not a pip requirement: expected NAME, NAME[extras], "
+                "NAME==VERSION (or another specifier), or NAME @ URL")
     return None
+
+
+def _is_bare_url(value: str) -> bool:
+    return "://" in value.split("@", 1)[0] and not re.match(r"^[A-Za-z0-9._-]+\s*(\[[^\]]*\])?\s*@", value)
 
 
 def check_url(value: str) -> str | None:
@@ -388,34 +416,68 @@ def check_url(value: str) -> str | None:
         parts = urlsplit(value)
         parts.port  # noqa: B018 (raises on a bad port)
     except ValueError:
-        return f"'{_printable(_redact_url(value))}' is not a URL"
-    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
-        return f"'{_printable(_redact_url(value))}' is not an http(s) URL"
+        return f"'{printable(redact_url(value))}' is not a URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value) \
+            or not value.isascii():
+        return f"'{printable(redact_url(value))}' is not an http(s) URL"
     return None
 
 
 def check_host(value: str) -> str | None:
-    if not re.match(r"^[A-Za-z0-9.-]+(:\d+)?$", value):
-        return f"'{_printable(value)}' is not a host name"
+    if not re.fullmatch(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?", value):
+        return f"'{printable(value)}' is not a host name"
     return None
 
 
+MAX_GPUS = 1024
+
+
 def check_gpus(value: str) -> str | None:
-    if value in ("auto", "all", "none") or (value.isdigit() and int(value) > 0):
+    if value in ("auto", "all", "none"):
         return None
-    return f"'{_printable(value)}' is not a GPU request: give auto, all, none or a number of GPUs"
+    try:
+        ascii_number(value, "a number of GPUs", 1, MAX_GPUS)
+    except Invalid:
+        return (f"'{printable(value)}' is not a GPU request: give auto, all, none or a number of GPUs "
+                f"(1 to {MAX_GPUS})")
+    return None
+
+
+def ascii_number(text: str, what: str, low: int, high: int) -> int:
+    """A whole number written in ASCII digits (no sign, no other script's digits) within [low, high]."""
+    value = str(text).strip()
+    if not re.fullmatch(r"[0-9]{1,19}", value):
+        raise Invalid(f"'{printable(value[:40])}' is not {what} (ASCII digits only)")
+    number = int(value)
+    if not low <= number <= high:
+        raise Invalid(f"{number} is out of range for {what} ({low} to {high})")
+    return number
+
+
+def source_date_epoch(text: str) -> int:
+    """SOURCE_DATE_EPOCH: whole seconds since 1970, up to the year 9999."""
+    try:
+        return ascii_number(text, "whole seconds since 1970", 0, 253402300799)
+    except Invalid as problem:
+        raise UsageError(f"SOURCE_DATE_EPOCH: {problem}") from None
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Inputs a composition takes from the environment, checked before any work."""
+    if environ.get("SOURCE_DATE_EPOCH") is not None:
+        source_date_epoch(environ["SOURCE_DATE_EPOCH"])
 
 
 def check_label_key(value: str) -> str | None:
-    if not LABEL_KEY_PATTERN.match(value):
-        return f"'{_printable(value)}' is not a label key (letters, digits, '.', '_', '-', '/')"
+    if not LABEL_KEY_PATTERN.fullmatch(value) or len(value) > 255:
+        return f"'{printable(value)}' is not a label key (up to 255 ASCII letters, digits, '.', '_', '-', '/')"
     if value.startswith(OWN_LABEL_PREFIXES):
         return f"label {value} is set by the composer itself; choose another key"
     return None
 
 
 def check_label_value(value: str) -> str | None:
-    if any(ord(c) < 32 for c in value):
+    if any(ord(c) < 32 or c == "\x7f" for c in value):
         return "a label value is one line of text (no control characters)"
     return None
 
@@ -423,19 +485,19 @@ def check_label_value(value: str) -> str | None:
 def read_requirement_file(path: Path) -> list[str]:
     """Requirement lines of a file; pip options belong on the command line, not in it."""
     specs = []
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise Invalid(f"cannot read {path}: {exc}") from None
+    text = read_text(path, "requirements file", MAX_REQUIREMENT_FILE)  # a regular file of text only
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):
             continue
         if line.startswith("-"):
             raise Invalid(
-                f"{path}:{number}: pip options ({line.split()[0]}) go on the command line "
+                f"{path}:{number}: pip options ({printable(redact_url(line.split()[0]))}) go on the command line "
                 "(--pip-index-url, --pip-extra-index-url, --wheelhouse)"
             )
+        problem = check_requirement(line) if len(line) <= MAX_VALUE else f"a line is longer than {MAX_VALUE}"
+        if problem:
+            raise Invalid(f"{path}:{number}: {problem}")
         specs.append(line)
     return specs
 
@@ -492,7 +554,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("selection.repoagents", "--repoagent", "repoagents", _NAMES, "A repository agent to include (repeatable)."),
     Option("selection.caches", "--cache", "caches", _NAMES, "A cache implementation to include (repeatable)."),
     Option("selection.custom_backends", "--custom-backend", "custom_backends",
-           Named(LocalPath("folder"), check_name, "NAME=DIR"), "Copy a local backend folder in: NAME=DIR (repeatable).",
+           Named(Tree(), check_name, "NAME=DIR"), "Copy a local backend folder in: NAME=DIR (repeatable).",
            portable=False),
     Option("selection.backend_images", "--backend-image", "backend_images", Named(_REF, check_name, "NAME=REF"),
            "Take a backend from another full image (another release): NAME=REF (repeatable)."),
@@ -609,8 +671,9 @@ def given_on_command_line(command: str, values: Mapping[str, Any], cwd: Path | N
                 value = option.kind.read(raw, base)
         except Invalid as problem:
             values = raw if isinstance(raw, (list, tuple)) else [raw]
-            shown = ", ".join(_redact_url(str(v)) for v in values)  # a URL's credentials never echoed
-            raise UsageError(f"{option.flag} {_printable(shown)}: {problem}") from None
+            shown = ", ".join(redact_url(str(v)) for v in values)  # a URL's credentials never echoed
+            shown = shown if len(shown) <= 200 else shown[:200] + "..."
+            raise UsageError(f"{option.flag} {printable(shown)}: {problem}") from None
         if option.field in given and isinstance(value, tuple):
             value = given[option.field] + value  # --pip and --requirements feed one field
         given[option.field] = value
@@ -622,7 +685,7 @@ def _pairs(raw: Iterable[str], flag: str | None) -> list[tuple[str, str]]:
     for item in raw:
         key, sep, value = str(item).partition("=")
         if not sep or not key or not value:
-            raise Invalid(f"takes NAME=VALUE, got '{_printable(str(item))}'")
+            raise Invalid(f"takes NAME=VALUE, got '{printable(redact_url(str(item))[:200])}'")
         pairs.append((key, value))
     return pairs
 
@@ -651,6 +714,17 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
         found.append(Problem(
             "backends", "select at least one backend (backends: [NAME, ...] or custom_backends)",
             "select at least one backend with --backend NAME (composer backends lists them)"))
+    taken = sorted(({n for n, _ in s.custom_backends} | {n for n, _ in s.backend_images}) & set(s.backends))
+    if taken:
+        found.append(Problem(
+            "custom_backends", f"{taken[0]} is both an NGC backend of backends: and your own: to use yours in its "
+            f"place, leave {taken[0]} out of backends",
+            f"--backend {taken[0]} and --custom-backend/--backend-image {taken[0]}=... name one backend twice: to "
+            f"use yours in place of NGC's, leave out --backend {taken[0]}"))
+    clash = sorted({n for n, _ in s.custom_backends} & {n for n, _ in s.backend_images})
+    if clash:
+        found.append(Problem("custom_backends", f"{clash[0]} is both a custom backend and a backend image",
+                             f"{clash[0]} is given by both --custom-backend and --backend-image: keep one"))
     r = spec.result
     if command == BUILD and r.smoke_test and not r.samples and not (r.model_repository or s.bake_models):
         found.append(Problem(
@@ -683,18 +757,14 @@ def _local(base: Path, text: Any) -> Path:
     return (base / Path(str(text)).expanduser()).resolve()
 
 
-def _printable(text: str) -> str:
-    """Control characters shown escaped, so an error stays one line."""
-    return "".join(c if ord(c) >= 32 else repr(c)[1:-1] for c in text)
+def _text(raw: Any, what: str) -> str:
+    """A text value: not empty, not longer than MAX_VALUE (a label of 100 KB is a mistake)."""
+    if not isinstance(raw, (str, Path)):
+        raise Invalid(f"expected {what}, got {type(raw).__name__}")
+    value = str(raw).strip()
+    if not value:
+        raise Invalid(f"expected {what}, got an empty string")
+    if len(value) > MAX_VALUE:
+        raise Invalid(f"expected {what} of at most {MAX_VALUE} characters, got {len(value)}")
+    return value
 
-
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
-
-
-def redact_urls(text: str) -> str:
-    """`text` with the user:password part of every URL in it replaced by ***."""
-    return _URL_CREDENTIALS.sub(lambda m: m.group("scheme") + "***@", text)
-
-
-def _redact_url(url: str) -> str:
-    return redact_urls(url)

@@ -71,5 +71,5 @@ def test_no_reports(tmp_path):
 
 def test_unwritable_path_is_a_usage_error(tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(UsageError, match="cannot write the JUnit report"):
+    with pytest.raises(UsageError, match="--junit .*(Not a directory|not a folder)"):
         write_junit([("x", REPORT)], tmp_path / "file" / "j.xml")

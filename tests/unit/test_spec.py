@@ -129,7 +129,7 @@ def test_bundle_manifest_round_trip(folder):
     ({"image": ["full=::bad::"]}, "--image full=::bad::: not a valid image reference"),
     ({"backend_image": ["pytorch=::bad::"]}, "not a valid image reference"),
     ({"registry_ca": Path("/nonexistent.pem")}, "--registry-ca /nonexistent.pem: no such file"),
-    ({"pip": ["--extra-index-url=https://u:tok@x.example"]}, "pip options (--extra-index-url=https://u:tok@x.example) are not packages"),
+    ({"pip": ["--extra-index-url=https://u:tok@x.example"]}, "pip options (--extra-index-url=https://***@x.example) are not packages"),
     ({"custom_backend": ["x=/nonexistent"]}, "no such folder /nonexistent"),
     ({"requirements": [Path("/nonexistent.txt")]}, "no such file /nonexistent.txt"),
     ({"pip_extra_index_url": ["ftp://x"]}, "is not an http(s) URL"),
