@@ -75,7 +75,7 @@ def reports_errors(command):
             return command(*args, **kwargs)
         except ComposerError as error:
             if isinstance(error, BuildFailed) and error.log_tail:  # the output first: the error is the last line
-                typer.echo("--- build output (tail) ---\n" + error.log_tail.rstrip(), err=True)
+                typer.echo("--- build output (tail) ---\n" + redact(error.log_tail.rstrip()), err=True)
             if kwargs.get("as_json") and not getattr(error, "reported", False):
                 _json_error(error)  # --json answers on every exit path
             typer.secho(f"error: {redact(error.message)}", err=True, fg="red")
@@ -89,7 +89,8 @@ def reports_errors(command):
             if os.environ.get("COMPOSER_DEBUG"):
                 raise
             typer.secho(
-                f"internal error: {type(error).__name__}: {error} (COMPOSER_DEBUG=1 shows the traceback)",
+                f"internal error: {type(error).__name__}: {printable(redact(str(error)))} "
+                "(COMPOSER_DEBUG=1 shows the traceback)",
                 err=True,
                 fg="red",
             )
@@ -99,13 +100,11 @@ def reports_errors(command):
 
 
 def _json_error(error: ComposerError) -> None:
-    import json
-
-    payload: dict[str, Any] = {"error": redact(error.message), "exit_code": error.exit_code}
+    payload: dict[str, Any] = {"error": error.message, "exit_code": error.exit_code}
     report = getattr(error, "report", None)
     if report is not None:
         payload["smoke_test"] = report.to_dict()
-    typer.echo(json.dumps(payload, indent=2, sort_keys=True))
+    typer.echo(redact(json.dumps(payload, indent=2, sort_keys=True)))
 
 
 def check_wheelhouse_output(folder: Path) -> None:

@@ -92,21 +92,23 @@ def read_text(path: Path, what: str, limit: int = MAX_TEXT_BYTES) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without waiting, then is refused
     except FileNotFoundError:
-        raise Invalid(f"no such {what} {path}") from None
+        raise Invalid(f"no such {what} {printable(str(path))}") from None
     except (OSError, ValueError) as exc:
-        raise Invalid(f"cannot read the {what} {path}: "
+        raise Invalid(f"cannot read the {what} {printable(str(path))}: "
                       f"{_os_reason(exc) if isinstance(exc, OSError) else 'a NUL character in the name'}") from None
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise Invalid(f"the {what} {path} is not a regular file")
+            raise Invalid(f"the {what} {printable(str(path))} is not a regular file")
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise Invalid(f"the {what} {path} is larger than {limit} bytes")
+        raise Invalid(f"the {what} {printable(str(path))} is larger than {limit} bytes")
+    if len(data) != info.st_size:  # /proc and /sys files: generated as read, never a user's text
+        raise Invalid(f"the {what} {printable(str(path))} is not a regular file on disk")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise Invalid(f"the {what} {path} is not UTF-8 text") from None
+        raise Invalid(f"the {what} {printable(str(path))} is not UTF-8 text") from None
 
 
 def load_structured(text: str, source: str, as_json: bool) -> Any:

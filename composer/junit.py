@@ -13,6 +13,7 @@ from typing import Sequence, Union
 
 from composer.errors import Invalid, UsageError
 from composer.files import check_output_file, make_folders, write_file
+from composer.redaction import redact
 from composer.smoke import SmokeReport
 
 # An image's tag with its smoke report, or with None and the error that stopped its build.
@@ -47,7 +48,7 @@ def write_junit(reports: Sequence[Outcome], path: Path) -> None:
     path = check_junit_output(path)
     try:
         make_folders(path.parent)
-        write_file(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
+        write_file(path, redact(ET.tostring(root, encoding="unicode", xml_declaration=True)).encode())
     except OSError as exc:
         raise UsageError(f"cannot write the JUnit report {path}: {exc.strerror or exc}") from None
 

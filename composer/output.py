@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from composer.redaction import redact
+
 if TYPE_CHECKING:
     from composer.smoke import SmokeReport
 
@@ -21,29 +23,28 @@ class Printer:
 
     def step(self, line: str) -> None:
         if not self.quiet:
-            typer.echo(line, err=True)
+            typer.echo(redact(line), err=True)
 
     def build_line(self, line: str) -> None:
         """A line of build output: steps stand out, the rest is indented under them."""
         if self.quiet:
             return
+        line = redact(line)
         if line.startswith("Step "):
             typer.secho(line, err=True, bold=True)
         else:
             typer.echo(f"  {line}", err=True)
 
     def result(self, payload: dict, human: str) -> None:
-        if self.as_json:
-            typer.echo(json.dumps(payload, indent=2, sort_keys=True))
-        else:
-            typer.echo(human)
+        # Every output passes the one redaction: no URL's credentials, whatever produced the text.
+        typer.echo(redact(json.dumps(payload, indent=2, sort_keys=True) if self.as_json else human))
 
     def smoke_failure(self, report: "SmokeReport | None", log_tail: str) -> None:
         """The table and the server's last words, on stderr, when a smoke test failed."""
         if report is not None:
             typer.echo(smoke_table(report), err=True)
         if log_tail:
-            typer.echo("--- server log (tail) ---\n" + log_tail.rstrip(), err=True)
+            typer.echo("--- server log (tail) ---\n" + redact(log_tail.rstrip()), err=True)
 
 
 def smoke_table(report: "SmokeReport") -> str:

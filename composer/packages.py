@@ -23,6 +23,7 @@ from composer.engine import Engine
 from composer.errors import ComposerError, UsageError
 from composer.spec import Packages
 from composer.progress import LineSink, quiet
+from composer.redaction import redact, strip_url
 
 
 
@@ -59,58 +60,69 @@ class PythonTarget:
 def secrets_of(packages: Packages) -> list[str]:
     """Whole secrets in the index and requirement URLs: what must never be shown or stored.
 
-    The password (or a token given as the user name), the whole user:password, the query string
-    and the whole URL; never a user name alone, so ordinary text is not scrambled.
+    The password (or a token given as the user name), the whole user:password and the query
+    string, in every requirement form pip takes (NAME @ URL, a bare URL); never a user name
+    alone, so ordinary text is not scrambled. redact() removes URL credentials anywhere; these
+    also catch a secret printed apart from its URL.
     """
     found = []
-    urls = [packages.index_url, *packages.extra_index_urls]
-    urls += [line.split("@", 1)[1].strip() for line in packages.specs if " @ " in line or "@ " in line]
+    urls = [packages.index_url, *packages.extra_index_urls] + [requirement_url(line) for line in packages.specs]
     for url in urls:
         if not url:
             continue
-        parts = urlsplit(url)
-        if parts.password:
-            found += [parts.password, f"{parts.username}:{parts.password}"]
-        elif parts.username:
-            found.append(parts.username)  # a token in the user name's place
+        try:
+            parts = urlsplit(url)
+            username, password = parts.username, parts.password
+        except ValueError:  # a malformed URL: redact() hides its userinfo and query
+            continue
+        if password:
+            found += [password, f"{username}:{password}"]
+        elif username:
+            found.append(username)  # a token in the user name's place
         if parts.query:
             found.append(parts.query)
-        if parts.password or parts.username or parts.query:
-            found.append(url)
     return sorted(set(found), key=len, reverse=True)
 
 
 def redactor(secrets: Iterable[str]) -> Callable[[str], str]:
-    secrets = [s for s in secrets if s]
+    """composer.redaction.redact with these secrets, for a stream of lines (pip's output)."""
+    secrets = list(secrets)
+    return lambda text: redact(text, secrets)
 
-    def redact(text: str) -> str:
-        for secret in secrets:
-            text = text.replace(secret, "***")
-        return text
 
-    return redact
+def requirement_url(line: str) -> str | None:
+    """The URL of a requirement line (NAME @ URL, or a bare URL), else None."""
+    if "://" not in line:
+        return None
+    name, at, url = line.partition("@")
+    if at and "://" not in name:
+        return url.strip()
+    return line.strip()
 
 
 def public_requirement(line: str) -> str:
     """A requirement line as it may be recorded: credentials and query removed from its URL."""
-    if "@" not in line or "://" not in line:
+    url = requirement_url(line)
+    if url is None:
         return line
-    name, _, url = line.partition("@")
-    parts = urlsplit(url.strip())
-    if not (parts.username or parts.password or parts.query):
-        return line
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return f"{name.strip()} @ {parts.scheme}://{host}{parts.path}"
+    if url == line.strip():
+        return strip_url(url)
+    return f"{line.partition('@')[0].strip()} @ {strip_url(url)}"
 
 
 def installable_requirement(line: str) -> str:
     """A requirement line as the build installs it from a wheelhouse: a direct URL becomes its
-    name (the wheel was fetched on the host; the build reaches no URL)."""
-    if "://" in line and "@" in line:
+    name (the wheel was fetched on the host; the build reaches no URL), a bare wheel URL the
+    name and version its file name says."""
+    from packaging.utils import parse_wheel_filename
+
+    url = requirement_url(line)
+    if url is None:
+        return line
+    if url != line.strip():
         return line.split("@", 1)[0].strip()
-    return line
+    name, version, _, _ = parse_wheel_filename(url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
+    return f"{name}=={version}"
 
 
 def python_target(engine: Engine, full_ref: str, python_version: str) -> PythonTarget:

@@ -21,7 +21,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from composer.errors import UsageError
-from composer.files import check_nodes, read_text
+from composer.files import check_nodes, path_problem, printable, read_text
 from composer.spec import (
     ENV_NAME_PATTERN,
     OPTIONS,
@@ -63,13 +63,12 @@ def _keys() -> tuple[list[str], dict[str, list[str]]]:
 def load_set(path: Path, environ: Mapping[str, str] = os.environ) -> CompositionSpec:
     """Read and check the set file at `path`; relative paths in it resolve against its folder."""
     path = Path(path)
-    if not os.path.lexists(path):
-        raise UsageError(f"{path}: no such set file")
     try:  # a regular file of text only: a FIFO or /dev/zero is refused, never read
         text = read_text(path, "set file", MAX_SET_BYTES)
     except Invalid as problem:
-        message = str(problem).replace(f"larger than {MAX_SET_BYTES} bytes", f"at most {MAX_SET_BYTES} bytes")
-        raise UsageError(f"{path}: {message}") from None
+        if "larger than" in str(problem):
+            raise UsageError(f"{printable(str(path))}: a set file is at most {MAX_SET_BYTES} bytes") from None
+        raise UsageError(str(problem)) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
@@ -112,10 +111,11 @@ def preset_path(name: str) -> Path:
     """A shipped preset by name (e.g. "onnx-python"), or the path of a set file."""
     candidate = Path(name)
     looks_like_path = os.sep in name or "/" in name or candidate.suffix in (".yaml", ".yml")
-    if candidate.is_file():
-        return candidate
+    problem = path_problem(candidate, "file")
+    if problem is None or (looks_like_path and problem != "no such file"):
+        return candidate  # load_set says what is wrong with it
     if looks_like_path:
-        raise UsageError(f"{name}: no such set file")
+        raise UsageError(f"{printable(name)}: no such set file")
     shipped = shipped_presets()
     if name in shipped:
         return presets_dir() / f"{name}.yaml"

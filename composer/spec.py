@@ -341,7 +341,7 @@ class FromEnvironment(Kind):
         self.what = what
 
     def read(self, raw: str, base: Path) -> str:
-        value = str(raw).strip()
+        value = _text(raw, self.what)
         problem = check_url(value)
         if problem:
             raise Invalid(problem)
@@ -353,13 +353,13 @@ class FromEnvironment(Kind):
 
 def check_release(value: str) -> str | None:
     if not RELEASE_PATTERN.fullmatch(value):
-        return f"'{value}' is not a release: releases are named YY.MM, e.g. 24.09"
+        return f"'{printable(value)}' is not a release: releases are named YY.MM, e.g. 24.09"
     return None
 
 
 def check_name(value: str) -> str | None:
     if not NAME_PATTERN.fullmatch(value):
-        return f"'{value}' is not a name (letters, digits, '.', '_' or '-')"
+        return f"'{printable(value)}' is not a name (letters, digits, '.', '_' or '-')"
     return None
 
 

@@ -1,0 +1,378 @@
+"""Bad input is refused before any work starts: exit code 2, one line naming the input, quickly.
+
+A table of cases (command, expected exit code, a phrase the one line must hold, an upper bound on
+the time). The real command runs with DOCKER_HOST pointing nowhere, so a check that came after
+connecting to an engine would show up as "no Docker engine answers" instead of the expected
+message. The file cases (re-render, links) check that every user file is left as it was.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+DIGEST = "sha256:" + "a" * 64
+V = ("--version", "24.09")
+B = ("-b", "python")
+BIG = "a" * 100_000  # a 100 KB argument: refused in well under a second (no catastrophic pattern)
+TOKEN = "tok-bad-input-5f3a"
+
+
+@dataclass(frozen=True)
+class Case:
+    args: tuple
+    exit: int
+    says: str | None  # a phrase the one line on stderr must hold (None: the exit code only)
+    seconds: float = 8.0  # an upper bound, with two other test runs loading the machine
+    env: dict = field(default_factory=dict)
+
+
+def C(args, says, exit=2, seconds=8.0, env=None) -> Case:  # noqa: N802 (a table row)
+    return Case(tuple(args), exit, says, seconds, env or {})
+
+
+def _cases(tmp: Path) -> list[Case]:
+    (tmp / "busy").mkdir()
+    (tmp / "busy" / "Dockerfile").write_text("mine\n")
+    (tmp / "afile").write_text("x")
+    (tmp / "req-with-option.txt").write_text("six\n--index-url https://x.example/simple\n")
+    (tmp / "broken.yaml").write_text('version: "24.09"\nbackends: [python\n')
+    (tmp / "deep.yaml").write_text("a: " + "[" * 20000 + "]" * 20000 + "\n")
+    (tmp / "big.yaml").write_text("# " + "x" * (1 << 21) + "\n")
+    (tmp / "one.yaml").write_text('version: "24.09"\nbackends: [python]\n')
+    (tmp / "two.yaml").write_text('version: "24.09"\nbackends: [python]\n')
+    (tmp / "nover.yaml").write_text('backends: [python]\n')
+    (tmp / "badkey.yaml").write_text('version: "24.09"\nbackends: [python]\nlabels: {"bad key": x}\n')
+    one, two = str(tmp / "one.yaml"), str(tmp / "two.yaml")
+    files = _files(tmp)
+    return _new_cases(tmp, files, one) + [
+        # releases and images
+        C(("build", "--version", "24.9", *B), "--version 24.9: '24.9' is not a release"),
+        C(("build", "--version", "99.99", *B), "unknown Triton release '99.99'"),
+        C(("build", *B), "give --version YY.MM"),
+        C(("build", *V), "select at least one backend"),
+        C(("build", *V, *B, "--image", "fulll=x"), "--image fulll=x: takes full=REF or min=REF"),
+        C(("build", *V, *B, "--image", "full"), "--image full: takes NAME=VALUE"),
+        C(("build", *V, *B, "--image", "full=::bad::"), "--image full=::bad::: not a valid image reference"),
+        C(("build", *V, *B, "--image", "min=x y"), "not a valid image reference"),
+        C(("build", *V, *B, "--image", "full=x/UPPER:1"), "not a valid image reference"),
+        C(("build", *V, *B, "--registry", "x\nRUN echo pwned"), "--registry x\\nRUN echo pwned: not a valid registry prefix"),
+        C(("build", *V, *B, "--registry", "Bad Prefix"), "not a valid registry prefix"),
+        C(("build", *V, *B, "--registry", f"h/x@{DIGEST}"), "not a valid registry prefix"),
+        C(("build", *V, *B, "--registry", ""), "--registry"),
+        # selection
+        C(("build", *V, "-b", "a b"), "--backend a b: 'a b' is not a name"),
+        C(("build", *V, "-b", "python", "-b", "python"), "'python' is listed twice"),
+        C(("build", *V, *B, "--repoagent", "bad name"), "--repoagent bad name: 'bad name' is not a name"),
+        C(("build", *V, *B, "--cache", "-x"), "is not a name"),
+        C(("build", *V, *B, "--custom-backend", "x=/nonexistent"), "--custom-backend x=/nonexistent: no such folder"),
+        C(("build", *V, *B, "--custom-backend", "=dir"), "takes NAME=VALUE"),
+        C(("build", *V, *B, "--custom-backend", "bad name=/tmp"), "'bad name' is not a name"),
+        C(("build", *V, *B, "--backend-image", "pytorch=::bad::"), "--backend-image pytorch=::bad::: not a valid image"),
+        C(("build", *V, *B, "--backend-image", "noequals"), "--backend-image noequals: takes NAME=VALUE"),
+        # result
+        C(("build", *V, *B, "--tag", "Bad Tag"), "--tag Bad Tag: not a valid image reference"),
+        C(("build", *V, *B, "--tag", "x:y:z"), "--tag x:y:z: not a valid image reference"),
+        C(("build", *V, *B, "--tag", "x:"), "--tag x:: not a valid image reference"),
+        C(("build", *V, *B, "--tag", "a" * 300), "not a valid image reference"),
+        C(("build", *V, *B, "--push", "Bad Ref"), "--push Bad Ref: not a valid image reference"),
+        C(("build", *V, *B, "--push", f"r.example/t@{DIGEST}"), "names a digest"),
+        C(("build", *V, *B, "--label", "bad key=v"), "'bad key' is not a label key"),
+        C(("build", *V, *B, "--label", "novalue"), "--label novalue: takes NAME=VALUE"),
+        C(("build", *V, *B, "--label", "org.opencontainers.image.created=x"), "is set by the composer itself"),
+        C(("build", *V, *B, "--label", "k=a\nb"), "a label value is one line"),
+        C(("build", *V, *B, "--model-repository", "/nonexistent"), "--model-repository /nonexistent: no such folder"),
+        C(("build", *V, *B, "--model-repository", str(tmp / "afile")), "not a folder"),
+        C(("build", *V, *B, "--gpus", "lots"), "--gpus lots: 'lots' is not a GPU request"),
+        C(("build", *V, *B, "--gpus", "0"), "is not a GPU request"),
+        C(("build", *V, *B, "--junit", "/proc/x.xml"), "--junit /proc/x.xml: cannot be written"),
+        C(("build", *V, *B, "--junit", str(tmp)), "is a folder"),
+        # packages
+        C(("build", *V, *B, "--pip", "--extra-index-url=https://u:tok@x.example"), "are not packages"),
+        C(("build", *V, *B, "--pip", "-r other.txt"), "pip options (-r) are not packages"),
+        C(("build", *V, *B, "--requirements", "/nonexistent.txt"), "--requirements /nonexistent.txt: no such file"),
+        C(("build", *V, *B, "-r", str(tmp / "req-with-option.txt")), "req-with-option.txt:2: pip options (--index-url)"),
+        C(("build", *V, *B, "--pip", "six", "--pip-index-url", "ftp://x"), "--pip-index-url ftp://x: 'ftp://x' is not an http(s) URL"),
+        C(("build", *V, *B, "--pip", "six", "--pip-index-url", "https://u:tok@bad host/s"), "https://***@bad host/s"),
+        C(("build", *V, *B, "--pip", "six", "--pip-extra-index-url", "notaurl"), "is not an http(s) URL"),
+        C(("build", *V, *B, "--pip", "six", "--pip-trusted-host", "bad host"), "'bad host' is not a host name"),
+        C(("build", *V, *B, "--pip", "six", "--wheelhouse", "/nonexistent"), "--wheelhouse /nonexistent: no such folder"),
+        C(("build", *V, *B, "--wheelhouse", str(tmp)), "package sources were given but no package"),
+        C(("build", *V, *B, "--pip", "six", "--ca-cert", "/nonexistent.pem"), "--ca-cert /nonexistent.pem: no such file"),
+        # run options
+        C(("build", "--set", "nope.yaml"), "nope.yaml: no such set file"),
+        C(("build", "--set", "onnx-pyton"), "unknown backend set 'onnx-pyton' (did you mean 'onnx-python'?)"),
+        C(("build", "--set", str(tmp / "broken.yaml")), "broken.yaml:3: invalid YAML"),
+        C(("build", "--set", str(tmp / "deep.yaml")), "deep.yaml:1:"),
+        C(("build", "--set", str(tmp / "big.yaml")), "a set file is at most"),
+        C(("build", "--set", str(tmp / "nover.yaml")), "nover.yaml:1: version: missing"),
+        C(("build", "--set", str(tmp / "badkey.yaml")), "badkey.yaml:3: labels: 'bad key' is not a label key"),
+        C(("build", "--set", one, "--set", two, "--tag", "a/b:1"), "--tag and --push name one image"),
+        C(("build", *V, *B, "--locked"), "--locked needs a backend set"),
+        C(("build", "--bundle", "/nonexistent.tar"), "--bundle /nonexistent.tar: no such file"),
+        C(("build", "--bundle", str(tmp / "afile"), *B), "--bundle carries its own selection"),
+        C(("build", *V, *B, "--registry-auth", "file:/nonexistent"), "cannot read the credentials file /nonexistent"),
+        C(("build", *V, *B, "--registry-auth", "env:COMPOSER_TEST_UNSET_VARIABLE"), "COMPOSER_TEST_UNSET_VARIABLE is not set"),
+        C(("build", *V, *B, "--registry-auth", "bogus:xx"), "registry credentials are given as file:PATH or env:NAME"),
+        C(("build", *V, *B, "--registry-ca", "/nonexistent.pem"), "--registry-ca /nonexistent.pem: no such file"),
+        # render
+        C(("render", "-o", str(tmp / "busy"), *V, *B, "--offline"), "the folder holds files the composer did not write"),
+        C(("render", "-o", "/", *V, *B, "--offline"), "-o /: the folder holds files"),
+        C(("render", "-o", str(tmp / "afile"), *V, *B, "--offline"), "exists and is not a folder"),
+        C(("render", "-o", str(tmp / "out1"), *V, *B, "--offline", "--pip", "six"), "installed from a wheelhouse"),
+        C(("render", "-o", str(tmp / "out2"), "--set", one, "--set", two), "composer render takes one --set"),
+        C(("render", "-o", str(tmp / "out3"), *V, "-b", "nosuch", "--offline"), "unknown backend 'nosuch'"),
+        C(("render", "-o", str(tmp / "out4"), *V, "-b", "onnx", "--offline"), "(did you mean 'onnxruntime'?)"),
+        # other commands
+        C(("wheels", "-o", str(tmp / "w"), *V), "name the packages with --pip SPEC or --requirements FILE"),
+        C(("wheels", "-o", str(tmp / "w"), *V, "--pip", "numpy>=2"), "no Docker engine answers", exit=1),  # good input
+        C(("bundle", "-o", str(tmp / "b.tar"), *V), "select at least one backend"),
+        C(("smoke-test", "img:1", "--gpus", "many"), "--gpus many: 'many' is not a GPU request"),
+        C(("smoke-test", "img:1", "--model-repository", "/nonexistent"), "no such folder"),
+        C(("mirror", "--version", "24.9", "--to", "x.example/n"), "unknown Triton release '24.9'"),
+        C(("mirror", *V, "--to", "Bad Prefix"), "'Bad Prefix' is not a valid registry prefix"),
+        C(("mirror", *V, "--to", "x.example/n", "--registry", "bad prefix"), "is not a valid registry prefix"),
+        C(("mirror", *V, "--to", "x.example/n", "--registry-ca", "/nonexistent.pem"), "--registry-ca /nonexistent.pem: no such file"),
+        C(("lock", "--set", "nope.yaml"), "no such set file"),
+        C(("standin", "--version", "24.9"), "unknown Triton release '24.9'"),
+        C(("backends", "--version", "24.9"), "'24.9' is not a release"),
+        C(("backends", "--image", "full=::bad::"), "not a valid image reference"),
+    ]
+
+
+def _files(tmp: Path) -> dict[str, str]:
+    """The bad files of the table: special files, bombs, loops, archives."""
+    f = {}
+    os.mkfifo(tmp / "fifo")
+    f["fifo"] = str(tmp / "fifo")
+    (tmp / "bomb.yaml").write_text("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(5)))
+    f["bomb"] = str(tmp / "bomb.yaml")
+    (tmp / "cases-bomb.yaml").write_text((tmp / "bomb.yaml").read_text())
+    (tmp / "deep-cases.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp / "mixed.yaml").write_text('version: "24.09"\nbackends: [python]\nlabels: {1: a, b: c}\n')
+    (tmp / "mixed-cases.yaml").write_text("cases: [{model: m, 1: x, inputs: [], expected: []}]\n")
+    (tmp / "deep-auth.json").write_text("[" * 30_000 + "]" * 30_000)
+    (tmp / "loop-models" / "m").mkdir(parents=True)
+    (tmp / "loop-models" / "m" / "config.pbtxt").write_text('name: "m"\n')
+    (tmp / "loop-models" / "m" / "up").symlink_to(tmp / "loop-models")
+    (tmp / "self-loop").symlink_to(tmp / "self-loop")
+    (tmp / "backend-with-fifo").mkdir()
+    os.mkfifo(tmp / "backend-with-fifo" / "pipe")
+    (tmp / "reqs-url.txt").write_text(f"--find-links https://u:{TOKEN}@h.example/links\n")
+    (tmp / "reqs-bad.txt").write_text("six\nnumpy>>>=2\n")
+    f["long"] = str(tmp / ("n" * 300))
+    # bundle archives: truncated, no manifest, a manifest of the wrong shape, a member leaving the tree
+    good = io.BytesIO()
+    with tarfile.open(fileobj=good, mode="w") as tar:
+        _add(tar, "bundle.json", json.dumps({"format": 1, "spec": [], "inspection": "x"}).encode())
+        _add(tar, "images.tar", b"x" * 4096)
+    (tmp / "truncated.tar").write_bytes(good.getvalue()[:700])
+    (tmp / "shape.tar").write_bytes(good.getvalue())
+    for name, member in (("nomanifest.tar", "other.txt"), ("escape.tar", "../escape.txt")):
+        with tarfile.open(tmp / name, "w") as tar:
+            _add(tar, member, b"x")
+    (tmp / "lockless.yaml").write_text('version: "24.09"\nbackends: [python]\n')
+    (tmp / "garbage.yaml").write_text('version: "24.09"\nbackends: [python]\n')
+    (tmp / "garbage.lock.yaml").write_text("{{{\n")
+    (tmp / "theirs.yaml").write_text('version: "24.09"\nbackends: [python]\n')
+    (tmp / "theirs.lock.yaml").write_text("my own notes\n")
+    (tmp / "user.tar").write_text("not a bundle: the user's own file\n")
+    return f
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
+    """The categories of issue 15: each is refused with one line, exit 2, quickly."""
+    t = str(tmp)
+    return [
+        # paths: length, type, loops, special files
+        C(("build", *V, *B, "--model-repository", f["long"]), "longer than the system allows"),
+        C(("build", *V, *B, "--ca-cert", f["long"], "--pip", "six"), "longer than the system allows"),
+        C(("build", "--set", f["long"] + ".yaml"), "longer than the system allows"),
+        C(("render", "-o", f["long"], *V, *B, "--offline"), "longer than the system allows"),
+        C(("build", *V, *B, "--junit", f["long"] + ".xml"), "longer than the system allows"),
+        C(("build", *V, *B, "--model-repository", f"{t}/self-loop"), "symbolic links loop"),
+        C(("build", *V, *B, "--model-repository", f"{t}/loop-models"), "symbolic links loop"),
+        C(("build", *V, *B, "--custom-backend", f"mine={t}/backend-with-fifo"), "not a regular file"),
+        C(("build", *V, *B, "--smoke-cases", f["fifo"]), "not a regular file"),
+        C(("build", *V, *B, "--ca-cert", "/dev/zero", "--pip", "six"), "not a regular file"),
+        # structured files: size, depth, alias expansion, regular files, keys as strings
+        C(("build", "--set", f["bomb"]), "aliases expand", seconds=5),
+        C(("build", *V, *B, "--smoke-cases", f"{t}/cases-bomb.yaml"), "aliases expand", seconds=5),
+        C(("build", *V, *B, "--smoke-cases", f"{t}/deep-cases.json"), "nested deeper"),
+        C(("build", "--set", f"{t}/mixed.yaml"), "mixed.yaml:3"),
+        C(("build", *V, *B, "--smoke-cases", f"{t}/mixed-cases.yaml"), "is not a string"),
+        C(("build", "--set", f["fifo"]), "not a regular file", seconds=5),
+        C(("build", "--set", "/dev/zero"), "not a regular file"),
+        C(("build", *V, *B, "--registry-auth", f"file:{f['fifo']}"), "not a regular file", seconds=5),
+        C(("build", *V, *B, "--registry-auth", "file:/dev/zero"), "not a regular file", seconds=5),
+        C(("build", *V, *B, "--registry-auth", f"file:{t}/deep-auth.json"), "holds neither user:password"),
+        # numbers: ASCII digits and range
+        C(("build", *V, *B, "--gpus", "\u0663"), "is not a GPU request"),
+        C(("build", *V, *B, "--gpus", "\u00b2"), "is not a GPU request"),
+        C(("build", *V, *B, "--gpus", "99999999999999999999999"), "is not a GPU request"),
+        C(("smoke-test", "img:1", "--gpus", "-1"), "is not a GPU request"),
+        C(("render", "-o", f"{t}/epoch1", *V, *B, "--offline"), "SOURCE_DATE_EPOCH", env={"SOURCE_DATE_EPOCH": "\u0661\u0662"}),
+        C(("render", "-o", f"{t}/epoch2", *V, *B, "--offline"), "out of range", env={"SOURCE_DATE_EPOCH": "9" * 18}),
+        C(("build", *V, *B), "SOURCE_DATE_EPOCH", env={"SOURCE_DATE_EPOCH": "-5"}),
+        # references, tags, labels: Docker's ASCII grammar, OCI label rules, a size limit
+        C(("build", *V, *B, "--tag", "triton:\u00e9t\u00e9"), "outside ASCII"),
+        C(("build", *V, *B, "--tag", "tr\u00eften:1"), "outside ASCII"),
+        C(("build", *V, *B, "--push", "r.example/x:\u0661"), "outside ASCII"),
+        C(("build", *V, *B, "--label", "a\nb=c"), "is not a label key"),
+        C(("build", *V, *B, "--label", f"k={BIG}"), "at most 4096 characters", seconds=3),
+        C(("build", *V, *B, "--label", f"{BIG}=v"), "is not a label key", seconds=3),
+        C(("build", *V, *B, "--custom-backend", f"a\nb={t}"), "is not a name"),
+        C(("build", *V, "-b", "py\nthon"), "is not a name"),
+        C(("smoke-test", "Bad Image"), "IMAGE Bad Image: not a valid image reference"),
+        C(("smoke-test", "img:\u00e9"), "outside ASCII"),
+        C(("smoke-test", "img:1", "--backend", "a b"), "is not a name"),
+        # requirements: pip's grammar
+        C(("render", "-o", f"{t}/r1", *V, *B, "--offline", "--pip", "!!!"), "is not a pip requirement"),
+        C(("render", "-o", f"{t}/r2", *V, *B, "--offline", "--pip", "numpy>>>=2"), "is not a pip requirement"),
+        C(("build", *V, *B, "-r", f"{t}/reqs-bad.txt"), "reqs-bad.txt:2: 'numpy>>>=2' is not a pip requirement"),
+        C(("build", *V, *B, "-r", "/proc/self/environ"), "not a regular file"),
+        C(("build", *V, *B, "-r", f["fifo"]), "not a regular file", seconds=5),
+        C(("build", *V, *B, "-r", "/dev/zero"), "not a regular file"),
+        C(("build", *V, *B, "-r", f"{t}/reqs-url.txt"), "pip options (--find-links) go on the command line"),
+        C(("build", *V, *B, "--pip", "https://h.example/not-a-wheel.tar.gz"), "give NAME @ URL"),
+        C(("build", *V, *B, "--pip", BIG), "at most 4096 characters", seconds=3),
+        C(("build", *V, *B, "--pip", "x" * 4000 + "://"), "give NAME @ URL", seconds=3),
+        C(("build", *V, *B, "--pip", "six", "--pip-index-url", "https://x" + "a" * 100_000), "at most 4096",
+          seconds=3),
+        C(("build", *V, *B, "--pip", "six", "--pip-extra-index-url", "a" * 4000 + "://"), "not an http(s) URL",
+          seconds=3),
+        # a custom backend named like a selected NGC backend
+        C(("build", *V, *B, "--custom-backend", f"python={t}/busy"), "leave out --backend python"),
+        C(("build", *V, "-b", "onnxruntime", "--backend-image", "onnxruntime=r.example/t:1"), "name one backend twice"),
+        # a single-valued option given twice with different values
+        C(("build", "--version", "24.09", "--version", "24.10", *B), "--version is given twice"),
+        C(("build", *V, *B, "--tag", "a:1", "-t", "a:2"), "is given twice"),
+        C(("render", "-o", f"{t}/x1", "-o", f"{t}/x2", *V, *B, "--offline"), "is given twice"),
+        # the command-line library's own usage errors: one line, exit 2
+        C(("build", "--versio", "24.09"), "No such option: --versio"),
+        C(("build", *V, *B, "--gpus"), "requires an argument"),
+        C(("render", "-o", f"{t}/x3", *V, *B, "--offline", "extra"), "unexpected extra argument"),
+        C(("no-such-command",), "No such command"),
+        C(("build", *V, *B, "--bundle"), "requires an argument"),
+        # DOCKER_HOST and non-UTF-8 arguments
+        C(("backends", *V), "DOCKER_HOST tcp://[bad: not an engine address", env={"DOCKER_HOST": "tcp://[bad"}),
+        C(("backends", *V), "DOCKER_HOST foo://x: not an engine address", env={"DOCKER_HOST": "foo://x"}),
+        C(("build", *V, b"-b", b"py\xffthon"), "argument 5 is not UTF-8 text"),
+        # bundle archives and output paths: refused before any engine is asked
+        C(("build", "--bundle", f"{t}/truncated.tar"), "not a readable bundle"),
+        C(("build", "--bundle", f"{t}/shape.tar"), "is not one this composer wrote"),
+        C(("build", "--bundle", f"{t}/nomanifest.tar"), "no readable bundle.json"),
+        C(("build", "--bundle", f"{t}/escape.tar"), "which no bundle holds"),
+        C(("build", "--bundle", f["fifo"]), "not a regular file"),
+        C(("bundle", "-o", "/proc/x.tar", *V, *B), "-o /proc/x.tar: cannot be written"),
+        C(("bundle", "-o", f"{t}/user.tar", *V, *B), "the composer did not write it"),
+        C(("bundle", "-o", t, *V, *B), "is a folder"),
+        C(("wheels", "-o", f"{t}/afile", *V, "--pip", "six"), "exists and is not a folder"),
+        C(("wheels", "-o", "/proc/w", *V, "--pip", "six"), "cannot be written"),
+        C(("build", *V, *B, "--junit", f"{t}/new/sub/x.xml", "--gpus", "lots"), "is not a GPU request"),
+        C(("build", *V, *B, "--junit", f"{t}/afile"), "the composer did not write it"),
+        # lock files
+        C(("build", "--set", f"{t}/lockless.yaml", "--locked"), "no lock file"),
+        C(("build", "--set", f"{t}/garbage.yaml", "--locked"), "not a composer lock file"),
+        C(("lock", "--set", f"{t}/theirs.yaml"), "the composer did not write it"),
+        # a malformed URL echoes neither its userinfo nor its query
+        C(("build", *V, *B, "--pip", "six", "--pip-index-url", f"https://u:{TOKEN}@bad host/s"), "https://***@bad host/s"),
+        C(("build", *V, *B, "--pip", "six", "--pip-index-url", f"https://u:to {TOKEN}@h/s"), "https://***@h/s"),
+        C(("build", *V, *B, "--pip", "six", "--pip-index-url", f"https://u:p@{TOKEN}@h:x/s"), "***@h:x/s"),
+        C(("build", *V, *B, "--pip", "six", "--pip-extra-index-url", f"https://h:x/s?token={TOKEN}"), "?***"),
+        C(("build", *V, *B, "--pip", f"six @ https://u:{TOKEN}@h/x y.whl"), "***@h"),
+        C(("build", *V, *B, "--pip", f"--find-links=https://u:{TOKEN}@h/"), "are not packages"),
+    ]
+
+
+def _run(args: tuple, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock", "COMPOSER_PIP_INDEX_URL": "",
+           **(env or {})}
+    env.pop("COMPOSER_DEBUG", None)
+    env.pop("SOURCE_DATE_EPOCH", None) if "SOURCE_DATE_EPOCH" not in (env or {}) else None
+    command = [sys.executable.encode(), b"-m", b"composer",
+               *(a if isinstance(a, bytes) else a.encode("utf-8", "surrogateescape") for a in args)]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=120,
+                          errors="replace")
+
+
+def _timed(case: Case, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    run = _run(case.args, cwd, case.env)
+    return run, time.monotonic() - start
+
+
+def test_every_bad_input_is_one_line_and_exit_2(tmp_path):
+    cases = _cases(tmp_path)
+    assert len(cases) >= 150
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(lambda case: _timed(case, tmp_path), cases))
+    problems = []
+    for case, (run, seconds) in zip(cases, runs):
+        lines = [line for line in run.stderr.splitlines() if line.strip()]
+        if run.returncode != case.exit or len(lines) != 1 or not lines[0].startswith("error: ") \
+                or (case.says is not None and case.says not in lines[0]) or seconds > case.seconds \
+                or TOKEN in run.stdout + run.stderr:
+            problems.append(f"{case.args!r}: exit {run.returncode}, {seconds:.1f} s, stderr {run.stderr[:400]!r}")
+    assert not problems, "\n".join(problems)
+    assert not (tmp_path / "out1").exists() and (tmp_path / "busy" / "Dockerfile").read_text() == "mine\n"
+    assert not (tmp_path / "b.tar").exists() and not (tmp_path / "new").exists()  # no folder for a refused run
+    assert (tmp_path / "user.tar").read_text().startswith("not a bundle") and \
+        (tmp_path / "theirs.lock.yaml").read_text() == "my own notes\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") or p.name.endswith(".staging")]
+
+
+def test_usage_errors_answer_json_too(tmp_path):
+    for args in (("build", "--versio", "24.09", "--json"), ("build", "--json", *V, *B, "--gpus")):
+        run = _run(args, tmp_path)
+        assert run.returncode == 2 and json.loads(run.stdout)["exit_code"] == 2, run.stdout + run.stderr
+
+
+def test_secrets_in_bad_input_are_not_echoed(tmp_path):
+    run = _run(("build", *V, *B, "--pip", "six", "--pip-index-url", "https://u:tok-99@bad host/s"), tmp_path)
+    assert run.returncode == 2 and "tok-99" not in run.stderr + run.stdout
+
+
+def test_json_answers_bad_input_too(tmp_path):
+    import json
+
+    run = _run(("build", "--version", "24.9", *B, "--json"), tmp_path)
+    assert run.returncode == 2
+    assert json.loads(run.stdout) == {"error": "--version 24.9: '24.9' is not a release: releases are named YY.MM, "
+                                      "e.g. 24.09", "exit_code": 2}
+
+
+@pytest.mark.parametrize("args", [("--version",), ("version",)])
+def test_version(args, tmp_path):
+    from composer import __version__
+
+    run = _run(args, tmp_path)
+    assert run.returncode == 0 and run.stdout.strip() == __version__
+
+
+def test_credentials_in_any_url_of_an_error_are_not_echoed(tmp_path):
+    for args in [("build", *V, *B, "--pip", "--x=https://u:tok-77@h.example/x"),
+                 ("build", *V, *B, "--pip", "six", "--pip-extra-index-url", "https://u:tok-77@bad host/s")]:
+        run = _run(args, tmp_path)
+        assert run.returncode == 2 and "tok-77" not in run.stderr + run.stdout and "***@" in run.stderr
