@@ -1,0 +1,142 @@
+"""The validators of each input kind (composer.spec, composer.files) and the one redaction."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from composer.errors import Invalid
+from composer.files import load_structured, path_problem, read_text
+from composer.redaction import redact, redact_url, strip_url
+from composer.spec import (
+    ascii_number,
+    check_gpus,
+    check_label_key,
+    check_name,
+    check_reference,
+    check_requirement,
+    source_date_epoch,
+)
+
+
+@pytest.mark.parametrize("value", ["3", "1024", "auto", "all", "none"])
+def test_gpus_accepted(value):
+    assert check_gpus(value) is None
+
+
+@pytest.mark.parametrize("value", ["0", "\u0663", "\u00b2", "1025", "-1", "9" * 30, "1.5", " 2x"])
+def test_gpus_refused(value):
+    assert "is not a GPU request" in check_gpus(value)
+
+
+def test_numbers_are_ascii_digits_in_range():
+    assert ascii_number("42", "n", 0, 100) == 42
+    for bad in ("\u0664\u0662", "+4", "4e1", "", "101"):
+        with pytest.raises(Invalid):
+            ascii_number(bad, "n", 0, 100)
+
+
+def test_source_date_epoch():
+    from composer.errors import UsageError
+
+    assert source_date_epoch("0") == 0
+    for bad in ("\u0661", "-1", "9" * 18):
+        with pytest.raises(UsageError, match="SOURCE_DATE_EPOCH"):
+            source_date_epoch(bad)
+
+
+@pytest.mark.parametrize("ref", ["triton:\u00e9t\u00e9", "tr\u00eften:1", "x:\u0661", "x/y:a\nb"])
+def test_references_are_ascii(ref):
+    assert check_reference(ref)
+
+
+def test_names_and_label_keys_refuse_newlines():
+    assert check_name("a\nb") and check_name("python\n")
+    assert check_label_key("a\nb") and check_label_key("k" * 300)
+    assert check_label_key("org.example.team") is None
+
+
+@pytest.mark.parametrize("line", ["six", "numpy>=1.26,<2", "pkg[extra]==1.0", "x @ https://h/x-1.0-py3-none-any.whl",
+                                  "https://h/pkg-1.0-py3-none-any.whl", 'six; python_version >= "3.8"'])
+def test_requirements_accepted(line):
+    assert check_requirement(line) is None
+
+
+@pytest.mark.parametrize("line", ["!!!", "numpy>>>=2", "https://h/pkg.tar.gz", "-r x.txt", "a\x00b"])
+def test_requirements_refused(line):
+    assert check_requirement(line)
+
+
+def test_read_text_takes_regular_files_only(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    for path, says in ((tmp_path / "fifo", "not a regular file"), ("/dev/zero", "not a regular file"),
+                       ("/proc/self/environ", "not a regular file"), (tmp_path / "nope", "no such")):
+        with pytest.raises(Invalid, match=says):
+            read_text(path, "file")
+    (tmp_path / "big").write_bytes(b"x" * 101)
+    with pytest.raises(Invalid, match="larger than 100 bytes"):
+        read_text(tmp_path / "big", "file", limit=100)
+    (tmp_path / "latin").write_bytes(b"\xff")
+    with pytest.raises(Invalid, match="not UTF-8"):
+        read_text(tmp_path / "latin", "file")
+
+
+def test_path_problems(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert path_problem(tmp_path / "loop", "file") == "symbolic links loop"
+    assert path_problem(tmp_path / ("n" * 300), "file") == "the name is longer than the system allows"
+    assert path_problem(tmp_path, "file") == "is a folder, not a file"
+    assert path_problem(tmp_path, "folder") is None
+
+
+def test_structured_files_have_limits():
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]\n" for i in range(6))
+    start = time.monotonic()
+    with pytest.raises(Invalid, match="aliases expand"):
+        load_structured(bomb, "bomb.yaml", as_json=False)
+    assert time.monotonic() - start < 2
+    with pytest.raises(Invalid, match="nested deeper"):
+        load_structured("[" * 50_000 + "]" * 50_000, "deep.json", as_json=True)
+    with pytest.raises(Invalid, match="is not a string"):
+        load_structured("{1: a, b: c}", "keys.yaml", as_json=False)
+    assert load_structured('{"a": [1, 2]}', "ok.json", as_json=True) == {"a": [1, 2]}
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("https://u:TOKEN@bad host/s", "https://***@bad host/s"),
+    ("https://u:to TOKEN@h/s", "https://***@h/s"),
+    ("https://u:p@TOKEN@h:x/s", "https://***@h:x/s"),
+    ("https://h/s?token=TOKEN", "https://h/s?***"),
+    ("https://TOKEN@h/s#frag", "https://***@h/s#frag"),
+    ("https://h/s", "https://h/s"),
+])
+def test_malformed_urls_lose_userinfo_and_query(url, shown):
+    assert redact_url(url) == shown
+    if " " not in url:  # in free text a URL ends at a space; a whole value is redacted as one URL
+        assert "TOKEN" not in redact(f"see {url} and more")
+
+
+def test_recorded_urls_carry_no_credentials():
+    assert strip_url("https://u:TOKEN@h/x.whl?sig=TOKEN") == "https://h/x.whl"
+
+
+def test_redaction_is_linear():
+    start = time.monotonic()
+    redact("a" * 100_000 + "://" + "b" * 100_000)
+    redact("x://" * 50_000)
+    redact("a" * 200_000, ["secret"])
+    assert time.monotonic() - start < 0.5
+
+
+def test_requirement_forms_are_recorded_without_credentials():
+    from composer.packages import installable_requirement, public_requirement, secrets_of
+    from composer.spec import Packages
+
+    lines = ("six @ https://u:TOKEN@h/six-1.16.0-py2.py3-none-any.whl", "https://TOKEN@h/pkg-1.0-py3-none-any.whl?k=TOKEN")
+    assert [public_requirement(line) for line in lines] == [
+        "six @ https://h/six-1.16.0-py2.py3-none-any.whl", "https://h/pkg-1.0-py3-none-any.whl"]
+    assert [installable_requirement(line) for line in lines] == ["six", "pkg==1.0"]
+    assert "TOKEN" in secrets_of(Packages(specs=lines))
