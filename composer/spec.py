@@ -554,7 +554,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("selection.repoagents", "--repoagent", "repoagents", _NAMES, "A repository agent to include (repeatable)."),
     Option("selection.caches", "--cache", "caches", _NAMES, "A cache implementation to include (repeatable)."),
     Option("selection.custom_backends", "--custom-backend", "custom_backends",
-           Named(Tree(), check_name, "NAME=DIR"), "Copy a local backend folder in: NAME=DIR (repeatable).",
+           Named(Tree(), check_name, "NAME=DIR"), "Copy a local backend folder in: NAME=DIR (repeatable; to use it in place of an NGC backend, leave that one "
+           "out of --backend).",
            portable=False),
     Option("selection.backend_images", "--backend-image", "backend_images", Named(_REF, check_name, "NAME=REF"),
            "Take a backend from another full image (another release): NAME=REF (repeatable)."),

@@ -376,3 +376,35 @@ def test_credentials_in_any_url_of_an_error_are_not_echoed(tmp_path):
                  ("build", *V, *B, "--pip", "six", "--pip-extra-index-url", "https://u:tok-77@bad host/s")]:
         run = _run(args, tmp_path)
         assert run.returncode == 2 and "tok-77" not in run.stderr + run.stdout and "***@" in run.stderr
+
+
+def test_render_leaves_every_user_file_as_it_was(tmp_path):
+    """Re-rendering replaces only what render wrote; a changed rendered file or a link is refused."""
+    out, outside = tmp_path / "ctx", tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    models = tmp_path / "repo" / "m"
+    models.mkdir(parents=True)
+    (models / "config.pbtxt").write_text('name: "m"\nbackend: "python"\n')
+    render = ("render", "-o", str(out), *V, *B, "--offline")
+    first = _run((*render, "--bake-models", str(tmp_path / "repo")), tmp_path)
+    assert first.returncode == 0, first.stderr
+    user_files = {out / "notes.txt": "a", out / "models" / "mine" / "config.pbtxt": "b",
+                  out / "custom-backends" / "keep.txt": "c", out / "packages" / "notes.txt": "d"}
+    for path, text in user_files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    again = _run(render, tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert all(path.read_text() == text for path, text in user_files.items())
+    assert not (out / "models" / "m").exists()  # rendered before, not now: removed
+
+    (out / "Dockerfile").write_text("edited\n")
+    changed = _run(render, tmp_path)
+    assert changed.returncode == 2 and "Dockerfile was changed or replaced" in changed.stderr
+    assert (out / "Dockerfile").read_text() == "edited\n"
+
+    (out / "Dockerfile").unlink()
+    (out / "Dockerfile").symlink_to(outside)
+    linked = _run(render, tmp_path)
+    assert linked.returncode == 2 and "Dockerfile" in linked.stderr
+    assert outside.read_text() == "precious\n"

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 REGISTRY = "localhost/standin"
 RUN = uuid.uuid4().hex
-TOKENS = {name: f"{name}-{RUN}" for name in ("index", "extra", "requirement", "ca")}
+TOKENS = {name: f"{name}-{RUN}" for name in ("index", "extra", "requirement", "bare", "ca")}
 # pip settings of this machine (extra indexes, find-links) must not fill gaps.
 ONLY_THE_GIVEN_INDEX = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": " ", "PIP_RETRIES": "0", "PIP_TIMEOUT": "5"}
 
@@ -84,7 +84,7 @@ def index(tmp_path_factory):
          "six==1.16.0", "packaging==24.1", "pip==24.2"], capture_output=True, text=True)
     assert download.returncode == 0, download.stderr
     servers = []
-    for passwords in ((TOKENS["index"],), (TOKENS["extra"], TOKENS["requirement"])):
+    for passwords in ((TOKENS["index"],), (TOKENS["extra"], TOKENS["requirement"], TOKENS["bare"])):
         handler = type("Handler", (_Index,), {"folder": folder, "passwords": passwords})
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -127,11 +127,14 @@ def _scan_file(path: Path, needles: list[bytes]) -> list[str]:
 def test_planted_tokens_land_nowhere(engine, standin_images, registry, index, tmp_path):
     (index_host, files_host), wheels = index
     six = next(w.name for w in wheels.glob("six-*.whl"))
+    packaging = next(w.name for w in wheels.glob("packaging-*.whl"))
+    requirements = tmp_path / "requirements.txt"  # a bare URL with credentials, in a -r file
+    requirements.write_text(f"http://ci:{TOKENS['bare']}@{files_host}/files/{packaging}\n")
     ca = tmp_path / "corporate-ca.pem"
     ca.write_text(f"-----BEGIN CERTIFICATE-----\n{TOKENS['ca']}\n-----END CERTIFICATE-----\n")
     packages = [
         "--pip", f"six @ http://ci:{TOKENS['requirement']}@{files_host}/files/{six}",
-        "--pip", "packaging==24.1",
+        "-r", str(requirements),
         "--pip-index-url", f"http://bot:{TOKENS['index']}@{index_host}/simple",
         "--pip-extra-index-url", f"http://bot:{TOKENS['extra']}@{files_host}/extra",
         "--pip-trusted-host", "127.0.0.1", "--ca-cert", str(ca),
@@ -152,6 +155,7 @@ def test_planted_tokens_land_nowhere(engine, standin_images, registry, index, tm
         assert ("package six", "PASS") in rows or any(s.startswith("package") for s, _ in rows)
         record = json.loads(engine.run_once(tag, ["cat", "/opt/tritonserver/composition.json"], entrypoint=[]).output)
         assert f"six @ http://{files_host}/files/{six}" in record["requested_packages"]  # where from, no secret
+        assert f"http://{files_host}/files/{packaging}" in record["requested_packages"]
         outputs += [build.stdout, build.stderr]
 
         failed = composer("build", "--registry", REGISTRY, "--version", "24.09", "-b", "python", *packages,
@@ -165,10 +169,13 @@ def test_planted_tokens_land_nowhere(engine, standin_images, registry, index, tm
         assert render.returncode == 0, render.stderr
         outputs += [render.stdout, render.stderr]
 
+        (tmp_path / "bundle.tar.staging").mkdir()  # a user's folder where bundles once staged
+        (tmp_path / "bundle.tar.staging" / "mine.txt").write_text("mine")
         bundle = composer("bundle", "-o", str(tmp_path / "bundle.tar"), "--registry", REGISTRY, "--version",
                           "24.09", "-b", "python", *packages, "--json")
         assert bundle.returncode == 0, bundle.stderr
         outputs += [bundle.stdout, bundle.stderr]
+        assert (tmp_path / "bundle.tar.staging" / "mine.txt").read_text() == "mine"
 
         set_file = tmp_path / "secrets.yaml"
         set_file.write_text(f'version: "24.09"\nregistry: {REGISTRY}\nbackends: [python]\n')
@@ -193,9 +200,34 @@ def test_planted_tokens_land_nowhere(engine, standin_images, registry, index, tm
             assert _scan_file(archive, needles) == [], image_id
             archive.unlink()
         for path in [*tmp_path.rglob("*")]:
-            if path.is_file() and path != ca:
+            if path.is_file() and path not in (ca, requirements):
                 assert _scan_file(path, needles) == [], path
     finally:
         for name in (tag, target, tag + "-failed"):
             subprocess.run(["docker", "image", "rm", name], capture_output=True)
         shutil.rmtree(tmp_path / "context", ignore_errors=True)
+
+
+MALFORMED = {name: f"{name}-{RUN}" for name in ("space", "at", "query", "find", "rfind", "bare", "named", "user")}
+
+
+def test_refused_inputs_echo_no_planted_token(tmp_path):
+    """Every requirement form and every malformed URL, refused: no token in the line or the JSON."""
+    t = MALFORMED
+    (tmp_path / "find-links.txt").write_text(f"--find-links https://u:{t['rfind']}@h.example/links\n")
+    (tmp_path / "bad-line.txt").write_text(f"six @ https://u:{t['named']}@h.example/x y.whl\n")
+    base = ("build", "--version", "24.09", "-b", "python", "--json")
+    runs = [
+        (*base, "--pip", "six", "--pip-index-url", f"https://u:pass {t['space']}@h.example/simple"),
+        (*base, "--pip", "six", "--pip-index-url", f"https://u:p@{t['at']}@h.example:x/simple"),
+        (*base, "--pip", "six", "--pip-extra-index-url", f"https://h.example:x/simple?token={t['query']}"),
+        (*base, "--pip", f"--find-links=https://u:{t['find']}@h.example/links"),
+        (*base, "-r", str(tmp_path / "find-links.txt")),
+        (*base, "-r", str(tmp_path / "bad-line.txt")),
+        (*base, "--pip", f"https://u:{t['bare']}@h.example/pkg.tar.gz"),
+        (*base, "--pip", f"https://{t['user']}@h.example/x y-1.0-py3-none-any.whl"),
+    ]
+    for args in runs:
+        run = run_composer(*args, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+        assert run.returncode == 2 and json.loads(run.stdout)["exit_code"] == 2, (args, run.stderr)
+        assert not [s for s in t.values() if s in run.stdout + run.stderr], (args, run.stdout, run.stderr)
