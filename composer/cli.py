@@ -371,8 +371,11 @@ def mirror(
     release = Catalog.load().release(version)
     check_registry_prefix(to, "--to")
     check_registry_prefix(source, "--registry")
-    if registry_ca is not None and not registry_ca.is_file():
-        raise UsageError(f"--registry-ca {registry_ca}: no such file")
+    if registry_ca is not None:  # the same kind as the composition option --registry-ca
+        try:
+            registry_ca = LocalPath("file").read(registry_ca, Path.cwd())
+        except Invalid as problem:
+            raise UsageError(f"--registry-ca {printable(str(registry_ca))}: {problem}") from None
     auth, src_auth = load_auth(registry_auth), load_auth(source_auth)
     engine = _engine()
     result = mirror_release(engine, release, source=source, dest=to, auth=auth, source_auth=src_auth,

@@ -92,8 +92,11 @@ def load_auth(spec: str | None, *, environ: Mapping[str, str] | None = None) -> 
         try:  # a small regular file of text: /dev/zero, a FIFO or a huge file is refused, not read
             text = read_text(path, "credentials file", 64 << 10)
         except Invalid as problem:
-            raise UsageError(str(problem).replace("no such credentials file", "cannot read the credentials file")
-                             + ("" if os.path.lexists(path) else ": no such file")) from None
+            message = str(problem)
+            if message.startswith("no such"):
+                message = message.replace("no such credentials file", "cannot read the credentials file") + \
+                    ": no such file"
+            raise UsageError(message) from None
         auth = _parse_credentials(text)
         if auth is None:
             raise UsageError(

@@ -11,7 +11,6 @@ replaces the set's value of that field (lists included: nothing is merged).
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,9 +245,9 @@ class LocalPath(Kind):
             path = _local(base, text)
         except (OSError, RuntimeError, ValueError) as exc:  # a loop, a name too long, a NUL byte
             raise Invalid(f"{text}: {path_problem(Path(text), self.what) or exc}") from None
-        problem = path_problem(path, self.what) if self.must_exist else None
-        if problem is None and not self.must_exist and os.path.lexists(path):
-            problem = path_problem(path, self.what)
+        problem = path_problem(path, self.what)
+        if problem == f"no such {self.what}" and not self.must_exist:
+            problem = None  # made later (a wheelhouse `composer wheels` fills)
         if problem:
             where = "" if Path(text).is_absolute() else f" (relative to {base})"
             raise Invalid(f"no such {self.what} {text}{where}" if problem.startswith("no such") else
