@@ -114,8 +114,14 @@ class SmokeOptions:
     strict: bool = False  # every SKIP becomes a failure
 
     def __post_init__(self):
-        if isinstance(self.gpus, str) and self.gpus.isdigit():  # "2" from a command line
-            object.__setattr__(self, "gpus", int(self.gpus))
+        if isinstance(self.gpus, str):  # the one rule of --gpus (composer.spec.check_gpus)
+            from composer.spec import check_gpus
+
+            problem = check_gpus(self.gpus)
+            if problem:
+                raise UsageError(f"gpus: {problem}")
+            if self.gpus.isascii() and self.gpus.isdigit():  # "2" from a command line
+                object.__setattr__(self, "gpus", int(self.gpus))
         if self.gpus == "auto":
             return
         try:
