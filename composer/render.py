@@ -132,27 +132,23 @@ def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
     """Write the Dockerfile and everything it copies into `directory`.
 
     Only files render wrote there before (listed in its marker, unchanged since) are replaced
-    or removed; a user's other files stay; nothing is written through a symbolic link."""
+    or removed; a user's other files stay; nothing is written through a symbolic link. The
+    marker is rewritten even when writing fails half-way, so it always lists what render owns."""
     directory = Path(os.path.abspath(directory))
-    before = _owned(directory)
+    owned = dict(_owned(directory))
     files = _context_files(plan)
     for name in files:
-        path = directory / name
-        if name not in before and (os.path.lexists(path) or not _plain_path(directory, path)):
-            raise UsageError(f"-o {printable(str(directory))}: {printable(name)} is in the way and composer render "
-                             "did not write it; move it away or give a new folder")
-        for parent in Path(name).parents:
-            if parent != Path(".") and os.path.lexists(directory / parent) and \
-                    not os.path.isdir(directory / parent) or os.path.islink(directory / parent):
-                raise UsageError(f"-o {printable(str(directory))}: {printable(str(parent))} is in the way "
-                                 "(not a folder, or a link); move it away or give a new folder")
+        blocker = _in_the_way(directory, name, owned)
+        if blocker:
+            raise UsageError(f"-o {printable(str(directory))}: {printable(blocker)} is in the way (composer render "
+                             "did not write it, or it is a link); move it away or give a new folder")
     try:
         make_folders(directory)
-        for name in sorted(set(before) - set(files)):  # what the last render wrote and this one does not
+        for name in sorted(set(owned) - set(files)):  # what the last render wrote and this one does not
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(directory / name)
+            del owned[name]
             _remove_empty_parents(directory, directory / name)
-        written = {}
         for name, (data, mode) in sorted(files.items()):
             path = directory / name
             make_folders(path.parent)
@@ -162,13 +158,29 @@ def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
                 os.symlink(data, path)
             else:
                 write_file(path, data, mode)
-            written[name] = digest(path)
-        record = {"format": MARKER_FORMAT, "written_by": "triton-composer render: it replaces only these files",
-                  "files": written}
-        write_file(directory / MARKER, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+            owned[name] = digest(path)
     except OSError as exc:
         raise UsageError(f"cannot write the build context in {directory}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.isdir(directory):
+            record = {"format": MARKER_FORMAT, "written_by": "triton-composer render: it replaces only these files",
+                      "files": owned}
+            write_file(directory / MARKER, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
     return BuildContext(directory=directory, dockerfile=directory / "Dockerfile")
+
+
+def _in_the_way(directory: Path, name: str, owned: dict[str, str]) -> str | None:
+    """What keeps render from writing `name`: a file of the user's there, or a folder on the
+    way that is a link or not a folder; None when nothing does."""
+    for parent in reversed(Path(name).parents):
+        if parent == Path("."):
+            continue
+        there = directory / parent
+        if os.path.islink(there) or (os.path.lexists(there) and not os.path.isdir(there)):
+            return str(parent)
+    if name not in owned and os.path.lexists(directory / name):
+        return name
+    return None
 
 
 def _remove_empty_parents(directory: Path, path: Path) -> None:
