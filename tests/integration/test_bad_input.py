@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 DIGEST = "sha256:" + "a" * 64
 V = ("--version", "24.09")
 B = ("-b", "python")
-BIG = "a" * 100_000  # a 100 KB argument: refused in well under a second (no catastrophic pattern)
+BIG = "a" * 100_000  # a 100 KB argument: refused quickly (tests/unit/test_validators.py times the check itself)
 TOKEN = "tok-bad-input-5f3a"
 
 
@@ -35,11 +35,11 @@ class Case:
     args: tuple
     exit: int
     says: str | None  # a phrase the one line on stderr must hold (None: the exit code only)
-    seconds: float = 8.0  # an upper bound, with two other test runs loading the machine
+    seconds: float = 20.0  # an upper bound for the whole process, on a machine loaded by builds
     env: dict = field(default_factory=dict)
 
 
-def C(args, says, exit=2, seconds=8.0, env=None) -> Case:  # noqa: N802 (a table row)
+def C(args, says, exit=2, seconds=20.0, env=None) -> Case:  # noqa: N802 (a table row)
     return Case(tuple(args), exit, says, seconds, env or {})
 
 
@@ -221,15 +221,15 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("build", *V, *B, "--smoke-cases", f["fifo"]), "not a regular file"),
         C(("build", *V, *B, "--ca-cert", "/dev/zero", "--pip", "six"), "not a regular file"),
         # structured files: size, depth, alias expansion, regular files, keys as strings
-        C(("build", "--set", f["bomb"]), "aliases expand", seconds=5),
-        C(("build", *V, *B, "--smoke-cases", f"{t}/cases-bomb.yaml"), "aliases expand", seconds=5),
+        C(("build", "--set", f["bomb"]), "aliases expand", seconds=10),
+        C(("build", *V, *B, "--smoke-cases", f"{t}/cases-bomb.yaml"), "aliases expand", seconds=10),
         C(("build", *V, *B, "--smoke-cases", f"{t}/deep-cases.json"), "nested deeper"),
         C(("build", "--set", f"{t}/mixed.yaml"), "mixed.yaml:3"),
         C(("build", *V, *B, "--smoke-cases", f"{t}/mixed-cases.yaml"), "is not a string"),
-        C(("build", "--set", f["fifo"]), "not a regular file", seconds=5),
+        C(("build", "--set", f["fifo"]), "not a regular file", seconds=10),
         C(("build", "--set", "/dev/zero"), "not a regular file"),
-        C(("build", *V, *B, "--registry-auth", f"file:{f['fifo']}"), "not a regular file", seconds=5),
-        C(("build", *V, *B, "--registry-auth", "file:/dev/zero"), "not a regular file", seconds=5),
+        C(("build", *V, *B, "--registry-auth", f"file:{f['fifo']}"), "not a regular file", seconds=10),
+        C(("build", *V, *B, "--registry-auth", "file:/dev/zero"), "not a regular file", seconds=10),
         C(("build", *V, *B, "--registry-auth", f"file:{t}/deep-auth.json"), "holds neither user:password"),
         # numbers: ASCII digits and range
         C(("build", *V, *B, "--gpus", "\u0663"), "is not a GPU request"),
@@ -244,8 +244,8 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("build", *V, *B, "--tag", "tr\u00eften:1"), "outside ASCII"),
         C(("build", *V, *B, "--push", "r.example/x:\u0661"), "outside ASCII"),
         C(("build", *V, *B, "--label", "a\nb=c"), "is not a label key"),
-        C(("build", *V, *B, "--label", f"k={BIG}"), "at most 4096 characters", seconds=3),
-        C(("build", *V, *B, "--label", f"{BIG}=v"), "is not a label key", seconds=3),
+        C(("build", *V, *B, "--label", f"k={BIG}"), "at most 4096 characters", seconds=10),
+        C(("build", *V, *B, "--label", f"{BIG}=v"), "is not a label key", seconds=10),
         C(("build", *V, *B, "--custom-backend", f"a\nb={t}"), "is not a name"),
         C(("build", *V, "-b", "py\nthon"), "is not a name"),
         C(("smoke-test", "Bad Image"), "IMAGE Bad Image: not a valid image reference"),
@@ -256,16 +256,16 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("render", "-o", f"{t}/r2", *V, *B, "--offline", "--pip", "numpy>>>=2"), "is not a pip requirement"),
         C(("build", *V, *B, "-r", f"{t}/reqs-bad.txt"), "reqs-bad.txt:2: 'numpy>>>=2' is not a pip requirement"),
         C(("build", *V, *B, "-r", "/proc/self/environ"), "not a regular file"),
-        C(("build", *V, *B, "-r", f["fifo"]), "not a regular file", seconds=5),
+        C(("build", *V, *B, "-r", f["fifo"]), "not a regular file", seconds=10),
         C(("build", *V, *B, "-r", "/dev/zero"), "not a regular file"),
         C(("build", *V, *B, "-r", f"{t}/reqs-url.txt"), "pip options (--find-links) go on the command line"),
         C(("build", *V, *B, "--pip", "https://h.example/not-a-wheel.tar.gz"), "give NAME @ URL"),
-        C(("build", *V, *B, "--pip", BIG), "at most 4096 characters", seconds=3),
-        C(("build", *V, *B, "--pip", "x" * 4000 + "://"), "give NAME @ URL", seconds=3),
+        C(("build", *V, *B, "--pip", BIG), "at most 4096 characters", seconds=10),
+        C(("build", *V, *B, "--pip", "x" * 4000 + "://"), "give NAME @ URL", seconds=10),
         C(("build", *V, *B, "--pip", "six", "--pip-index-url", "https://x" + "a" * 100_000), "at most 4096",
-          seconds=3),
+          seconds=10),
         C(("build", *V, *B, "--pip", "six", "--pip-extra-index-url", "a" * 4000 + "://"), "not an http(s) URL",
-          seconds=3),
+          seconds=10),
         # a custom backend named like a selected NGC backend
         C(("build", *V, *B, "--custom-backend", f"python={t}/busy"), "leave out --backend python"),
         C(("build", *V, "-b", "onnxruntime", "--backend-image", "onnxruntime=r.example/t:1"), "name one backend twice"),

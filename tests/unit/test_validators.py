@@ -140,3 +140,18 @@ def test_requirement_forms_are_recorded_without_credentials():
         "six @ https://h/six-1.16.0-py2.py3-none-any.whl", "https://h/pkg-1.0-py3-none-any.whl"]
     assert [installable_requirement(line) for line in lines] == ["six", "pkg==1.0"]
     assert "TOKEN" in secrets_of(Packages(specs=lines))
+
+
+def test_a_100_kb_argument_is_refused_in_well_under_a_second():
+    """The check itself, without the process start: no pattern backtracks on a long value."""
+    from composer.errors import UsageError
+    from composer.spec import given_on_command_line
+
+    big = "a" * 100_000
+    for values in ({"pip": [big]}, {"pip": [big + "://"]}, {"label": [f"k={big}"]}, {"label": [f"{big}=v"]},
+                   {"pip_index_url": "https://x" + big}, {"pip_extra_index_url": [big + "://x"]},
+                   {"tag": big}, {"backend": [big]}):
+        start = time.monotonic()
+        with pytest.raises(UsageError):
+            given_on_command_line("build", values)
+        assert time.monotonic() - start < 0.5, values.keys()
