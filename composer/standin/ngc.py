@@ -1,0 +1,257 @@
+"""NGC-scale stand-ins (`composer standin --scale ngc`): images that weigh and behave like NGC's.
+
+The min image is the small min stand-in plus NVIDIA's real runtime libraries of the release
+(from PyPI wheels), TensorRT stand-ins and the development bulk NGC's min carries, each as a
+Debian package under NVIDIA's name, installed by apt from a repository served on the host
+for the build only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import shutil
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from composer.catalog import Release
+from composer.engine import Engine, ImageInfo
+from composer.errors import UsageError
+from composer.progress import LineSink
+from composer.render import templates
+from composer.standin import StandinResult, debs, host
+from composer.standin import build_standins as build_small
+from composer.standin import ngc_packages as pkgs
+
+
+REGISTRY = "localhost/standin-ngc"
+RELEASES = ("24.09",)
+LABEL_SCALE = "org.triton-composer.standin.scale"
+LABEL_GENERATED = "org.triton-composer.standin.generated"
+LABEL_STANDIN_LIBS = "org.triton-composer.standin.stand-in-libraries"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One RUN step of the min image: the packages it installs."""
+
+    title: str
+    packages: tuple[str, ...]
+
+
+def check_release(release: Release) -> None:
+    if release.name not in RELEASES:
+        raise UsageError(
+            f"no NGC-scale stand-in recipe for release {release.name}; releases with one: {', '.join(RELEASES)}"
+        )
+
+
+def _file(*parts: str) -> Path:
+    return Path(str(resources.files("composer.standin").joinpath(*parts)))
+
+
+def recipe_digest(small_min_id: str) -> str:
+    """Everything that shapes the NGC-scale min image (a change rebuilds it)."""
+    digest = hashlib.sha256(small_min_id.encode())
+    digest.update(resources.files("composer.dockerfiles").joinpath("standin-ngc-min.Dockerfile.j2").read_bytes())
+    for name in ("ngc_packages.py", "debs.py"):
+        digest.update(_file(name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _random_file(path: Path, size: int, seed: str) -> None:
+    """`size` deterministic pseudo-random (incompressible) bytes: generated bulk."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    generator = random.Random(seed)
+    with path.open("wb") as handle:
+        left = size
+        while left:
+            chunk = min(left, 1 << 24)
+            handle.write(generator.randbytes(chunk))
+            left -= chunk
+
+
+class _Packer:
+    """Makes the .debs of the min image in `repo`, one staging tree at a time."""
+
+    def __init__(self, repo: Path, on_line: LineSink):
+        self.repo = repo
+        self.on_line = on_line
+
+    def pack(self, control: debs.Control, fill) -> None:
+        staging = Path(tempfile.mkdtemp(prefix=f"{control.package}-", dir=self.repo.parent))
+        try:
+            fill(staging)
+            deb = debs.build_deb(staging, control, self.repo)
+            self.on_line(f"packed {deb.name} ({deb.stat().st_size / 1e6:.0f} MB)")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _members(wheel_dir: Path) -> dict[str, Path]:
+    """Which wheel holds each file."""
+    found: dict[str, Path] = {}
+    for wheel in sorted(wheel_dir.glob("*.whl")):
+        with zipfile.ZipFile(wheel) as archive:
+            for name in archive.namelist():
+                found.setdefault(name, wheel)
+    return found
+
+
+def _extract(wheel: Path, member: str, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, dest.open("wb") as out:
+        shutil.copyfileobj(src, out, 1 << 22)
+    dest.chmod(0o644)
+
+
+def _symlink(root: Path, path: str, target: str) -> None:
+    link = root / path
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target)
+
+
+def _family_debs(packer: _Packer, family: pkgs.Family, members: dict[str, Path], claimed: set[str]) -> None:
+    """The runtime and -dev packages of one library family."""
+    description = f"NVIDIA {family.runtime} {family.version} (real libraries, from the {family.wheel} wheel)"
+
+    def runtime(root: Path) -> None:
+        for member, version in family.libs:
+            name, soname = pkgs.versioned(member, version)
+            _extract(members[member], member, root / family.lib_dir / name)
+            if soname:
+                _symlink(root, f"{family.lib_dir}/{soname}", name)
+        if family.runtime == "cuda-cudart-12-6":
+            # What NVIDIA's CUDA images lay around the libraries: the cuda links, the loader's
+            # path, and a compat folder that here holds no driver library.
+            _symlink(root, "usr/local/cuda", "cuda-12.6")
+            _symlink(root, "usr/local/cuda-12.6/lib64", "targets/x86_64-linux/lib")
+            (root / "usr/local/cuda-12.6/bin").mkdir(parents=True)
+            compat = root / "usr/local/cuda-12.6/compat/lib.real"
+            compat.mkdir(parents=True)
+            (compat.parent / "README.stand-in").write_text(
+                "triton-composer stand-in: NGC's compat folder holds the CUDA forward-compatibility driver;\n"
+                "this one holds none (the driver comes from the host at run time).\n"
+            )
+            conf = root / "etc/ld.so.conf.d/988_cuda-12.conf"
+            conf.parent.mkdir(parents=True)
+            conf.write_text(f"/{pkgs.CUDA_LIB}\n")
+
+    def dev(root: Path) -> None:
+        prefix = family.libs[0][0].rsplit("/lib/", 1)[0] + "/include/"
+        for member, wheel in members.items():
+            if member.startswith(prefix) and not member.endswith("/") and "__init__" not in member:
+                path = f"{family.include_dir}/{member[len(prefix):]}"
+                if path not in claimed:  # two wheels may ship the same header
+                    claimed.add(path)
+                    _extract(wheel, member, root / path)
+        for member, version in family.libs:
+            _name, soname = pkgs.versioned(member, version)
+            if soname:
+                _symlink(root, f"{family.lib_dir}/{soname.split('.so', 1)[0]}.so", soname)
+        for name, size in family.static:
+            _random_file(root / family.lib_dir / name, size, f"{family.dev}/{name}")
+
+    packer.pack(debs.Control(family.runtime, family.version, description, ldconfig=True), runtime)
+    packer.pack(
+        debs.Control(family.dev, family.version,
+                     f"NVIDIA {family.dev} {family.version} (real headers; static archives generated to about their size)",
+                     depends=(f"{family.runtime} (= {family.version})",)),
+        dev,
+    )
+
+
+def _generated_deb(packer: _Packer, spec: pkgs.Generated) -> None:
+    def fill(root: Path) -> None:
+        for path, size in spec.files:
+            _random_file(root / path, size, f"{spec.package}/{path}")
+        for path, target in spec.links:
+            _symlink(root, path, target)
+
+    packer.pack(
+        debs.Control(spec.package, spec.version, f"{spec.what}: triton-composer size stand-in (generated bytes)",
+                     depends=spec.depends, section="multiverse/devel"),
+        fill,
+    )
+
+
+def layers() -> tuple[Layer, ...]:
+    """The RUN steps of the min image (each a layer well under NGC's largest, 4.8 GB)."""
+
+    def runtime(layer: int) -> tuple[str, ...]:
+        return tuple(f.runtime for f in pkgs.FAMILIES if f.layer == layer)
+
+    return (
+        Layer("CUDA 12.6 runtime libraries", runtime(1)),
+        Layer("cuDNN 9.4 and NCCL 2.22", runtime(2)),
+        Layer("CUDA, cuDNN and NCCL development files", tuple(f.dev for f in pkgs.FAMILIES)),
+        Layer("Nsight tools, HPC-X and Debian's compiler toolchain",
+              tuple(g.package for g in pkgs.GENERATED) + pkgs.DEBIAN_TOOLS),
+    )
+
+
+def build_min(engine: Engine, release: Release, small_min: ImageInfo, *, force: bool, on_line: LineSink) -> tuple[ImageInfo, bool]:
+    """Build (or reuse) the NGC-scale min image on the small min stand-in; (image, built)."""
+    ref = release.min_ref(REGISTRY)
+    labels = {
+        "org.triton-composer.standin": "true",
+        "org.triton-composer.standin.recipe": recipe_digest(small_min.id),
+        "org.triton-composer.standin.flavour": "min",
+        LABEL_SCALE: "ngc",
+        LABEL_GENERATED: " ".join(g.package for g in pkgs.GENERATED) + " and the static archives of the -dev packages",
+    }
+    info = engine.image(ref)
+    if info is not None and not force and all(info.labels.get(k) == v for k, v in labels.items()):
+        on_line(f"reusing {ref} ({info.id[:19]})")
+        return info, False
+    started = time.monotonic()
+    wheel_dir = host.wheels("ngc-cuda-24.09", pkgs.wheel_requirements(), on_line)
+    members = _members(wheel_dir)
+    with tempfile.TemporaryDirectory(prefix="standin-ngc-min-", dir=host.cache_dir()) as tmp:
+        work = Path(tmp)
+        repo = work / "repo"
+        repo.mkdir()
+        packer = _Packer(repo, on_line)
+        claimed: set[str] = set()
+        for family in pkgs.FAMILIES:
+            _family_debs(packer, family, members, claimed)
+        for spec in pkgs.GENERATED:
+            _generated_deb(packer, spec)
+        debs.write_index(repo)
+        on_line(f"packed {len(list(repo.glob('*.deb')))} packages in {time.monotonic() - started:.0f} s")
+        context = work / "context"
+        context.mkdir()
+        with debs.served(repo) as apt_source:
+            (context / "Dockerfile").write_text(
+                templates().get_template("standin-ngc-min.Dockerfile.j2").render(
+                    release=release.name, small_min=small_min.id, apt_source=apt_source,
+                    layers=layers(), labels=labels,
+                )
+            )
+            on_line(f"building {ref}")
+            engine.build(context, tag=ref, network_mode="host", nocache=force, on_line=on_line)
+    built = engine.image(ref)
+    assert built is not None
+    on_line(f"built {ref} in {time.monotonic() - started:.0f} s")
+    return built, True
+
+
+def build_standins(engine: Engine, release: Release, *, force: bool = False, on_line: LineSink = print) -> StandinResult:
+    """Build (or reuse) localhost/standin-ngc/tritonserver:<release>-py3 and -py3-min."""
+    check_release(release)
+    started = time.monotonic()
+    small = build_small(engine, release, on_line=on_line)
+    small_min = engine.image(small.min_ref)
+    assert small_min is not None
+    min_info, min_built = build_min(engine, release, small_min, force=force, on_line=on_line)
+    full_ref = release.full_ref(REGISTRY)
+    full_info = engine.image(full_ref)
+    return StandinResult(
+        release=release.name, full_ref=full_ref, min_ref=min_info.ref if hasattr(min_info, "ref") else release.min_ref(REGISTRY),
+        full_id=full_info.id if full_info else "", min_id=min_info.id,
+        full_built=False, min_built=min_built, seconds=time.monotonic() - started,
+    )
