@@ -8,7 +8,10 @@ for the build only.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
+import tarfile
 import random
 import shutil
 import tempfile
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from composer.catalog import Release
 from composer.engine import Engine, ImageInfo
-from composer.errors import UsageError
+from composer.errors import BuildFailed, UsageError
 from composer.progress import LineSink
 from composer.render import templates
 from composer.standin import StandinResult, debs, host
@@ -60,6 +63,8 @@ def recipe_digest(small_min_id: str) -> str:
     digest.update(resources.files("composer.dockerfiles").joinpath("standin-ngc-min.Dockerfile.j2").read_bytes())
     for name in ("ngc_packages.py", "debs.py"):
         digest.update(_file(name).read_bytes())
+    for path in sorted(_file("ngc", "tensorrt_libs").iterdir()) + [_file("ngc", "pad.sh")]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -179,6 +184,84 @@ def _generated_deb(packer: _Packer, spec: pkgs.Generated) -> None:
     )
 
 
+def build_needs() -> tuple[str, ...]:
+    """The Debian packages the C/C++ build scripts of this scale name in their `# needs:` lines."""
+    needs: set[str] = {"g++"}
+    for script in sorted(_file("ngc").rglob("build.sh")):
+        for line in script.read_text().splitlines()[:6]:
+            if line.startswith("# needs:"):
+                needs.update(line.split(":", 1)[1].split())
+    return tuple(sorted(needs))
+
+
+def tools_image(engine: Engine, on_line: LineSink) -> str:
+    """A Debian image with the compilers the build scripts need (built once, by its needs)."""
+    needs = build_needs()
+    ref = f"{REGISTRY}/build-tools:{host.DEBIAN_SUITE}"
+    digest = hashlib.sha256(" ".join(needs).encode()).hexdigest()[:16]
+    info = engine.image(ref)
+    if info is not None and info.labels.get("org.triton-composer.standin.recipe") == digest:
+        return info.id
+    base = _small_base(engine, on_line)
+    with tempfile.TemporaryDirectory(prefix="standin-ngc-tools-") as tmp:
+        (Path(tmp) / "Dockerfile").write_text(
+            f"FROM {base}\n"
+            "RUN apt-get update -qq \\\n"
+            f" && apt-get install -y -qq --no-install-recommends {' '.join(needs)} >/dev/null \\\n"
+            " && rm -rf /var/lib/apt/lists/*\n"
+        )
+        on_line(f"building {ref} ({' '.join(needs)})")
+        return engine.build(Path(tmp), tag=ref, labels={"org.triton-composer.standin.recipe": digest}, on_line=on_line)
+
+
+def _tensorrt_libs(engine: Engine, members: dict[str, Path], dest: Path, on_line: LineSink) -> None:
+    """The TensorRT stand-in libraries, compiled in the tools image, padded on the host to
+    about the real files' sizes (pad.sh)."""
+    source = _file("ngc", "tensorrt_libs")
+    cudart = "nvidia/cuda_runtime/lib/libcudart.so.12"
+    with zipfile.ZipFile(members[cudart]) as wheel:
+        files = {"cudart/libcudart.so.12": wheel.read(cudart)}
+    files.update({f"src/{p.name}": p.read_bytes() for p in source.iterdir() if p.is_file()})
+    result = engine.run_once(
+        tools_image(engine, on_line),
+        ["sh", "-c", "sh /src/build.sh /src /out /cudart >&2 && tar -C /out -cf - . | base64 -w0"],
+        files=files,
+    )
+    if result.exit_code != 0:
+        raise BuildFailed(f"building the TensorRT stand-in libraries failed: {result.output.strip()[-300:]}")
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(result.output.strip()))) as archive:
+        archive.extractall(dest, filter="data")
+    for name, _package, size in pkgs.TENSORRT_LIBS:
+        host.run(["sh", str(_file("ngc", "pad.sh")), str(dest / name), str(size), f"tensorrt-{name}"],
+                 f"padding {name}", on_line)
+
+
+def _tensorrt_debs(packer: _Packer, built: Path) -> None:
+    """libnvinfer10 and friends, from the stand-in libraries in `built`."""
+    for package in dict.fromkeys(package for _name, package, _size in pkgs.TENSORRT_LIBS):
+
+        def fill(root: Path, package: str = package) -> None:
+            lib_dir = root / pkgs.SYSTEM_LIB
+            lib_dir.mkdir(parents=True)
+            for name, owner, _size in pkgs.TENSORRT_LIBS:
+                if owner != package:
+                    continue
+                shutil.copy2(built / name, lib_dir / name)
+                soname = name.replace(f".so.{pkgs.TENSORRT_VERSION}", ".so.10")
+                if soname != name and "builder_resource" not in name:
+                    (lib_dir / soname).symlink_to(name)
+
+        packer.pack(
+            debs.Control(package, pkgs.TENSORRT_DEB_VERSION,
+                         f"TensorRT {pkgs.TENSORRT_VERSION} STAND-IN (triton-composer): TensorRT's sonames and "
+                         "entry points, padded to about the real size; not NVIDIA's library",
+                         depends=("libcudnn9-cuda-12",) if package == "libnvinfer10" else ("libnvinfer10",),
+                         ldconfig=True),
+            fill,
+        )
+
+
 def layers() -> tuple[Layer, ...]:
     """The RUN steps of the min image (each a layer well under NGC's largest, 4.8 GB)."""
 
@@ -188,10 +271,17 @@ def layers() -> tuple[Layer, ...]:
     return (
         Layer("CUDA 12.6 runtime libraries", runtime(1)),
         Layer("cuDNN 9.4 and NCCL 2.22", runtime(2)),
+        Layer("TensorRT 10.4 (stand-in libraries)", tuple(dict.fromkeys(p for _n, p, _s in pkgs.TENSORRT_LIBS))),
         Layer("CUDA, cuDNN and NCCL development files", tuple(f.dev for f in pkgs.FAMILIES)),
         Layer("Nsight tools, HPC-X and Debian's compiler toolchain",
               tuple(g.package for g in pkgs.GENERATED) + pkgs.DEBIAN_TOOLS),
     )
+
+
+def _small_base(engine: Engine, on_line: LineSink) -> str:
+    from composer.standin import _base_image
+
+    return _base_image(engine, force=False, on_line=on_line)
 
 
 def build_min(engine: Engine, release: Release, small_min: ImageInfo, *, force: bool, on_line: LineSink) -> tuple[ImageInfo, bool]:
@@ -203,6 +293,8 @@ def build_min(engine: Engine, release: Release, small_min: ImageInfo, *, force: 
         "org.triton-composer.standin.flavour": "min",
         LABEL_SCALE: "ngc",
         LABEL_GENERATED: " ".join(g.package for g in pkgs.GENERATED) + " and the static archives of the -dev packages",
+        LABEL_STANDIN_LIBS: " ".join(dict.fromkeys(p for _n, p, _s in pkgs.TENSORRT_LIBS))
+        + f": TensorRT {pkgs.TENSORRT_VERSION} stand-ins",
     }
     info = engine.image(ref)
     if info is not None and not force and all(info.labels.get(k) == v for k, v in labels.items()):
@@ -221,6 +313,9 @@ def build_min(engine: Engine, release: Release, small_min: ImageInfo, *, force: 
             _family_debs(packer, family, members, claimed)
         for spec in pkgs.GENERATED:
             _generated_deb(packer, spec)
+        _tensorrt_libs(engine, members, work / "tensorrt", on_line)
+        _tensorrt_debs(packer, work / "tensorrt")
+        shutil.rmtree(work / "tensorrt")
         debs.write_index(repo)
         on_line(f"packed {len(list(repo.glob('*.deb')))} packages in {time.monotonic() - started:.0f} s")
         context = work / "context"
@@ -248,10 +343,112 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
     small_min = engine.image(small.min_ref)
     assert small_min is not None
     min_info, min_built = build_min(engine, release, small_min, force=force, on_line=on_line)
-    full_ref = release.full_ref(REGISTRY)
-    full_info = engine.image(full_ref)
+    full_info, full_built = build_full(engine, release, min_info, force=force, on_line=on_line)
     return StandinResult(
-        release=release.name, full_ref=full_ref, min_ref=min_info.ref if hasattr(min_info, "ref") else release.min_ref(REGISTRY),
-        full_id=full_info.id if full_info else "", min_id=min_info.id,
-        full_built=False, min_built=min_built, seconds=time.monotonic() - started,
+        release=release.name, full_ref=release.full_ref(REGISTRY), min_ref=release.min_ref(REGISTRY),
+        full_id=full_info.id, min_id=min_info.id,
+        full_built=full_built, min_built=min_built, seconds=time.monotonic() - started,
     )
+
+
+# NGC's C/C++ backends built here -> the folder their build.sh takes as its 4th argument.
+C_BACKENDS = {"tensorrt": "/trt", "onnxruntime": "/ort", "pytorch": "/torch"}
+
+
+def _full_digest(min_id: str) -> str:
+    """Everything that shapes the NGC-scale full image beyond its min image."""
+    from composer.standin import _recipe_digest
+
+    digest = hashlib.sha256(f"{min_id} {_recipe_digest(full=True)}".encode())
+    digest.update(resources.files("composer.dockerfiles").joinpath("standin-ngc-full.Dockerfile.j2").read_bytes())
+    digest.update(repr((pkgs.ORT_WHEEL, pkgs.TORCH_WHEEL, pkgs.TORCH_LEAVE_OUT, pkgs.SIZE_STANDINS, C_BACKENDS)).encode())
+    for path in sorted(p for p in _file("ngc").rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(_file("ngc"))).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _lay_out_onnxruntime(capi: Path, dest: Path) -> None:
+    """ONNX Runtime's libraries under NGC's names: the versioned library, its links, the providers."""
+    dest.mkdir(parents=True)
+    for lib in sorted(capi.glob("lib*.so*")):
+        try:
+            (dest / lib.name).hardlink_to(lib)
+        except OSError:
+            shutil.copy2(lib, dest / lib.name)
+    versioned = f"libonnxruntime.so.{pkgs.ORT_VERSION}"
+    if not (dest / versioned).is_file():
+        raise BuildFailed(f"the {pkgs.ORT_WHEEL} wheel has no {versioned}")
+    (dest / "libonnxruntime.so.1").symlink_to(versioned)
+    (dest / "libonnxruntime.so").symlink_to("libonnxruntime.so.1")
+
+
+def build_full(engine: Engine, release: Release, min_info: ImageInfo, *, force: bool, on_line: LineSink) -> tuple[ImageInfo, bool]:
+    """Build (or reuse) the NGC-scale full image on the NGC-scale min image; (image, built)."""
+    from composer import standin as small
+
+    recipe = small.recipe_for(release)
+    assert recipe is not None
+    ref = release.full_ref(REGISTRY)
+    labels = {
+        **{k: v for k, v in min_info.labels.items() if k.startswith("org.triton-composer.standin")},
+        small.LABEL_WHEEL: f"nvidia-pytriton=={recipe.pytriton}",
+        small.LABEL_SERVER: recipe.server,
+        small.LABEL_PYTHON: host.PYTHON_VERSION,
+        small.LABEL_RECIPE: _full_digest(min_info.id),
+        small.LABEL_MIN_ID: min_info.id,
+        "org.triton-composer.standin.flavour": "full",
+        LABEL_GENERATED: "backends " + " ".join(name for name, _files in pkgs.SIZE_STANDINS)
+        + " (size stand-ins: generated bytes, no backend library); the min image's: "
+        + min_info.labels.get(LABEL_GENERATED, ""),
+    }
+    info = engine.image(ref)
+    if info is not None and not force and all(info.labels.get(k) == v for k, v in labels.items()):
+        on_line(f"reusing {ref} ({info.id[:19]})")
+        return info, False
+    started = time.monotonic()
+    base_ref = f"{REGISTRY}/tritonserver:{release.name}-py3-base"
+    base = small.build_full(engine, recipe, min_info.id, base_ref, labels, python_backends=False, force=force,
+                            on_line=on_line)
+    backends = {name: arg for name, arg in C_BACKENDS.items() if _file("ngc", "backends", name, "build.sh").is_file()}
+    ort = host.site_packages("onnxruntime-gpu", (pkgs.ORT_WHEEL,), on_line) / "onnxruntime" / "capi"
+    torch = host.site_packages("torch-cuda", (pkgs.TORCH_WHEEL,), on_line) / "torch"
+    wheel_dir = host.wheels("ngc-cuda-24.09", pkgs.wheel_requirements(), on_line)
+    cudart = "nvidia/cuda_runtime/lib/libcudart.so.12"
+    tools = tools_image(engine, on_line)
+    try:
+        with tempfile.TemporaryDirectory(prefix="standin-ngc-full-", dir=host.cache_dir() / "contexts") as tmp:
+            context = Path(tmp)
+            host.link_tree(_file("ngc"), context / "ngc")
+            (context / "cudart").mkdir()
+            _extract(_members(wheel_dir)[cudart], cudart, context / "cudart" / "libcudart.so.12")
+            _lay_out_onnxruntime(ort, context / "onnxruntime")
+            host.link_tree(torch / "lib", context / "pytorch")
+            for name in pkgs.TORCH_LEAVE_OUT:
+                (context / "pytorch" / name).unlink()
+            host.link_tree(torch / "include", context / "torch-include")
+            for folder in ("ngc", "onnxruntime", "pytorch", "torch-include"):
+                host.normalise_modes(context / folder)
+            (context / "Dockerfile").write_text(
+                templates().get_template("standin-ngc-full.Dockerfile.j2").render(
+                    release=release.name, tools=tools, base=base.id,
+                    libtritonserver=_libtritonserver(engine, base.id),
+                    c_backends=backends, size_standins=dict(pkgs.SIZE_STANDINS), labels=labels,
+                )
+            )
+            on_line(f"building {ref}")
+            engine.build(context, tag=ref, nocache=force, on_line=on_line)
+    finally:
+        engine.remove_image(base_ref)
+    built = engine.image(ref)
+    assert built is not None
+    on_line(f"built {ref} in {time.monotonic() - started:.0f} s")
+    return built, True
+
+
+def _libtritonserver(engine: Engine, image: str) -> str:
+    """The file name of the server library in `image` (the wheel's, e.g. libtritonserver-<hash>.so)."""
+    result = engine.run_once(image, ["sh", "-c", "readlink /opt/tritonserver/lib/libtritonserver.so"], entrypoint=[])
+    name = result.output.strip()
+    if result.exit_code != 0 or not name:
+        raise BuildFailed(f"cannot find the server library in the full image: {result.output.strip()[-200:]}")
+    return name
