@@ -211,7 +211,18 @@ def tools_image(engine: Engine, on_line: LineSink) -> str:
             " && rm -rf /var/lib/apt/lists/*\n"
         )
         on_line(f"building {ref} ({' '.join(needs)})")
-        return engine.build(Path(tmp), tag=ref, labels={"org.triton-composer.standin.recipe": digest}, on_line=on_line)
+        engine.build(Path(tmp), tag=ref, labels={"org.triton-composer.standin.recipe": digest}, on_line=on_line)
+    return _replaced(engine, ref, info).id
+
+
+def _replaced(engine: Engine, ref: str, old: ImageInfo | None) -> ImageInfo:
+    """The image just built as `ref`; the one an earlier recipe made goes (GBs each)."""
+    built = engine.image(ref)
+    if built is None:
+        raise BuildFailed(f"the engine reported no image {ref} after building it")
+    if old is not None and old.id != built.id:
+        engine.discard_untagged(old.id)
+    return built
 
 
 def _tensorrt_libs(engine: Engine, members: dict[str, Path], dest: Path, on_line: LineSink) -> None:
@@ -329,8 +340,7 @@ def build_min(engine: Engine, release: Release, small_min: ImageInfo, *, force: 
             )
             on_line(f"building {ref}")
             engine.build(context, tag=ref, network_mode="host", nocache=force, on_line=on_line)
-    built = engine.image(ref)
-    assert built is not None
+    built = _replaced(engine, ref, info)
     on_line(f"built {ref} in {time.monotonic() - started:.0f} s")
     return built, True
 
@@ -409,7 +419,6 @@ def build_full(engine: Engine, release: Release, min_info: ImageInfo, *, force: 
     base_ref = f"{REGISTRY}/tritonserver:{release.name}-py3-base"
     base = small.build_full(engine, recipe, min_info.id, base_ref, labels, python_backends=False, force=force,
                             on_line=on_line)
-    backends = {name: arg for name, arg in C_BACKENDS.items() if _file("ngc", "backends", name, "build.sh").is_file()}
     ort = host.site_packages("onnxruntime-gpu", (pkgs.ORT_WHEEL,), on_line) / "onnxruntime" / "capi"
     torch = host.site_packages("torch-cuda", (pkgs.TORCH_WHEEL,), on_line) / "torch"
     wheel_dir = host.wheels("ngc-cuda-24.09", pkgs.wheel_requirements(), on_line)
@@ -432,15 +441,14 @@ def build_full(engine: Engine, release: Release, min_info: ImageInfo, *, force: 
                 templates().get_template("standin-ngc-full.Dockerfile.j2").render(
                     release=release.name, tools=tools, base=base.id,
                     libtritonserver=_libtritonserver(engine, base.id),
-                    c_backends=backends, size_standins=dict(pkgs.SIZE_STANDINS), labels=labels,
+                    c_backends=C_BACKENDS, size_standins=dict(pkgs.SIZE_STANDINS), labels=labels,
                 )
             )
             on_line(f"building {ref}")
             engine.build(context, tag=ref, nocache=force, on_line=on_line)
     finally:
         engine.remove_image(base_ref)
-    built = engine.image(ref)
-    assert built is not None
+    built = _replaced(engine, ref, info)
     on_line(f"built {ref} in {time.monotonic() - started:.0f} s")
     return built, True
 
