@@ -40,10 +40,7 @@ RECORD = "/opt/tritonserver/composition.json"
 PACKAGE_CHECK = "composer_package_check"
 
 # Backends with no sample that runs on a CPU here, and what to do instead.
-NO_SAMPLE = {
-    "tensorrt": "needs a GPU and an engine plan built for it: smoke-test your own plans on a GPU "
-    "machine with --model-repository",
-}
+NO_SAMPLE: dict[str, str] = {}
 NO_SAMPLE_DEFAULT = "no portable sample for this backend: smoke-test your own models with --model-repository"
 
 
@@ -493,7 +490,8 @@ def _sample_rows(client: TritonHTTP, samples: list[Sample], index: dict, on_line
         if entry.get("state") != "READY":
             state, reason = _not_ready(entry, sample.model, reasons or {})
             if sample.gpu and not with_gpus:
-                rows.append(SmokeRow(sample.backend, "SKIP", f"needs a GPU (the smoke test ran without one): {reason}",
+                rows.append(SmokeRow(sample.backend, "SKIP", f"needs a GPU (the smoke test ran without one; smoke-test "
+                                     f"your own models on a GPU machine with --model-repository): {reason}",
                                      sample.model, ready=state, request="-", cases="0/1"))
                 continue
             rows.append(SmokeRow(sample.backend, "FAIL", f"model not ready: {reason}", sample.model, ready=state,
