@@ -377,14 +377,22 @@ def _full_digest(min_id: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def _unpack(wheel_dir: Path, prefix: str, dest: Path, wanted) -> None:
+    """The files under `prefix` of the one wheel in `wheel_dir` whose path below it `wanted` accepts."""
+    wheels = sorted(wheel_dir.glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildFailed(f"expected one wheel in {wheel_dir}, found {len(wheels)}")
+    with zipfile.ZipFile(wheels[0]) as archive:
+        for member in archive.namelist():
+            if member.startswith(prefix) and not member.endswith("/") and wanted(member[len(prefix):]):
+                _extract(wheels[0], member, dest / member[len(prefix):])
+
+
 def _lay_out_onnxruntime(capi: Path, dest: Path) -> None:
     """ONNX Runtime's libraries under NGC's names: the versioned library, its links, the providers."""
     dest.mkdir(parents=True)
     for lib in sorted(capi.glob("lib*.so*")):
-        try:
-            (dest / lib.name).hardlink_to(lib)
-        except OSError:
-            shutil.copy2(lib, dest / lib.name)
+        lib.rename(dest / lib.name)
     versioned = f"libonnxruntime.so.{pkgs.ORT_VERSION}"
     if not (dest / versioned).is_file():
         raise BuildFailed(f"the {pkgs.ORT_WHEEL} wheel has no {versioned}")
@@ -416,25 +424,25 @@ def build_full(engine: Engine, release: Release, min_info: ImageInfo, *, force: 
         on_line(f"reusing {ref} ({info.id[:19]})")
         return info, False
     started = time.monotonic()
-    base_ref = f"{REGISTRY}/tritonserver:{release.name}-py3-base"
-    base = small.build_full(engine, recipe, min_info.id, base_ref, labels, python_backends=False, force=force,
-                            on_line=on_line)
-    ort = host.site_packages("onnxruntime-gpu", (pkgs.ORT_WHEEL,), on_line) / "onnxruntime" / "capi"
-    torch = host.site_packages("torch-cuda", (pkgs.TORCH_WHEEL,), on_line) / "torch"
+    ort = host.wheels("onnxruntime-gpu", (pkgs.ORT_WHEEL,), on_line)
+    torch = host.wheels("torch-cuda", (pkgs.TORCH_WHEEL,), on_line)
     wheel_dir = host.wheels("ngc-cuda-24.09", pkgs.wheel_requirements(), on_line)
     cudart = "nvidia/cuda_runtime/lib/libcudart.so.12"
     tools = tools_image(engine, on_line)
+    base_ref = f"{REGISTRY}/tritonserver:{release.name}-py3-base"
     try:
-        with tempfile.TemporaryDirectory(prefix="standin-ngc-full-", dir=host.cache_dir() / "contexts") as tmp:
+        base = small.build_full(engine, recipe, min_info.id, base_ref, labels, python_backends=False, force=force,
+                                on_line=on_line)
+        with tempfile.TemporaryDirectory(prefix="standin-ngc-full-", dir=host.cache_dir()) as tmp:
             context = Path(tmp)
             host.link_tree(_file("ngc"), context / "ngc")
-            (context / "cudart").mkdir()
             _extract(_members(wheel_dir)[cudart], cudart, context / "cudart" / "libcudart.so.12")
-            _lay_out_onnxruntime(ort, context / "onnxruntime")
-            host.link_tree(torch / "lib", context / "pytorch")
-            for name in pkgs.TORCH_LEAVE_OUT:
-                (context / "pytorch" / name).unlink()
-            host.link_tree(torch / "include", context / "torch-include")
+            on_line(f"unpacking {pkgs.ORT_WHEEL} and {pkgs.TORCH_WHEEL}")
+            _unpack(ort, "onnxruntime/capi/", context / "ort-capi", lambda name: ".so" in name and "pybind" not in name)
+            _lay_out_onnxruntime(context / "ort-capi", context / "onnxruntime")
+            shutil.rmtree(context / "ort-capi")
+            _unpack(torch, "torch/lib/", context / "pytorch", lambda name: name not in pkgs.TORCH_LEAVE_OUT)
+            _unpack(torch, "torch/include/", context / "torch-include", lambda name: True)
             for folder in ("ngc", "onnxruntime", "pytorch", "torch-include"):
                 host.normalise_modes(context / folder)
             (context / "Dockerfile").write_text(
