@@ -51,6 +51,6 @@ class Heartbeat:
             done = self.measure()
             amount = ""
             if done is not None and self._start_bytes is not None:
-                amount = f", {max(done - self._start_bytes, 0) / 1e9:.2f} GB written"
+                amount = f", {(done - self._start_bytes) / 1e9:+.2f} GB on the engine's disk since it began"
             self._last = now
             self._sink(f"{self.what}: still working ({now - self._started:.0f} s{amount})")

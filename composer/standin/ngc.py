@@ -108,8 +108,13 @@ def _members(wheel_dir: Path) -> dict[str, Path]:
 
 
 def _extract(wheel: Path, member: str, dest: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        _copy_member(archive, member, dest)
+
+
+def _copy_member(archive: zipfile.ZipFile, member: str, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, dest.open("wb") as out:
+    with archive.open(member) as src, dest.open("wb") as out:
         shutil.copyfileobj(src, out, 1 << 22)
     dest.chmod(0o644)
 
@@ -385,7 +390,7 @@ def _unpack(wheel_dir: Path, prefix: str, dest: Path, wanted) -> None:
     with zipfile.ZipFile(wheels[0]) as archive:
         for member in archive.namelist():
             if member.startswith(prefix) and not member.endswith("/") and wanted(member[len(prefix):]):
-                _extract(wheels[0], member, dest / member[len(prefix):])
+                _copy_member(archive, member, dest / member[len(prefix):])
 
 
 def _lay_out_onnxruntime(capi: Path, dest: Path) -> None:
