@@ -246,14 +246,15 @@ def nvidia_reach(report, paths, present, packages):
     for component in report["components"]:
         if component["kind"] != "backend" or component["name"] not in wanted:
             continue
-        found = {}
+        found, files = {}, set()  # one entry per file: its soname, not also its versioned name
         for path in component.get("bundled", []) + component.get("plugins", []):
             if is_nvidia_library(path):
                 found[os.path.basename(path)] = {"from": "backend folder", "path": path}
         for need in component["needs"]:
             name = os.path.basename(need["soname"])
-            if not is_nvidia_library(name) or name in found:
+            if not is_nvidia_library(name) or name in found or os.path.realpath(need["path"]) in files:
                 continue
+            files.add(os.path.realpath(need["path"]))
             package = packages.package_of(need["path"])
             where = "min image" if (name in present or os.path.basename(need["path"]) in present) else "full image"
             found[name] = {"from": where, "path": need["path"], "package": package}
@@ -261,7 +262,8 @@ def nvidia_reach(report, paths, present, packages):
                 continue
             for sibling in packages.runtime_libraries(package):
                 base = os.path.basename(sibling)
-                if base not in found and is_nvidia_library(base) and ".so." in base:
+                if base not in found and is_nvidia_library(base) and os.path.realpath(sibling) not in files:
+                    files.add(os.path.realpath(sibling))
                     found[base] = {"from": where, "path": sibling, "package": package,
                                    "loaded_by_name_with": name}
         reach["backend " + component["name"]] = [dict(item, library=name) for name, item in sorted(found.items())]
