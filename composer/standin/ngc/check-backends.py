@@ -6,7 +6,7 @@ runs each build.sh (TensorRT stand-in libraries, pad.sh, the three backends, eac
 server exports what it calls); the final stage lays the results out as NGC does (TensorRT in
 /usr/lib/x86_64-linux-gnu, CUDA's libraries in /usr/local/cuda/lib64, ONNX Runtime and libtorch
 in their backend folders). Then it runs tritonserver on the test models of
-tests/integration/models/ngc (and the sample torchscript_affine), with ports on 127.0.0.1 only,
+tests/integration/models/ngc (and the samples onnx_affine, torchscript_affine), with ports on 127.0.0.1 only,
 and checks over HTTP (KServe v2) that:
 - every model answers as onnxruntime / torch computed on the host (expected.json);
 - the ONNX model without config.pbtxt gets its completed configuration;
@@ -35,7 +35,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 MODELS = ROOT / "tests" / "integration" / "models" / "ngc"
-SAMPLE = ROOT / "composer" / "samples" / "models" / "torchscript_affine"
+SAMPLES = [ROOT / "composer" / "samples" / "models" / name for name in ("onnx_affine", "torchscript_affine")]
 LABEL = "org.triton-composer.test=ngc-backends"
 TAG = "localhost/triton-composer-test/ngc-backends:latest"
 
@@ -133,7 +133,8 @@ def model_repository(repo: Path) -> None:
     for model in MODELS.iterdir():
         if model.is_dir():
             shutil.copytree(model, repo / model.name)
-    shutil.copytree(SAMPLE, repo / SAMPLE.name)
+    for sample in SAMPLES:
+        shutil.copytree(sample, repo / sample.name)
 
 
 def http(port: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
@@ -218,7 +219,7 @@ def serve_and_check(repo: Path) -> list[str]:
             try:
                 status, index = http(port, "POST", "/v2/repository/index", {})
                 states = [m.get("state") for m in index] if status == 200 and isinstance(index, list) else []
-                if len(states) == 6 and all(state in ("READY", "UNAVAILABLE") for state in states):
+                if len(states) == 7 and all(state in ("READY", "UNAVAILABLE") for state in states):
                     break
             except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
                 pass
@@ -253,6 +254,8 @@ def main() -> int:
             run("docker", "build", "-t", TAG, str(context))
             step(f"built in {time.time() - started:.0f} s")
             problems = serve_and_check(repo)
+        except subprocess.CalledProcessError as error:
+            problems = [f"{' '.join(error.cmd[:3])} ... failed (exit {error.returncode})"]
         finally:
             if not args.keep:
                 subprocess.run(["docker", "rmi", "-f", TAG], check=False, stdout=subprocess.DEVNULL)
