@@ -18,7 +18,8 @@ if [ "$grow" -le 0 ]; then
   echo "pad.sh: $lib is already $have bytes (asked for about $want)" >&2
   exit 0
 fi
-tmp=$(mktemp -d)
+# Work next to the library: the padded file then replaces it by a rename, not a second copy.
+tmp=$(mktemp -d "$(dirname "$lib")/.pad.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 key=$(printf '%s' "$seed" | sha256sum | cut -c1-64)
 iv=$(printf '%s' "$seed" | md5sum | cut -c1-32)
@@ -33,6 +34,7 @@ readelf -lW "$tmp/padded" | grep -v '^Elf file type' >"$tmp/segments.after"
 cmp -s "$tmp/symbols.before" "$tmp/symbols.after" || { echo "pad.sh: padding changed the dynamic symbols of $lib" >&2; exit 1; }
 cmp -s "$tmp/segments.before" "$tmp/segments.after" || { echo "pad.sh: padding changed what $lib maps" >&2; exit 1; }
 readelf -SW "$tmp/padded" | grep -F .triton_composer_pad | grep -q ' A ' && { echo "pad.sh: the padding section would be loaded" >&2; exit 1; }
-# Keep the file's mode and name: write over the library only once every check passed.
-cat "$tmp/padded" >"$lib"
+# Keep the file's mode; replace the library only once every check passed.
+chmod --reference="$lib" "$tmp/padded"
+mv "$tmp/padded" "$lib"
 echo "pad.sh: $lib $have -> $(wc -c <"$lib") bytes (asked for about $want)"

@@ -25,13 +25,13 @@ TRITONSERVER_Error* bk_error(TRITONSERVER_Error_Code code, const char* format, .
   return TRITONSERVER_ErrorNew(code, msg);
 }
 
-void bk_log(TRITONSERVER_LogLevel level, const char* format, ...) {
+void bk_log_at(TRITONSERVER_LogLevel level, const char* file, int line, const char* format, ...) {
   char msg[2048];
   va_list args;
   va_start(args, format);
   format_message(msg, sizeof msg, format, args);
   va_end(args);
-  TRITONSERVER_Error* err = TRITONSERVER_LogMessage(level, BK_NAME, 0, msg);
+  TRITONSERVER_Error* err = TRITONSERVER_LogMessage(level, file, line, msg);
   if (err) TRITONSERVER_ErrorDelete(err);
 }
 

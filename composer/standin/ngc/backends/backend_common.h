@@ -16,7 +16,10 @@ extern "C" {
 /* printf-style error and log line; every message starts with the backend's name. */
 TRITONSERVER_Error* bk_error(TRITONSERVER_Error_Code code, const char* format, ...)
     __attribute__((format(printf, 2, 3)));
-void bk_log(TRITONSERVER_LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
+/* bk_log(level, format, ...): a log line that names the backend's source file and line. */
+#define bk_log(level, ...) bk_log_at(level, __FILE_NAME__, __LINE__, __VA_ARGS__)
+void bk_log_at(TRITONSERVER_LogLevel level, const char* file, int line, const char* format, ...)
+    __attribute__((format(printf, 4, 5)));
 /* The server's backend API must be 1.x with x >= BACKEND_API_MINOR. */
 TRITONSERVER_Error* bk_check_api(const char* backend, uint32_t* major, uint32_t* minor);
 

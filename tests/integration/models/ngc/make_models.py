@@ -192,12 +192,20 @@ def torch_embedding() -> list:
     return cases
 
 
-def sample_affine() -> dict:
-    """The project's sample torchscript_affine (made by scripts/make-samples with a newer torch):
-    its answers come from loading that very file, so a pass also shows libtorch 2.5.1 reads it."""
-    sample = HERE.parents[3] / "composer" / "samples" / "models" / "torchscript_affine" / "1" / "model.pt"
-    x = torch.tensor([1.0, 2.0, -3.5, 0.25])
-    return case("torchscript_affine", {"input__0": x.numpy()}, {"output__0": torch.jit.load(str(sample))(x).numpy()})
+SAMPLES = HERE.parents[3] / "composer" / "samples" / "models"
+
+
+def samples() -> list:
+    """The project's samples onnx_affine and torchscript_affine (max_batch_size 0; made by
+    scripts/make-samples, the TorchScript with a newer torch): their answers come from loading
+    those very files, so a pass also shows that libtorch 2.5.1 reads the newer torch's file."""
+    x = np.array([1.0, 2.0, -3.5, 0.25], dtype=np.float32)
+    session = onnxruntime.InferenceSession(str(SAMPLES / "onnx_affine" / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+    scripted = torch.jit.load(str(SAMPLES / "torchscript_affine" / "1" / "model.pt"))
+    return [
+        case("onnx_affine", {"INPUT0": x}, {"OUTPUT0": session.run(["OUTPUT0"], {"INPUT0": x})[0]}),
+        case("torchscript_affine", {"input__0": x}, {"output__0": scripted(torch.from_numpy(x)).numpy()}),
+    ]
 
 
 def tensorrt_plan() -> None:
@@ -216,7 +224,7 @@ def main() -> int:
     if not torch.__version__.startswith("2.5."):
         print(f"make_models.py: needs torch 2.5 (libtorch 2.5.1 serves these models), not {torch.__version__}", file=sys.stderr)
         return 2
-    cases = [onnx_types(), onnx_configless(), torchscript_types(), *torch_embedding(), sample_affine()]
+    cases = [onnx_types(), onnx_configless(), torchscript_types(), *torch_embedding(), *samples()]
     tensorrt_plan()
     write(HERE / "expected.json", json.dumps({"torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
                                               "cases": cases}, indent=1) + "\n")
