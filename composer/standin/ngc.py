@@ -357,8 +357,11 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
     small = build_small(engine, release, on_line=on_line)
     small_min = engine.image(small.min_ref)
     assert small_min is not None
+    previous_min = engine.image(release.min_ref(REGISTRY))
     min_info, min_built = build_min(engine, release, small_min, force=force, on_line=on_line)
     full_info, full_built = build_full(engine, release, min_info, force=force, on_line=on_line)
+    if previous_min is not None and previous_min.id != min_info.id:
+        engine.discard_untagged(previous_min.id)  # the old full image held it until now
     return StandinResult(
         release=release.name, full_ref=release.full_ref(REGISTRY), min_ref=release.min_ref(REGISTRY),
         full_id=full_info.id, min_id=min_info.id,
