@@ -20,9 +20,8 @@ from composer import __version__
 from composer.engine import Engine
 from composer.errors import ComposerError, Invalid, UsageError
 from composer.files import check_output_file, fresh_folder, path_problem, printable, read_text
-from composer.pipeline import Inspection
+from composer.resolve import Inspection, Resolved
 from composer.packages import public_requirement
-from composer.plan import CompositionPlan
 from composer.render import write_context
 from composer.spec import CompositionSpec
 from composer.progress import LineSink, quiet
@@ -58,21 +57,17 @@ def check_bundle_output(out: Path) -> Path:
         raise UsageError(str(problem)) from None
 
 
-def write_bundle(
-    engine: Engine,
-    plan: CompositionPlan,
-    spec: CompositionSpec,
-    inspection: Inspection,
-    out: Path,
-    *,
-    on_line: LineSink = quiet,
-) -> Path:
-    """Write the bundle archive `out`; packages travel as the plan's wheelhouse (fetched on this side).
+def write_bundle(engine: Engine, resolved: Resolved, out: Path, *, on_line: LineSink = quiet) -> Path:
+    """Write the bundle archive `out` of a composition resolved against this side's images;
+    packages travel as the plan's wheelhouse (fetched on this side).
 
     Everything is gathered in a fresh folder beside `out` and archived under a fresh name, then
     renamed into place: no path of the user's is used for staging, and a failure leaves `out` as it was.
     """
     out = check_bundle_output(out)
+    spec, plan, inspection = resolved.spec, resolved.plan, resolved.inspection
+    if inspection is None:
+        raise UsageError("a bundle needs the base images themselves: resolve against an engine")
     staging = fresh_folder(out, "staging")
     try:
         refs = [inspection.full.ref, inspection.min.ref] + [info.ref for _, info, _ in inspection.backend_images]

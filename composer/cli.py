@@ -326,7 +326,7 @@ def lock(
 ) -> None:
     """Resolve a set's base images to digests into a lock file beside it (for --locked builds)."""
     from composer.lock import lock_spec
-    from composer.pipeline import resolve_targets
+    from composer.resolve import resolve_targets
     from composer.registry import Registries, load_auth
 
     from composer.lock import check_lock_output
@@ -399,7 +399,7 @@ def bundle(
     import tempfile
 
     from composer.bundle import check_bundle_output, write_bundle
-    from composer.pipeline import plan_from_engine
+    from composer.resolve import resolve
 
     out = Printer(as_json)
     catalog = Catalog.load()
@@ -408,8 +408,9 @@ def bundle(
     check_environment(os.environ)
     engine = _engine()
     with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
-        plan, inspection = plan_from_engine(engine, spec, catalog, on_line=out.step, wheels=Path(wheels))
-        path = write_bundle(engine, plan, spec, inspection, output, on_line=out.step)
+        resolved = resolve(engine, spec, catalog, wheels=Path(wheels), on_line=out.step)
+        path = write_bundle(engine, resolved, output, on_line=out.step)
+    plan = resolved.plan
     size = path.stat().st_size
     out.result({"bundle": str(path), "size": size, "tag": plan.tag, "backends": list(plan.all_backends)},
                f"wrote {path} ({human_size(size)}); on the other side: composer build --bundle {path.name}")
@@ -442,8 +443,8 @@ def render(
 
 
 def _render(out: Printer, spec: CompositionSpec, catalog: Catalog, output: Path, offline: bool, wheels: Path) -> None:
-    from composer.pipeline import plan_from_catalog, plan_from_engine
     from composer.render import write_context
+    from composer.resolve import resolve, resolve_offline
 
     engine = None
     if not offline:
@@ -453,16 +454,15 @@ def _render(out: Printer, spec: CompositionSpec, catalog: Catalog, output: Path,
             if not spec.images.version:
                 raise
             out.step("no Docker engine answers: checking the selection against NGC's catalogued layout")
-    plan = None
+    resolved = None
     if engine is not None:
         try:
-            plan, _ = plan_from_engine(engine, spec, catalog, on_line=out.step, wheels=wheels)
+            resolved = resolve(engine, spec, catalog, wheels=wheels, on_line=out.step)
         except ImageNotFound as missing:
             if not spec.images.version:
                 raise
             out.step(f"{missing.message}: checking the selection against NGC's catalogued layout instead")
-    if plan is None:
-        plan = plan_from_catalog(spec, catalog)
+    plan = (resolved or resolve_offline(spec, catalog)).plan
     for note in plan.notes:
         out.step(f"note: {note}")
     context = write_context(plan, output)
@@ -522,8 +522,7 @@ def smoke_test_command(
 @spec_options(BACKENDS)
 def backends(given: dict, as_json: bool = JsonOpt) -> None:
     """List what a full image offers (backends, repo agents, caches) with their sizes."""
-    from composer.contents import inspect_full
-    from composer.pipeline import resolve_targets
+    from composer.resolve import probe, require_full, resolve_targets
 
     out = Printer(as_json)
     catalog = Catalog.load()
@@ -531,9 +530,9 @@ def backends(given: dict, as_json: bool = JsonOpt) -> None:
     if spec.images.version:
         catalog.release(spec.images.version)
     engine = _engine()
-    full_ref = resolve_targets(spec, catalog, engine).full
-    engine.require_image(full_ref, on_line=out.step)
-    contents = inspect_full(engine, full_ref)
+    targets = resolve_targets(spec, catalog, engine)
+    require_full(engine, targets, out.step)
+    full_ref, contents = targets.full, probe(engine, targets.full, out.step)
     rows = [("KIND", "NAME", "SIZE", "NOTE")]
     payload = {"image": full_ref, "core_size": contents.core_size, "components": []}
     for c in contents.components:
@@ -559,7 +558,8 @@ def wheels(
     as_json: bool = JsonOpt,
 ) -> None:
     """Download on this machine the wheels a build's packages need, so the build runs offline."""
-    from composer.pipeline import fetch_wheels, inspect_images, resolve_targets
+    from composer.packages import python_target
+    from composer.resolve import fetch_wheels, inspect_images, resolve_targets
 
     out = Printer(as_json)
     catalog = Catalog.load()
@@ -571,8 +571,8 @@ def wheels(
     check_wheelhouse_output(output)
     engine = _engine()
     targets = resolve_targets(spec, catalog, engine)
-    inspection = inspect_images(engine, targets, out.step)
-    target, files = fetch_wheels(engine, spec, targets, inspection, output, out.step)
+    target = python_target(inspect_images(engine, targets, out.step).contents)
+    files = fetch_wheels(target, spec.packages, targets.release, output, out.step)
     out.result(
         {"wheelhouse": str(output), "python": target.version, "platform": target.platform,
          "wheels": [f.name for f in files]},

@@ -140,6 +140,8 @@ class FullImageContents:
     shared_writable: bool = False  # some of the tree is writable by group or others
     entrypoint_d: bool = False  # /opt/nvidia/entrypoint.d (scripts NGC's entrypoint runs first)
     serve: bool = False  # /usr/bin/serve (SageMaker-enabled images)
+    machine: str = ""  # e.g. x86_64: with libc, which wheels fit the image's python
+    libc: str = ""  # glibc version, e.g. 2.35 ("" when the probe found none)
 
     def component(self, kind: str, name: str) -> Component | None:
         for c in self.components:
@@ -177,6 +179,8 @@ class FullImageContents:
         return {
             "image": self.image,
             "root": self.root,
+            "machine": self.machine,
+            "libc": self.libc,
             "ld_library_path": list(self.ld_library_path),
             "core": {
                 "paths": list(self.core_paths),
@@ -227,6 +231,8 @@ class FullImageContents:
             shared_writable=bool(facts.get("shared_writable")),
             entrypoint_d=bool(facts.get("entrypoint_d")),
             serve=bool(facts.get("serve")),
+            machine=str(d.get("machine") or ""),
+            libc=str(d.get("libc") or ""),
         )
 
 

@@ -308,7 +308,7 @@ def _short(digest: str) -> str:
     return f"{algorithm}:{hexdigest[:12]}" if hexdigest else digest[:19]
 
 
-# -- a spec's base images (composer.pipeline.Targets) ------------------------------------
+# -- a spec's base images (composer.resolve.Targets) ------------------------------------
 
 
 def lock_spec(engine: "Engine", spec, targets, on_line: LineSink = quiet, *,

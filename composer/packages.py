@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
-from composer.engine import Engine
+from composer.contents import FullImageContents
 from composer.errors import ComposerError, UsageError
 from composer.spec import Packages
 from composer.progress import LineSink, quiet
@@ -125,18 +125,16 @@ def installable_requirement(line: str) -> str:
     return f"{name}=={version}"
 
 
-def python_target(engine: Engine, full_ref: str, python_version: str) -> PythonTarget:
-    """Read the full image's C library and machine, which decide which wheels fit it."""
-    result = engine.run_once(
-        full_ref,
-        ["python3", "-c", "import platform; print(platform.libc_ver()[1]); print(platform.machine())"],
-        entrypoint=[],
-    )
-    lines = result.output.split()
-    if result.exit_code != 0 or len(lines) < 2 or not re.match(r"^\d+\.\d+", lines[0]):
-        raise ComposerError(f"cannot tell the C library of {full_ref}: {result.output.strip()[:120]}")
-    major, minor = lines[0].split(".")[:2]
-    return PythonTarget(python_version, f"manylinux_{major}_{minor}_{lines[1]}")
+def python_target(contents: FullImageContents) -> PythonTarget:
+    """The python backend's python and the image's C library and machine, which decide which
+    wheels fit: all read by the one probe run (composer.contents), no container of its own."""
+    if contents.python is None:
+        raise UsageError(f"{contents.image} has no python: --pip packages need the python backend's python")
+    if not re.match(r"^\d+\.\d+", contents.libc) or not contents.machine:
+        raise ComposerError(f"cannot tell the C library of {contents.image}: the probe found "
+                            f"{contents.libc or 'none'} on {contents.machine or 'an unknown machine'}")
+    major, minor = contents.libc.split(".")[:2]
+    return PythonTarget(contents.python.version, f"manylinux_{major}_{minor}_{contents.machine}")
 
 
 def download_wheels(

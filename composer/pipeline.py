@@ -1,262 +1,31 @@
-"""The pipeline: spec -> base images (resolved once) -> plan -> Dockerfile + context -> image ->
+"""The pipeline: spec -> Resolved (composer.resolve, once) -> Dockerfile + context -> image ->
 smoke report -> tag -> push.
 
-Each step takes the previous step's value as given: the release and the base references are
-resolved once per image (resolve_targets), the images are looked into once (inspect_images), and
-the plan checks the selection against them. Several images per run (sets) are a loop over
-compose(); the CLI only parses, calls and prints.
+Each step takes the previous step's value as given: nothing here works out the release, the base
+images, the packages or the plan again. Several images per run (sets) are a loop over compose();
+the CLI only parses, calls and prints.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from composer.catalog import Catalog, Release
-from composer.contents import FullImageContents, inspect_full
-from composer.engine import Engine, ImageInfo
-from composer.errors import BuildFailed, ComposerError, SmokeTestFailed, UsageError
-from composer.packages import check_wheelhouse, download_wheels, explain_pip_failure, python_target, redactor, secrets_of
-from composer.plan import (
-    BaseImage,
-    CompositionPlan,
-    check_release,
-    Offer,
-    created_label,
-    foreign_backend,
-    image_refs,
-    make_plan,
-    release_constraints,
-    resolve_release,
-)
-from composer.progress import Heartbeat, LineSink, quiet
-from composer.refs import ImageRef, build_source
+from composer.catalog import Catalog
+from composer.engine import Engine
+from composer.errors import BuildFailed, ComposerError, SmokeTestFailed
+from composer.packages import explain_pip_failure, redactor, secrets_of
+from composer.plan import CompositionPlan
+from composer.progress import LineSink, quiet
+from composer.redaction import redact
 from composer.render import BuildContext, write_context
+from composer.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
 from composer.sizes import SizeReport, measure
 from composer.smoke import SmokeOptions, SmokeReport, smoke_test
-from composer.redaction import redact
 from composer.spec import CompositionSpec
-
-RELEASE_ENV = "NVIDIA_TRITON_SERVER_VERSION"
-
-
-# -- base images ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Targets:
-    """The base images of one composition, named and with their release known, before any pull."""
-
-    release: Release
-    full: str
-    min: str
-    backend_images: tuple[tuple[str, str], ...] = ()
-
-    def roles(self) -> list[tuple[str, str]]:
-        """(role, ref) of every base image: full, min, backend:<name>."""
-        return [("full", self.full), ("min", self.min)] + [(f"backend:{n}", r) for n, r in self.backend_images]
-
-    def pinned(self, refs: Mapping[str, str]) -> "Targets":
-        """The same targets with each role's reference replaced (role -> ref), e.g. by a lock."""
-        return dataclasses.replace(
-            self,
-            full=refs.get("full", self.full),
-            min=refs.get("min", self.min),
-            backend_images=tuple((n, refs.get(f"backend:{n}", r)) for n, r in self.backend_images),
-        )
-
-
-def resolve_targets(spec: CompositionSpec, catalog: Catalog, engine: Engine | None = None) -> Targets:
-    """The release and the base references, resolved once for the whole pipeline.
-
-    With --version the catalog answers; with only --image full=REF the full image's own
-    environment says its release (and the min image sits beside it: <repo>:<release>-py3-min).
-    """
-    images = spec.images
-    if images.version:
-        release = catalog.release(images.version)
-        full, minimal = image_refs(spec, release)
-        return Targets(release, full, minimal, spec.selection.backend_images)
-    if not images.full:
-        raise UsageError("give --version YY.MM, or --image full=REF so the release can be read from the image")
-    if engine is None:
-        raise UsageError("give --version YY.MM: without an engine the release of the full image is unknown")
-    info = engine.require_image(images.full)
-    release = resolve_release(None, catalog, info.env)
-    # The min image sits beside the full one: same repository, tag <release>-py3-min.
-    minimal = images.min or str(ImageRef.parse(images.full).without_digest().with_tag(f"{release.name}-py3-min"))
-    return Targets(release, images.full, minimal, spec.selection.backend_images)
-
-
-@dataclass(frozen=True)
-class Inspection:
-    """What the engine told about the base images: everything planning needs, and nothing else.
-
-    Kept as one value so a bundle can carry it to a machine that reaches no registry.
-    """
-
-    full: ImageInfo
-    min: ImageInfo
-    contents: FullImageContents
-    backend_images: tuple[tuple[str, ImageInfo, FullImageContents], ...] = ()
-
-    def to_dict(self) -> dict:
-        return {
-            "full": _info_dict(self.full),
-            "min": _info_dict(self.min),
-            "contents": self.contents.to_dict(),
-            "backend_images": [
-                {"name": n, "image": _info_dict(i), "contents": c.to_dict()} for n, i, c in self.backend_images
-            ],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Inspection":
-        return cls(
-            full=_info(d["full"]),
-            min=_info(d["min"]),
-            contents=FullImageContents.from_dict(d["contents"]),
-            backend_images=tuple(
-                (b["name"], _info(b["image"]), FullImageContents.from_dict(b["contents"])) for b in d["backend_images"]
-            ),
-        )
-
-
-def inspect_images(engine: Engine, targets: Targets, on_line: LineSink = quiet) -> Inspection:
-    """Pull what is missing and look inside the full image(s) with short-lived containers."""
-    on_line(f"full image: {targets.full}")
-    full_info = engine.require_image(targets.full, on_line=on_line)
-    check_release(targets.release, full_info.env)  # a mismatch fails before anything slow
-    on_line(f"min image: {targets.min}")
-    min_info = engine.require_image(targets.min, on_line=on_line)
-    on_line(f"looking inside {targets.full}")
-    with Heartbeat(on_line, f"looking inside {targets.full}"):
-        contents = inspect_full(engine, targets.full)
-    others = []
-    for name, ref in targets.backend_images:
-        on_line(f"backend {name} from: {ref}")
-        info = engine.require_image(ref, on_line=on_line)
-        with Heartbeat(on_line, f"looking inside {ref}"):
-            others.append((name, info, inspect_full(engine, ref)))
-    return Inspection(full_info, min_info, contents, tuple(others))
-
-
-def plan_from_inspection(
-    spec: CompositionSpec,
-    catalog: Catalog,
-    release: Release,
-    inspection: Inspection,
-    *,
-    pin: bool = True,
-    created: str | None = None,
-) -> CompositionPlan:
-    """The plan, checked against what the images offer; no engine involved.
-
-    pin=False builds FROM the names rather than the registry digests (for loaded bundles,
-    whose image ids were checked instead: a loaded image has no digest reference).
-    """
-    notes: list[str] = []
-
-    def base(role: str, info: ImageInfo) -> BaseImage:
-        """Built FROM its own repository's digest, or by id when only another repository has one."""
-        if not pin:
-            return BaseImage(role, info.ref, info.id, info.digest, source=info.ref)
-        source = build_source(info.ref, info.id, info.repo_digests)
-        if source.note:
-            notes.append(source.note)
-        return BaseImage(role, info.ref, info.id, info.digest, source=source.ref)
-
-    full, minimal = base("full", inspection.full), base("min", inspection.min)
-    foreign = tuple(
-        foreign_backend(name, base(f"backend:{name}", info), Offer.from_contents(contents), info.env.get(RELEASE_ENV))
-        for name, info, contents in inspection.backend_images
-    )
-    offer = Offer.from_contents(inspection.contents)
-    return make_plan(spec, release, offer, catalog, full, minimal, inspection.full.env, foreign,
-                     created=created or created_label(os.environ), notes=tuple(notes))
-
-
-def plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | None = None) -> CompositionPlan:
-    """Plan with no engine: the selection is checked against NGC's catalogued layout."""
-    if not spec.images.version:
-        raise UsageError("without a Docker engine, give --version YY.MM")
-    targets = resolve_targets(spec, catalog)
-    offer = Offer.from_layout(catalog, targets.release)
-    foreign = tuple(
-        foreign_backend(name, BaseImage(f"backend:{name}", ref), offer, None) for name, ref in targets.backend_images
-    )
-    return make_plan(spec, targets.release, offer, catalog, BaseImage("full", targets.full),
-                     BaseImage("min", targets.min), foreign=foreign, created=created or created_label(os.environ))
-
-
-def check_packages(engine: Engine, plan: CompositionPlan, contents: FullImageContents, on_line: LineSink) -> None:
-    """Fail before the build, on the host, if the wheelhouse cannot satisfy the requirements."""
-    if plan.packages.wheelhouse is None:
-        return
-    target = python_target(engine, plan.full.ref, contents.python.version)
-    for name, version in check_wheelhouse(target, plan.packages, plan.constraints):
-        on_line(f"wheelhouse: {name} {version}")
-
-
-def plan_from_engine(
-    engine: Engine, spec: CompositionSpec, catalog: Catalog, on_line: LineSink = quiet,
-    targets: Targets | None = None, wheels: Path | None = None,
-) -> tuple[CompositionPlan, Inspection]:
-    """Look inside the real base images, then plan: the selection is checked against them.
-
-    Packages from an index are fetched on the host into the folder `wheels` first, so the plan
-    (and the build) install from a wheelhouse and no index URL reaches the engine.
-    """
-    targets = targets or resolve_targets(spec, catalog, engine)
-    inspection = inspect_images(engine, targets, on_line)
-    if wheels is not None:
-        spec = fetch_packages(engine, spec, targets, inspection, wheels, on_line)
-    plan = plan_from_inspection(spec, catalog, targets.release, inspection)
-    check_packages(engine, plan, inspection.contents, on_line)
-    return plan, inspection
-
-
-def fetch_wheels(engine: Engine, spec: CompositionSpec, targets: Targets, inspection: Inspection,
-                 folder: Path, on_line: LineSink = quiet):
-    """Fetch on the host, into `folder`, the wheels the spec's packages need for the python the
-    image's python backend runs (with the release's pins); (the python target, the wheel files)."""
-    if inspection.contents.python is None:
-        raise UsageError(f"{targets.full} has no python: --pip packages need the python backend's python")
-    target = python_target(engine, targets.full, inspection.contents.python.version)
-    constraints = release_constraints(targets.release)
-    on_line(f"fetching wheels on this machine for python {target.version} ({target.platform}), "
-            f"pins: {', '.join(constraints) or 'none'}")
-    return target, download_wheels(target, spec.packages, constraints, folder, on_line=on_line)
-
-
-def fetch_packages(engine: Engine, spec: CompositionSpec, targets: Targets, inspection: Inspection,
-                   folder: Path, on_line: LineSink = quiet) -> CompositionSpec:
-    """The spec with its packages fetched from their index into `folder` on the host (a
-    wheelhouse), and no index, trusted host or CA left in it: those stay on the host."""
-    if not spec.packages or spec.packages.wheelhouse is not None:
-        return spec
-    fetch_wheels(engine, spec, targets, inspection, folder, on_line)
-    return spec.with_fields({"packages.wheelhouse": folder, "packages.index_url": None,
-                             "packages.extra_index_urls": (), "packages.trusted_hosts": (), "packages.ca_cert": None})
-
-
-def _info_dict(info: ImageInfo) -> dict:
-    return {
-        "id": info.id, "ref": info.ref, "tags": list(info.tags), "repo_digests": list(info.repo_digests),
-        "env": dict(info.env), "labels": dict(info.labels), "size": info.size,
-    }
-
-
-def _info(d: dict) -> ImageInfo:
-    return ImageInfo(
-        id=d["id"], ref=d["ref"], tags=tuple(d["tags"]), repo_digests=tuple(d["repo_digests"]),
-        env=dict(d["env"]), labels=dict(d["labels"]), size=int(d["size"]),
-    )
 
 
 # -- build, smoke test, tag ------------------------------------------------------------
@@ -410,24 +179,21 @@ def compose(
     `inspection` is given for a bundle: plan from what it recorded, not by asking registries.
     """
     if inspection is not None:
-        release = resolve_release(spec.images.version, catalog, inspection.full.env)
-        plan = plan_from_inspection(spec, catalog, release, inspection, pin=False)
-        check_packages(engine, plan, inspection.contents, run.on_line)
-    else:
-        targets = resolve_targets(spec, catalog, engine)
-        if run.locked:
-            from composer.lock import verify_lock
-            from composer.registry import Registries
+        return _build_and_push(engine, resolve_recorded(spec, catalog, inspection, run.on_line), run)
+    targets = resolve_targets(spec, catalog, engine)
+    if run.locked:
+        from composer.lock import verify_lock
+        from composer.registry import Registries
 
-            registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
-            targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)
-        with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
-            plan, _ = plan_from_engine(engine, spec, catalog, run.on_line, targets, wheels=Path(wheels))
-            return _build_and_push(engine, spec, plan, run)
-    return _build_and_push(engine, spec, plan, run)
+        registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
+        targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)
+    with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
+        resolved = resolve(engine, spec, catalog, wheels=Path(wheels), on_line=run.on_line, targets=targets)
+        return _build_and_push(engine, resolved, run)
 
 
-def _build_and_push(engine: Engine, spec: CompositionSpec, plan: CompositionPlan, run: Run) -> Outcome:
+def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
+    spec, plan = resolved.spec, resolved.plan
     if run.on_plan is not None:
         run.on_plan(plan)
     result = build_image(

@@ -252,10 +252,13 @@ def make_plan(
     foreign: tuple[ForeignBackend, ...] = (),
     created: str | None = None,
     notes: tuple[str, ...] = (),
+    packages: Packages | None = None,
 ) -> CompositionPlan:
     """Check the selection against what the full image offers and fix every detail of the image.
 
-    `created` is the image's creation time for its OCI label (resolved once, by the caller).
+    `created` is the image's creation time for its OCI label (resolved once, by the caller);
+    `packages` the spec's packages as the build installs them (fetched into a wheelhouse by
+    composer.resolve), so the spec itself is never rewritten.
     """
     options = spec.selection
     custom = _custom_backends(options.custom_backends)
@@ -293,7 +296,7 @@ def make_plan(
         raise UsageError(f"--with-headers: {offer.source} has no /opt/tritonserver/include")
 
     all_backends = sorted(set(backends) | custom_names)
-    packages = spec.packages
+    packages = spec.packages if packages is None else packages
     if packages:
         if "python" not in all_backends:
             raise UsageError("--pip/--requirements add packages for python models: select --backend python too")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import platform
 import re
 import stat
 import struct
@@ -661,6 +662,8 @@ def probe(root=DEFAULT_ROOT, system_dirs=None, ld_library_path=None, python=True
     return {
         "root": root,
         "machine": machine,
+        # The C library decides which manylinux wheels fit: read here, so no second container asks.
+        "libc": platform.libc_ver()[1],
         "system_dirs": resolver.system_dirs,
         "ld_library_path": resolver.ld_library_path,
         "core": probe_core(resolver, root),

@@ -11,7 +11,8 @@ from tests.cli import composer
 
 from composer.catalog import Catalog
 from composer.errors import SmokeTestFailed
-from composer.pipeline import build_image, plan_from_engine
+from composer.pipeline import build_image
+from composer.resolve import resolve
 from tests.specs import spec
 
 pytestmark = pytest.mark.integration
@@ -30,7 +31,8 @@ def test_tag(engine):
 
 def test_build_onnxruntime_python_offline_and_smoke(engine, standin_images, test_tag):
     options = spec(backends=("onnxruntime", "python"), version="24.09", registry=REGISTRY, tag=test_tag)
-    plan, inspection = plan_from_engine(engine, options, Catalog.load())
+    resolved = resolve(engine, options, Catalog.load())
+    plan, inspection = resolved.plan, resolved.inspection
     assert {"identity", "pytorch"} <= set(inspection.contents.names("backend"))
 
     result = build_image(engine, plan, labels=TEST_LABEL)  # no network in the build
@@ -77,9 +79,9 @@ def test_cli_build_python_only_json(engine, standin_images, test_tag):
 
 def test_failed_smoke_test_keeps_previous_tag(engine, standin_images, test_tag, tmp_path):
     catalog = Catalog.load()
-    good, _ = plan_from_engine(
+    good = resolve(
         engine, spec(backends=("identity",), version="24.09", registry=REGISTRY, tag=test_tag), catalog
-    )
+    ).plan
     before = build_image(engine, good, labels=TEST_LABEL).image_id
 
     # An identity backend that answers wrong: the composition builds, but must not serve.
@@ -96,12 +98,12 @@ def test_failed_smoke_test_keeps_previous_tag(engine, standin_images, test_tag, 
         "            out.append(pb_utils.InferenceResponse([pb_utils.Tensor('OUTPUT0', x + 1)]))\n"
         "        return out\n"
     )
-    bad, _ = plan_from_engine(
+    bad = resolve(
         engine,
         spec(backends=("python",), custom_backends=(("identity", broken),), version="24.09",
                      registry=REGISTRY, tag=test_tag),
         catalog,
-    )
+    ).plan
     with pytest.raises(SmokeTestFailed) as failure:
         build_image(engine, bad, labels=TEST_LABEL)
     assert "identity" in failure.value.message
@@ -133,9 +135,9 @@ def test_engine_down_is_one_line(tmp_path):
 
 
 def test_smoke_test_command_on_user_models(engine, standin_images, test_tag, tmp_path):
-    plan, _ = plan_from_engine(
+    plan = resolve(
         engine, spec(backends=("python",), version="24.09", registry=REGISTRY, tag=test_tag), Catalog.load()
-    )
+    ).plan
     build_image(engine, plan, smoke=False, labels=TEST_LABEL)
     repo = tmp_path / "models"
     model = repo / "broken" / "1"

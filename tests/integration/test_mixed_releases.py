@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from composer.catalog import Catalog
-from composer.pipeline import build_image, plan_from_engine
+from composer.pipeline import build_image
+from composer.resolve import resolve
 from tests.specs import spec
 from composer.standin import build_standins
 
@@ -27,7 +28,7 @@ def test_backend_from_another_release(engine, standin_images, standin_24_08):
     options = spec(backends=("python",), version="24.09", registry=REGISTRY, tag=tag,
                            backend_images=(("identity", standin_24_08.full_ref),))
     notes = []
-    plan, _ = plan_from_engine(engine, options, Catalog.load(), on_line=notes.append)
+    plan = resolve(engine, options, Catalog.load(), on_line=notes.append).plan
     assert any("release 24.08" in n and "24.09" in n for n in plan.notes)  # the user is warned
     try:
         result = build_image(engine, plan, labels={"triton-composer.test": "1"})
@@ -44,5 +45,5 @@ def test_backend_image_must_offer_the_backend(engine, standin_images, standin_24
     options = spec(backends=("python",), version="24.09", registry=REGISTRY,
                            backend_images=(("tensorrt", standin_24_08.full_ref),))
     with pytest.raises(Exception) as err:
-        plan_from_engine(engine, options, Catalog.load())
+        resolve(engine, options, Catalog.load())
     assert "unknown backend 'tensorrt'" in err.value.message and "24.08" in err.value.message

@@ -17,7 +17,8 @@ import pytest
 
 from composer.catalog import Catalog
 from composer.errors import SmokeTestFailed
-from composer.pipeline import build_image, plan_from_engine
+from composer.pipeline import build_image
+from composer.resolve import resolve
 from composer.samples import models_dir
 from composer.smoke import SmokeOptions
 from composer.triton_client import TensorData, TritonHTTP
@@ -144,8 +145,8 @@ def baked(engine, standin_images, tmp_path_factory):
                      "    inputs: [{name: INPUT0, datatype: FP32, shape: [4], data: [1, 1, 1, 1]}]\n"
                      "    expected: [{name: OUTPUT0, datatype: FP32, shape: [4], data: [5, 5, 5, 5]}]\n")
     tag = f"triton-composer-test/tritonserver:models-{uuid.uuid4().hex[:10]}"
-    plan, _ = plan_from_engine(engine, spec(backends=BACKENDS, version="24.09", registry=REGISTRY, tag=tag,
-                                            bake_models=repo), Catalog.load())
+    plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=REGISTRY, tag=tag,
+                   bake_models=repo), Catalog.load()).plan
     try:
         result = build_image(engine, plan, smoke_cases=cases, labels=TEST_LABEL)
         yield {"result": result, "tag": tag, "repo": repo, "root": root, "cases": cases, "plan": plan}
@@ -202,8 +203,8 @@ def test_a_model_change_rebuilds_only_the_models_layer(engine, baked):
     shutil.copytree(baked["repo"], repo)
     (repo / "bls_ts" / "1" / "model.py").write_text(BLS_MODEL + "# changed\n")
     tag = f"triton-composer-test/tritonserver:models-{uuid.uuid4().hex[:10]}"
-    plan, _ = plan_from_engine(engine, spec(backends=BACKENDS, version="24.09", registry=REGISTRY, tag=tag,
-                                            bake_models=repo), Catalog.load())
+    plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=REGISTRY, tag=tag,
+                   bake_models=repo), Catalog.load()).plan
     try:
         changed = build_image(engine, plan, smoke=False, labels=TEST_LABEL)
         before = engine.image(baked["tag"]).layers

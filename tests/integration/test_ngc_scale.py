@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from composer.catalog import Catalog
-from composer.pipeline import build_image, plan_from_engine
+from composer.pipeline import build_image
+from composer.resolve import resolve
 from composer.smoke import SmokeOptions, smoke_test
 from composer.standin import ngc
 from tests.conftest import TEST_LABEL
@@ -102,8 +103,8 @@ def composed(engine, ngc_standins, tmp_path_factory):
     root = tmp_path_factory.mktemp("ngc-scale")
     repo, cases = _repository(root), _cases(root)
     tag = f"triton-composer-test/tritonserver:ngc-{uuid.uuid4().hex[:10]}"
-    plan, _ = plan_from_engine(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY, tag=tag),
-                               Catalog.load())
+    plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY, tag=tag),
+                   Catalog.load()).plan
     try:
         result = build_image(engine, plan, model_repository=repo, smoke_cases=cases, labels=TEST_LABEL)
         yield {"result": result, "tag": tag, "repo": repo, "cases": cases}

@@ -14,7 +14,8 @@ import pytest
 from tests.cli import composer
 
 from composer.catalog import Catalog
-from composer.pipeline import build_image, plan_from_engine
+from composer.pipeline import build_image
+from composer.resolve import resolve
 from composer.spec import Packages
 from tests.specs import spec
 from composer.triton_client import TensorData, TritonHTTP
@@ -56,7 +57,7 @@ def test_wheelhouse_build_serves_bls_model_using_added_package(engine, wheelhous
         backends=("python",), version="24.09", registry=REGISTRY, tag=tag,
         packages=Packages(specs=("packaging", "six"), wheelhouse=wheelhouse),
     )
-    plan, _ = plan_from_engine(engine, options, Catalog.load())
+    plan = resolve(engine, options, Catalog.load()).plan
     result = build_image(engine, plan, labels=TEST_LABEL)  # the build has no network
 
     rows = {(r.subject, r.model): r for r in result.smoke.rows}

@@ -14,6 +14,7 @@ from tests.unit.fake_engine import FakeEngine
 PROBE_DOC = {
     "root": "/opt/tritonserver",
     "machine": "x86_64",
+    "libc": "2.36",
     "ld_library_path": ["/usr/local/cuda/compat/lib"],
     "core": {
         "paths": ["/opt/tritonserver/bin", "/opt/tritonserver/lib", "/opt/tritonserver/LICENSE",

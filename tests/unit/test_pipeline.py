@@ -12,7 +12,9 @@ from composer.catalog import Catalog
 from composer.contents import Component, FullImageContents
 from composer.engine import ImageInfo
 from composer.errors import RegistryError, UsageError
-from composer.pipeline import Inspection, Run, build_image, compose, plan_from_inspection, resolve_targets
+from composer import resolve as resolving
+from composer.pipeline import Run, build_image, compose
+from composer.resolve import Inspection, plan_from_inspection, resolve_targets
 from composer.smoke import SmokeReport, SmokeRow
 from tests.specs import spec
 from tests.unit.fake_engine import FakeEngine
@@ -135,5 +137,5 @@ def test_a_full_image_of_another_release_fails_before_anything_slow():
     engine = FakeEngine(infos={full: _info(full, OLD, env={"NVIDIA_TRITON_SERVER_VERSION": "24.08"})})
     targets = resolve_targets(spec(backends=("python",), version="24.09", registry="localhost/standin"), catalog)
     with pytest.raises(UsageError, match="--version 24.09 does not match the full image, which is release 24.08"):
-        pipeline.inspect_images(engine, targets)
+        resolving.inspect_images(engine, targets)
     assert engine.runs == []  # no probe ran

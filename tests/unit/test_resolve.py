@@ -1,0 +1,78 @@
+"""One resolve step: a composition starts at most one container of the full image before its
+build, whatever it asks for (packages fetched on the host, a wheelhouse checked, a render)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from composer import cli, resolve
+from composer.engine import ImageInfo, RunResult
+from tests.unit.fake_engine import FakeEngine
+from tests.unit.test_contents import PROBE_DOC
+
+FULL = "localhost/standin/tritonserver:24.09-py3"
+MIN = "localhost/standin/tritonserver:24.09-py3-min"
+BUILT = "sha256:" + "b" * 64
+
+
+class CountingEngine(FakeEngine):
+    """The fake engine with the stand-in's two images; it 'builds' and answers the probe."""
+
+    def build(self, context: Path, **kwargs) -> str:
+        self.built_after = len(self.runs) + len(self.starts)  # containers started before the build
+        self.images[BUILT] = BUILT
+        return BUILT
+
+    def full_containers_before_build(self) -> int:
+        before = (self.runs + self.starts)[: getattr(self, "built_after", len(self.runs) + len(self.starts))]
+        return sum(1 for run in before if run["image"] == FULL)
+
+
+def _probe(image: str, command: list[str]) -> RunResult:
+    if command[:2] == ["python3", "/tmp/composer_probe.py"]:
+        return RunResult(0, json.dumps(PROBE_DOC))
+    return RunResult(0, "")
+
+
+@pytest.fixture
+def engine(monkeypatch, tmp_path):
+    env = {"NVIDIA_TRITON_SERVER_VERSION": "24.09", "TRITON_SERVER_VERSION": "2.50.0"}
+    engine = CountingEngine(
+        infos={ref: ImageInfo(id=f"sha256:{i:064x}", ref=ref, tags=(ref,), repo_digests=(), env=env, labels={},
+                              size=0) for i, ref in enumerate((FULL, MIN), 1)},
+        answer=_probe,
+    )
+    monkeypatch.setattr(cli, "_engine", lambda: engine)
+
+    def download(target, packages, constraints, out, on_line=None):  # the host's pip, without PyPI
+        out.mkdir(parents=True, exist_ok=True)
+        files = [out / "pip-24.2-py3-none-any.whl", out / "six-1.16.0-py2.py3-none-any.whl"]
+        for f in files:
+            f.write_bytes(b"wheel")
+        return files
+
+    monkeypatch.setattr(resolve, "download_wheels", download)
+    monkeypatch.setattr(resolve, "check_wheelhouse", lambda target, packages, constraints: [("six", "1.16.0")])
+    monkeypatch.chdir(tmp_path)
+    return engine
+
+
+BASE = ["--version", "24.09", "--registry", "localhost/standin", "--backend", "python"]
+
+
+def test_build_with_packages_starts_one_full_image_container(engine):
+    result = CliRunner().invoke(cli.app, ["build", *BASE, "--pip", "six", "--no-smoke-test", "--tag", "t/x:1"])
+    assert result.exit_code == 0, result.output
+    assert engine.full_containers_before_build() == 1
+    assert engine.images["t/x:1"] == BUILT
+
+
+def test_render_starts_one_full_image_container(engine, tmp_path):
+    result = CliRunner().invoke(cli.app, ["render", *BASE, "--pip", "six", "-o", str(tmp_path / "ctx")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "ctx" / "Dockerfile").is_file()
+    assert sum(1 for run in engine.runs + engine.starts if run["image"] == FULL) == 1
