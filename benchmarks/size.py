@@ -18,13 +18,15 @@ import argparse
 import base64
 import json
 import sys
+from dataclasses import replace
 from importlib import resources
 
 from composer.catalog import Catalog
 from composer.contents import inspect_full
 from composer.engine import Engine
 from composer.errors import ComposerError
-from composer.pipeline import build_image, plan_from_engine
+from composer.pipeline import build_image
+from composer.resolve import resolve
 from composer.plan import ROOT
 from composer.render import collect_paths
 from composer.spec import CompositionSpec
@@ -92,8 +94,8 @@ def main() -> int:
             spec = CompositionSpec().with_fields({
                 "selection.backends": selection, "images.version": args.version, "images.registry": args.registry,
                 "result.tag": f"triton-composer-bench/tritonserver:{'-'.join(selection)}"})
-            plan, _ = plan_from_engine(engine, spec, catalog)
-            result = build_image(engine, plan, smoke=False, labels=LABEL)
+            plan = replace(resolve(engine, spec, catalog).plan, smoke=None)  # sizes only
+            result = build_image(engine, plan, labels=LABEL)
             bound = lower_bound(plan, contents, collected(engine, plan, cache), min_size)
             overhead = (result.size - bound) / bound * 100
             print(f"{'+'.join(selection):36} {mb(full_size)} {mb(result.size)} {mb(bound)} {overhead:8.1f}%")

@@ -485,7 +485,7 @@ def smoke_test_command(
     as_json: bool = JsonOpt,
 ) -> None:
     """Serve the samples (or your models) from IMAGE and check the answers."""
-    from composer.smoke import SmokeOptions, smoke_test
+    from composer.smoke import image_smoke_plan, smoke_test
 
     out = Printer(as_json)
     problem = check_reference(image_ref) if not is_image_id(image_ref) else None
@@ -496,20 +496,9 @@ def smoke_test_command(
             raise UsageError(f"--backend {printable(name[:200])}: {check_name(name)}")
     engine = _engine()
     info = engine.require_image(image_ref, on_line=out.step)
-    backends = tuple(backend) or tuple(b for b in info.labels.get("org.triton-composer.backends", "").split(",") if b)
-    if not backends:
-        raise UsageError(f"{image_ref} has no composition label: name its backends with --backend")
-    result = CompositionSpec().with_fields(given).result
-    options = SmokeOptions(
-        backends=backends,
-        server_version=info.env.get("TRITON_SERVER_VERSION"),
-        model_repository=result.model_repository,
-        cases_file=result.smoke_cases,
-        samples=result.samples,
-        gpus=result.gpus,
-        strict=result.strict,
-    )
-    report = smoke_test(engine, info.id, options, on_line=out.step)
+    settings = CompositionSpec().with_fields(given).result
+    plan, record = image_smoke_plan(engine, info, image_ref, tuple(backend), settings)
+    report = smoke_test(engine, info.id, plan, on_line=out.step, record=record)
     if not report.passed:
         out.smoke_failure(report, report.log_tail)
         failed = ", ".join(r.subject for r in report.failures())

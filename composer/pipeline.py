@@ -24,7 +24,7 @@ from composer.redaction import redact
 from composer.render import BuildContext, write_context
 from composer.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
 from composer.sizes import SizeReport, measure
-from composer.smoke import SmokeOptions, SmokeReport, smoke_test
+from composer.smoke import SmokeReport, smoke_test
 from composer.spec import CompositionSpec
 
 
@@ -61,18 +61,12 @@ def build_image(
     engine: Engine,
     plan: CompositionPlan,
     *,
-    smoke: bool = True,
-    model_repository: Path | None = None,
-    smoke_cases: Path | None = None,
-    samples: bool = True,
-    gpus: str | int = "auto",
-    strict: bool = False,
     context_dir: Path | None = None,
     labels: dict[str, str] | None = None,
     on_line: LineSink = quiet,
     on_smoke_line: LineSink | None = None,
 ) -> BuildResult:
-    """Build the plan; tag the image only once its smoke test passed.
+    """Build the plan; tag the image only once its smoke test (plan.smoke) passed.
 
     A failed build or smoke test leaves the tag where it was: the new image is built untagged
     and discarded if it does not serve. `labels` mark what the build and smoke test leave on
@@ -110,13 +104,9 @@ def build_image(
         sizes = None
 
     report = None
-    if smoke:
-        options = SmokeOptions(
-            backends=plan.all_backends, server_version=plan.server_version, model_repository=model_repository,
-            cases_file=smoke_cases, samples=samples, gpus=gpus, strict=strict,
-        )
+    if plan.smoke is not None:
         try:
-            report = smoke_test(engine, image_id, options, on_line=on_smoke_line or on_line, labels=labels)
+            report = smoke_test(engine, image_id, plan.smoke, on_line=on_smoke_line or on_line, labels=labels)
         except BaseException:  # Ctrl-C or a lost engine: the untagged new image goes, every tag stays
             engine.discard_untagged(image_id)
             raise
@@ -199,12 +189,6 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
     result = build_image(
         engine,
         plan,
-        smoke=spec.result.smoke_test,
-        model_repository=spec.result.model_repository,
-        smoke_cases=spec.result.smoke_cases,
-        samples=spec.result.samples,
-        gpus=spec.result.gpus,
-        strict=spec.result.strict,
         labels=dict(run.labels or {}),
         on_line=run.on_build_line or run.on_line,
         on_smoke_line=run.on_line,

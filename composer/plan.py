@@ -18,6 +18,7 @@ from composer.catalog import Catalog, Release
 from composer.errors import UsageError
 from composer.packages import public_requirement
 from composer.refs import ImageRef
+from composer.smoke import SmokePlan
 from composer.spec import NAME_PATTERN, CompositionSpec, Packages, source_date_epoch
 
 ROOT = "/opt/tritonserver"
@@ -166,6 +167,7 @@ class CompositionPlan:
     gpu: bool = True  # TRITON_SERVER_GPU_ENABLED: wire the CUDA compat libraries
     pip_command: tuple[str, ...] = ()  # how the packages stage runs pip (the image's, or the wheelhouse's)
     baked_models: Path | None = None  # a model repository on this machine, copied in at MODELS_ROOT
+    smoke: SmokePlan | None = None  # how the built image is smoke-tested (None: --no-smoke-test)
 
     @property
     def all_backends(self) -> tuple[str, ...]:
@@ -334,6 +336,7 @@ def make_plan(
         copy_serve=offer.serve,
         gpu=dict(env).get("TRITON_SERVER_GPU_ENABLED") == "1",
         baked_models=options.bake_models,
+        smoke=SmokePlan.of(all_backends, server_version, spec.result) if spec.result.smoke_test else None,
     )
 
 

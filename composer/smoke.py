@@ -23,7 +23,7 @@ from composer.cases import (
     CASE_FILES, Case, CaseError, by_model, cases_from_text, check_against_config, default_request,
     describe_request, model_folders, read_cases_file, repository_cases, repository_problem,
 )
-from composer.engine import Container, Engine, gpu_request
+from composer.engine import Container, Engine, ImageInfo, gpu_request
 from composer.errors import ComposerError, EngineError, UsageError
 from composer.samples import Sample, samples_for
 from composer.triton_client import TritonHTTP
@@ -97,8 +97,10 @@ class SmokeReport:
 
 
 @dataclass(frozen=True)
-class SmokeOptions:
-    """What to expect of the image, and how long to wait for it."""
+class SmokePlan:
+    """What the smoke test expects of the image and serves from it, and how long it waits. Made
+    with the composition plan (composer.plan), or from an image's record for `smoke-test IMAGE`,
+    so both commands test an image the same way."""
 
     backends: tuple[str, ...]  # the backends that must be (exactly) in the image
     server_version: str | None = None
@@ -125,6 +127,26 @@ class SmokeOptions:
             gpu_request(self.gpus)
         except EngineError:
             raise UsageError(f"gpus {self.gpus!r}: give auto, all, none or a number of GPUs") from None
+
+
+    @classmethod
+    def of(cls, backends, server_version: str | None, settings) -> "SmokePlan":
+        """The smoke plan for these backends with the user's smoke settings (a spec's Result)."""
+        return cls(backends=tuple(backends), server_version=server_version or None,
+                   model_repository=settings.model_repository, cases_file=settings.smoke_cases,
+                   samples=settings.samples, gpus=settings.gpus, strict=settings.strict)
+
+
+def image_smoke_plan(engine: Engine, image: ImageInfo, name: str, backends: tuple[str, ...],
+                     settings) -> tuple[SmokePlan, dict]:
+    """The smoke plan of a built image, from its composition record (and the record itself):
+    the backends it names (unless given) and the server version it states."""
+    record = read_record(engine, image.id, name)
+    backends = backends or tuple(record.get("backends") or ())
+    if not backends:
+        raise UsageError(f"{name} has no composition record: name its backends with --backend")
+    server = record.get("server_version") or image.env.get("TRITON_SERVER_VERSION")
+    return SmokePlan.of(backends, server, settings), record
 
 
 def resolve_gpus(engine: Engine, wanted: str | int) -> tuple[str | int, str]:
@@ -156,17 +178,18 @@ class Served:
 def smoke_test(
     engine: Engine,
     image: str,
-    options: SmokeOptions,
+    options: SmokePlan,
     *,
     on_line: LineSink = quiet,
     labels: dict[str, str] | None = None,
+    record: dict | None = None,
 ) -> SmokeReport:
     """Start the server from `image` on the samples, the user's models and the models baked into
-    it, and check each answer."""
+    it, and check each answer. `record` is the image's composition record when already read."""
     rows: list[SmokeRow] = []
     present = _backends_in(engine, image)
     rows.append(_presence_row(present, set(options.backends)))
-    record = _record(engine, image)
+    record = read_record(engine, image) if record is None else record
     packages = list(record.get("packages") or []) if "python" in present else []
     served = _what_to_serve(engine, image, options, present, record, packages)
     for note in served.notes:
@@ -201,7 +224,7 @@ def smoke_test(
                        gpus=str(gpus), gpus_reason=why, strict=options.strict)
 
 
-def _what_to_serve(engine: Engine, image: str, options: SmokeOptions, present: set[str], record: dict,
+def _what_to_serve(engine: Engine, image: str, options: SmokePlan, present: set[str], record: dict,
                    packages: list[dict]) -> Served:
     """The repositories to serve: the image's baked models as they are, the user's models and the
     samples copied in. A sample whose name a user's model takes is left out (with a note)."""
@@ -547,16 +570,20 @@ def _package_rows(packages: list[dict], index: dict) -> list[SmokeRow]:
     return rows
 
 
-def _record(engine: Engine, image: str) -> dict:
-    """The composition record of `image` (empty for an image the composer did not make)."""
+def read_record(engine: Engine, image: str, name: str | None = None) -> dict:
+    """The composition record of `image`: empty for an image the composer did not make (no
+    record file), an error naming the image when the file is there but not a record."""
     result = engine.run_once(image, ["cat", RECORD], entrypoint=[])
     if result.exit_code != 0:
         return {}
     try:
         record = json.loads(result.output)
     except ValueError:
-        return {}
-    return record if isinstance(record, dict) else {}
+        record = None
+    if not isinstance(record, dict):
+        raise ComposerError(f"{name or image}: its composition record {RECORD} is not a JSON object; "
+                            "rebuild the image with composer build")
+    return record
 
 
 def _presence_row(present: set[str], expected: set[str]) -> SmokeRow:

@@ -136,9 +136,10 @@ def test_engine_down_is_one_line(tmp_path):
 
 def test_smoke_test_command_on_user_models(engine, standin_images, test_tag, tmp_path):
     plan = resolve(
-        engine, spec(backends=("python",), version="24.09", registry=REGISTRY, tag=test_tag), Catalog.load()
+        engine, spec(backends=("python",), version="24.09", registry=REGISTRY, tag=test_tag, smoke_test=False),
+        Catalog.load(),
     ).plan
-    build_image(engine, plan, smoke=False, labels=TEST_LABEL)
+    build_image(engine, plan, labels=TEST_LABEL)
     repo = tmp_path / "models"
     model = repo / "broken" / "1"
     model.mkdir(parents=True)

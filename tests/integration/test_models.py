@@ -14,13 +14,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from dataclasses import replace
 
 from composer.catalog import Catalog
 from composer.errors import SmokeTestFailed
 from composer.pipeline import build_image
 from composer.resolve import resolve
 from composer.samples import models_dir
-from composer.smoke import SmokeOptions
+from composer.smoke import SmokePlan
 from composer.triton_client import TensorData, TritonHTTP
 from tests.conftest import TEST_LABEL
 from tests.specs import spec
@@ -146,9 +147,9 @@ def baked(engine, standin_images, tmp_path_factory):
                      "    expected: [{name: OUTPUT0, datatype: FP32, shape: [4], data: [5, 5, 5, 5]}]\n")
     tag = f"triton-composer-test/tritonserver:models-{uuid.uuid4().hex[:10]}"
     plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=REGISTRY, tag=tag,
-                   bake_models=repo), Catalog.load()).plan
+                   bake_models=repo, smoke_cases=cases), Catalog.load()).plan
     try:
-        result = build_image(engine, plan, smoke_cases=cases, labels=TEST_LABEL)
+        result = build_image(engine, plan, labels=TEST_LABEL)
         yield {"result": result, "tag": tag, "repo": repo, "root": root, "cases": cases, "plan": plan}
     finally:
         engine.remove_image(tag, force=True)
@@ -204,9 +205,9 @@ def test_a_model_change_rebuilds_only_the_models_layer(engine, baked):
     (repo / "bls_ts" / "1" / "model.py").write_text(BLS_MODEL + "# changed\n")
     tag = f"triton-composer-test/tritonserver:models-{uuid.uuid4().hex[:10]}"
     plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=REGISTRY, tag=tag,
-                   bake_models=repo), Catalog.load()).plan
+                   bake_models=repo, smoke_test=False), Catalog.load()).plan
     try:
-        changed = build_image(engine, plan, smoke=False, labels=TEST_LABEL)
+        changed = build_image(engine, plan, labels=TEST_LABEL)
         before = engine.image(baked["tag"]).layers
         after = engine.image(changed.image_id).layers
         assert len(before) == len(after) and before[:-1] == after[:-1] and before[-1] != after[-1]
@@ -219,7 +220,8 @@ def test_wrong_answers_and_a_broken_config_fail_without_moving_the_tag(engine, b
     before = engine.image(baked["tag"]).id
     started = time.monotonic()
     with pytest.raises(SmokeTestFailed) as failure:
-        build_image(engine, baked["plan"], model_repository=bad, labels=TEST_LABEL)
+        plan = baked["plan"]
+        build_image(engine, replace(plan, smoke=replace(plan.smoke, model_repository=bad)), labels=TEST_LABEL)
     waited = time.monotonic() - started
     assert engine.image(baked["tag"]).id == before  # the tag did not move
     rows = {r.model: r for r in failure.value.report.rows if r.subject == "model"}
@@ -229,4 +231,4 @@ def test_wrong_answers_and_a_broken_config_fail_without_moving_the_tag(engine, b
         "not loaded: failed to read text proto from /composer-smoke/models/broken/config.pbtxt")
     assert rows["scaled_ts"].status == "PASS"  # the baked models are still served and right
     assert "wrong" in failure.value.message and "broken" in failure.value.message
-    assert waited < SmokeOptions(backends=()).timeout / 2  # the server said so: no wait for the deadline
+    assert waited < SmokePlan(backends=()).timeout / 2  # the server said so: no wait for the deadline

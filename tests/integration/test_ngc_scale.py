@@ -16,7 +16,7 @@ import pytest
 from composer.catalog import Catalog
 from composer.pipeline import build_image
 from composer.resolve import resolve
-from composer.smoke import SmokeOptions, smoke_test
+from composer.smoke import SmokePlan, smoke_test
 from composer.standin import ngc
 from tests.conftest import TEST_LABEL
 from tests.specs import spec
@@ -103,10 +103,10 @@ def composed(engine, ngc_standins, tmp_path_factory):
     root = tmp_path_factory.mktemp("ngc-scale")
     repo, cases = _repository(root), _cases(root)
     tag = f"triton-composer-test/tritonserver:ngc-{uuid.uuid4().hex[:10]}"
-    plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY, tag=tag),
-                   Catalog.load()).plan
+    plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY, tag=tag,
+                                model_repository=repo, smoke_cases=cases), Catalog.load()).plan
     try:
-        result = build_image(engine, plan, model_repository=repo, smoke_cases=cases, labels=TEST_LABEL)
+        result = build_image(engine, plan, labels=TEST_LABEL)
         yield {"result": result, "tag": tag, "repo": repo, "cases": cases}
     finally:
         engine.remove_image(tag, force=True)
@@ -136,7 +136,7 @@ def test_the_tensorrt_sample_is_a_skip_with_the_backends_reason(composed):
 
 
 def test_under_strict_the_tensorrt_skip_is_a_failure(engine, composed):
-    report = smoke_test(engine, composed["tag"], SmokeOptions(backends=BACKENDS, strict=True), labels=TEST_LABEL)
+    report = smoke_test(engine, composed["tag"], SmokePlan(backends=BACKENDS, strict=True), labels=TEST_LABEL)
     failed = {r.model: r.detail for r in report.failures()}
     assert set(failed) == {"tensorrt_plan"} and failed["tensorrt_plan"].startswith("strict: needs a GPU"), failed
 

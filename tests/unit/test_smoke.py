@@ -6,7 +6,7 @@ import pytest
 
 from composer import smoke
 from composer.engine import RunResult
-from composer.smoke import SmokeOptions, smoke_test
+from composer.smoke import SmokePlan, smoke_test
 from composer.errors import EngineError, UsageError
 from composer.triton_client import TensorData
 from tests.unit.fake_engine import FakeEngine
@@ -60,7 +60,7 @@ def add_sub_answer(correct=True):
 def test_tensorrt_is_skipped_with_the_next_step(client):
     client.answers = {"add_sub": add_sub_answer()}
     engine = serving(["python", "tensorrt"])
-    report = smoke_test(engine, "img", SmokeOptions(backends=("python", "tensorrt"), server_version="2.50.0"))
+    report = smoke_test(engine, "img", SmokePlan(backends=("python", "tensorrt"), server_version="2.50.0"))
     rows = {r.subject: r for r in report.rows}
     assert report.passed
     assert rows["tensorrt"].status == "SKIP" and "--model-repository" in rows["tensorrt"].detail
@@ -72,7 +72,7 @@ def test_tensorrt_is_skipped_with_the_next_step(client):
 
 def test_wrong_answer_fails_and_keeps_the_log(client):
     client.answers = {"add_sub": add_sub_answer(correct=False)}
-    report = smoke_test(serving(["python"]), "img", SmokeOptions(backends=("python",)))
+    report = smoke_test(serving(["python"]), "img", SmokePlan(backends=("python",)))
     assert not report.passed
     assert [r.subject for r in report.failures()] == ["python"]
     assert report.log_tail == "server log line"
@@ -80,14 +80,14 @@ def test_wrong_answer_fails_and_keeps_the_log(client):
 
 def test_unselected_backend_present_fails(client):
     client.answers = {"add_sub": add_sub_answer()}
-    report = smoke_test(serving(["python", "pytorch"]), "img", SmokeOptions(backends=("python",)))
+    report = smoke_test(serving(["python", "pytorch"]), "img", SmokePlan(backends=("python",)))
     presence = next(r for r in report.rows if r.subject == "backends")
     assert presence.status == "FAIL" and "pytorch" in presence.detail
 
 
 def test_wrong_server_version_fails(client):
     client.answers = {"add_sub": add_sub_answer()}
-    report = smoke_test(serving(["python"]), "img", SmokeOptions(backends=("python",), server_version="2.49.0"))
+    report = smoke_test(serving(["python"]), "img", SmokePlan(backends=("python",), server_version="2.49.0"))
     assert any(r.subject == "server" and r.status == "FAIL" for r in report.rows)
 
 
@@ -99,7 +99,7 @@ def test_container_removed_on_interrupt(client, monkeypatch):
 
     monkeypatch.setattr(smoke, "_check_server", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        smoke_test(engine, "img", SmokeOptions(backends=("python",)))
+        smoke_test(engine, "img", SmokePlan(backends=("python",)))
     assert engine.removed == ["container-1"] and not engine.running
 
 
@@ -125,7 +125,7 @@ def metrics(monkeypatch):
 def test_auto_asks_for_all_gpus_where_the_engine_offers_the_nvidia_runtime(client, metrics):
     client.answers = {"add_sub": add_sub_answer()}
     engine = serving(["python"], offered_runtimes=frozenset({"runc", "nvidia"}))
-    report = smoke_test(engine, "img", SmokeOptions(backends=("python",)))
+    report = smoke_test(engine, "img", SmokePlan(backends=("python",)))
     start = engine.starts[0]
     assert start["gpus"] == "all" and start["ports"] == [8000, 8002]
     assert "--allow-gpu-metrics=true" in start["command"] and "--allow-metrics=false" not in start["command"]
@@ -140,7 +140,7 @@ def test_auto_asks_for_all_gpus_where_the_engine_offers_the_nvidia_runtime(clien
 def test_auto_asks_for_none_without_the_nvidia_runtime(client, metrics):
     client.answers = {"add_sub": add_sub_answer()}
     engine = serving(["python"])
-    report = smoke_test(engine, "img", SmokeOptions(backends=("python",)))
+    report = smoke_test(engine, "img", SmokePlan(backends=("python",)))
     start = engine.starts[0]
     assert start["gpus"] == "none" and start["ports"] == [8000]
     assert "--allow-metrics=false" in start["command"]
@@ -152,7 +152,7 @@ def test_gpus_without_gpu_metrics_fail_loudly(client, metrics):
     client.answers = {"add_sub": add_sub_answer()}
     metrics["text"] = "nv_inference_count{model=\"add_sub\"} 0\n"
     engine = serving(["python"], offered_runtimes=frozenset({"nvidia"}))
-    report = smoke_test(engine, "img", SmokeOptions(backends=("python",)))
+    report = smoke_test(engine, "img", SmokePlan(backends=("python",)))
     assert not report.passed
     assert [r.subject for r in report.failures()] == ["metrics"]
     assert "DCGM did not start" in report.failures()[0].detail and report.log_tail == "server log line"
@@ -162,14 +162,14 @@ def test_gpus_without_gpu_metrics_fail_loudly(client, metrics):
 def test_explicit_gpus_override_auto(client, metrics, wanted, asked):
     client.answers = {"add_sub": add_sub_answer()}
     engine = serving(["python"], offered_runtimes=frozenset({"nvidia"}))
-    report = smoke_test(engine, "img", SmokeOptions(backends=("python",), gpus=wanted))
+    report = smoke_test(engine, "img", SmokePlan(backends=("python",), gpus=wanted))
     assert engine.starts[0]["gpus"] == asked and report.gpus == str(asked) and report.gpus_reason == "as asked"
 
 
 @pytest.mark.parametrize("bad", ["some", -1, "-2", 1.5, True])
 def test_bad_gpus_refused_before_any_work(bad):
     with pytest.raises(UsageError, match="give auto, all, none or a number of GPUs"):
-        SmokeOptions(backends=("python",), gpus=bad)
+        SmokePlan(backends=("python",), gpus=bad)
 
 
 def test_engine_refuses_a_bad_gpu_request():
@@ -180,7 +180,7 @@ def test_engine_refuses_a_bad_gpu_request():
 def test_strict_turns_every_skip_into_a_failure(client):
     client.answers = {"add_sub": add_sub_answer()}
     engine = serving(["python", "tensorrt"])
-    report = smoke_test(engine, "img", SmokeOptions(backends=("python", "tensorrt"), strict=True))
+    report = smoke_test(engine, "img", SmokePlan(backends=("python", "tensorrt"), strict=True))
     assert not report.passed and report.strict
     assert [(r.subject, r.status) for r in report.failures()] == [("tensorrt", "FAIL")]
     assert report.failures()[0].detail.startswith("strict: ")
@@ -189,7 +189,7 @@ def test_strict_turns_every_skip_into_a_failure(client):
 
 def test_skip_stays_skipped_never_passed(client):
     client.answers = {"add_sub": add_sub_answer()}
-    report = smoke_test(serving(["python", "tensorrt"]), "img", SmokeOptions(backends=("python", "tensorrt")))
+    report = smoke_test(serving(["python", "tensorrt"]), "img", SmokePlan(backends=("python", "tensorrt")))
     record = report.to_dict()
     assert record["passed"] and record["counts"] == {"passed": 3, "failed": 0, "skipped": 1}
     assert [r["status"] for r in record["rows"] if r["subject"] == "tensorrt"] == ["SKIP"]
@@ -197,7 +197,7 @@ def test_skip_stays_skipped_never_passed(client):
 
 def test_each_model_says_its_device(client):
     client.answers = {"add_sub": add_sub_answer()}
-    report = smoke_test(serving(["python"]), "img", SmokeOptions(backends=("python",)))
+    report = smoke_test(serving(["python"]), "img", SmokePlan(backends=("python",)))
     row = next(r for r in report.rows if r.model == "add_sub")
     assert row.device == "CPU" and row.detail.endswith("(CPU)")
     assert report.to_dict()["rows"][-1]["device"] == "CPU"
@@ -213,9 +213,45 @@ class GpuSampleClient(FakeClient):
 
 def test_a_gpu_sample_that_cannot_load_without_a_gpu_is_a_skip_with_the_reason(monkeypatch):
     monkeypatch.setattr(smoke, "TritonHTTP", GpuSampleClient)
-    report = smoke_test(serving(["tensorrt"]), "img", SmokeOptions(backends=("tensorrt",), gpus="none"))
+    report = smoke_test(serving(["tensorrt"]), "img", SmokePlan(backends=("tensorrt",), gpus="none"))
     row = next(r for r in report.rows if r.model == "tensorrt_plan")
     assert report.passed and row.status == "SKIP"
     assert row.detail.startswith("needs a GPU") and "no GPU available" in row.detail
-    strict = smoke_test(serving(["tensorrt"]), "img", SmokeOptions(backends=("tensorrt",), gpus="none", strict=True))
+    strict = smoke_test(serving(["tensorrt"]), "img", SmokePlan(backends=("tensorrt",), gpus="none", strict=True))
     assert not strict.passed and next(r for r in strict.rows if r.model == "tensorrt_plan").status == "FAIL"
+
+
+# -- the smoke plan of a built image, from its composition record --------------------------
+
+
+def _recorded(output: str, exit_code: int = 0) -> FakeEngine:
+    return FakeEngine(answer=lambda image, command: RunResult(exit_code, output))
+
+
+def _image(env=None):
+    from composer.engine import ImageInfo
+
+    return ImageInfo(id="sha256:" + "a" * 64, ref="team/t:1", tags=("team/t:1",), repo_digests=(), env=env or {},
+                     labels={}, size=0)
+
+
+def test_smoke_test_image_reads_the_plan_from_the_record():
+    from composer.spec import Result
+
+    engine = _recorded('{"backends": ["onnxruntime", "python"], "server_version": "2.50.0"}')
+    plan, record = smoke.image_smoke_plan(engine, _image(), "team/t:1", (), Result(strict=True))
+    assert plan == SmokePlan.of(("onnxruntime", "python"), "2.50.0", Result(strict=True))
+    assert record["server_version"] == "2.50.0"
+    given, _ = smoke.image_smoke_plan(engine, _image(), "team/t:1", ("python",), Result())
+    assert given.backends == ("python",)
+
+
+def test_a_corrupt_record_is_an_error_naming_the_image():
+    from composer.errors import ComposerError
+    from composer.spec import Result
+
+    for output in ("{not json", '["a list"]'):
+        with pytest.raises(ComposerError, match=r"^team/t:1: its composition record .* is not a JSON object"):
+            smoke.image_smoke_plan(_recorded(output), _image(), "team/t:1", (), Result())
+    with pytest.raises(UsageError, match="team/t:1 has no composition record: name its backends with --backend"):
+        smoke.image_smoke_plan(_recorded("", exit_code=1), _image(), "team/t:1", (), Result())

@@ -13,7 +13,7 @@ import pytest
 from composer import smoke
 from composer.engine import RunResult
 from composer.errors import UsageError
-from composer.smoke import SmokeOptions, server_reasons, smoke_test
+from composer.smoke import SmokePlan, server_reasons, smoke_test
 from composer.triton_client import InferenceError, TensorData
 from tests.unit.fake_engine import FakeEngine
 
@@ -114,7 +114,7 @@ def no_sleep(monkeypatch):
 
 def run(monkeypatch, server, engine, **options):
     monkeypatch.setattr(smoke, "TritonHTTP", server)
-    return smoke_test(engine, "img", SmokeOptions(backends=("pytorch",), **options))
+    return smoke_test(engine, "img", SmokePlan(backends=("pytorch",), **options))
 
 
 def rows_of(report, model):
