@@ -130,34 +130,3 @@ def test_inspect_full_garbage_and_unknown_image():
         inspect_full(probing(RunResult(1, "Traceback...\nboom\n")), "ref")
     with pytest.raises(ImageNotFound):
         inspect_full(probing(RunResult(0, ""), known=False), "ref")
-
-
-# -- against the stand-in images, when the engine has them ------------------------
-
-STANDIN_FULL = "localhost/standin/tritonserver:24.09-py3"
-STANDIN_MIN = "localhost/standin/tritonserver:24.09-py3-min"
-
-
-@pytest.fixture(scope="module")
-def standin_engine():
-    from composer.engine import Engine
-
-    try:
-        engine = Engine.connect(timeout=60)
-    except ComposerError:
-        pytest.skip("no Docker engine")
-    if engine.image(STANDIN_FULL) is None or engine.image(STANDIN_MIN) is None:
-        pytest.skip("stand-in images are not built (composer standin)")
-    return engine
-
-
-@pytest.mark.integration
-def test_standin_full(standin_engine):
-    c = inspect_full(standin_engine, STANDIN_FULL)
-    assert c.stub_python == "3.11" and c.python_matches_stub
-    assert {"identity", "onnxruntime", "python", "pytorch"} <= set(c.names("backend"))
-    assert "local" in c.names("cache")
-    assert c.python.numpy_version and c.python.numpy_version.startswith("1.")
-    assert any(p.endswith("/numpy") for p in c.python.numpy_paths)
-    assert "libpython3.11.so.1.0" in {n.soname for n in c.python.needs}
-    assert not c.component("backend", "python").missing

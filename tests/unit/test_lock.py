@@ -104,7 +104,9 @@ def test_shipped_presets_are_not_locked_in_place():
 
 def test_current_digests_pass(set_file):
     lock = write_lock(set_file, IMAGES)
-    check_current(lock, {"full": D1, "min": D2, "backend:pytorch": ID})
+    current = {"full": D1, "min": D2, "backend:pytorch": ID}
+    assert {image.role: image.digest for image in lock.images} == current  # what is compared
+    assert check_current(lock, current) is None  # every image is where it was locked: no error
 
 
 def test_moved_tag(set_file):

@@ -20,13 +20,15 @@ CASES = [(release, name) for release in RELEASES for name in SELECTIONS] + [("24
 @pytest.mark.parametrize("release, name", CASES)
 def test_golden_dockerfiles(ngc_plan, release, name):
     """Rendering is pinned: a change to the template shows up as a diff of these files.
-    Regenerate with UPDATE_GOLDEN=1 after reviewing the change."""
+    Regenerate with COMPOSER_UPDATE_GOLDEN=1: the run then rewrites the files and fails, so a
+    normal run never passes by writing its own golden file; review the diff, then rerun."""
     selection = SELECTIONS[name.removesuffix("-baked")]
     options = {"bake_models": Path("/srv/models")} if name.endswith("-baked") else {}
     text = render_dockerfile(ngc_plan(*selection, release=release, **options))
     golden = GOLDEN / f"ngc-{release}-{name}.Dockerfile"
-    if os.environ.get("UPDATE_GOLDEN"):
+    if os.environ.get("COMPOSER_UPDATE_GOLDEN") == "1":
         golden.write_text(text)
+        pytest.fail(f"rewrote {golden.name} (COMPOSER_UPDATE_GOLDEN=1): review the diff, then rerun without it")
     assert text == golden.read_text()
 
 
