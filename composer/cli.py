@@ -36,7 +36,7 @@ from composer.spec import (
     BACKENDS,
     BUILD,
     BUNDLE,
-    DEFAULT_REGISTRY,
+    MIRROR,
     RENDER,
     SMOKE,
     WHEELS,
@@ -47,7 +47,6 @@ from composer.spec import (
     RequirementFiles,
     check,
     check_environment,
-    check_name,
     check_reference,
     flags_for,
     given_on_command_line,
@@ -128,7 +127,7 @@ def _engine():
 
 def _typer_parameter(option: Option) -> inspect.Parameter:
     """The typer parameter of one declared flag (repeatable kinds become lists)."""
-    names = [option.flag] + ([option.short] if option.short else [])
+    names = [option.flag, *option.aliases] + ([option.short] if option.short else [])
     kind = option.kind
     if isinstance(kind, Flag):
         annotation, default = bool, False
@@ -170,7 +169,7 @@ RegistryAuthOpt = typer.Option(
 )
 
 
-def _specs(command: str, set_files: list[str], given: dict[str, Any], catalog: Catalog) -> list[CompositionSpec]:
+def _specs(command: str, set_files: list[str], given: dict[str, Any]) -> list[CompositionSpec]:
     """The specs of a run: one per set (flags in place of the set's values), or the flags alone.
 
     Everything is checked here, before any work starts.
@@ -185,15 +184,13 @@ def _specs(command: str, set_files: list[str], given: dict[str, Any], catalog: C
         specs = [CompositionSpec().with_fields(given)]
     for spec in specs:
         check(spec, command)
-        if spec.images.version:
-            catalog.release(spec.images.version)
     return specs
 
 
-def _one_spec(command: str, set_files: list[str], given: dict[str, Any], catalog: Catalog) -> CompositionSpec:
+def _one_spec(command: str, set_files: list[str], given: dict[str, Any]) -> CompositionSpec:
     if len(set_files) > 1:
         raise UsageError(f"composer {command} takes one --set")
-    return _specs(command, set_files, given, catalog)[0]
+    return _specs(command, set_files, given)[0]
 
 
 # -- commands -------------------------------------------------------------------
@@ -232,14 +229,11 @@ def build(
                              "--no-smoke-test, --model-repository, --smoke-cases, --no-samples, --junit or --json "
                              "with it")
     else:
-        specs = _specs(BUILD, set_files, given, catalog)
-        if locked and not set_files:
-            raise UsageError("--locked needs a backend set (--set FILE) with a lock file beside it")
+        specs = _specs(BUILD, set_files, given)
         if locked:
-            from composer.lock import read_lock
+            from composer.lock import check_locked
 
-            for spec in specs:  # a missing or stale lock is bad input, refused before the engine
-                read_lock(spec.source)
+            check_locked(specs)
     auth = load_auth(registry_auth)
     read = None
     if bundle is not None:
@@ -333,7 +327,7 @@ def lock(
 
     out = Printer(as_json)
     catalog = Catalog.load()
-    specs = _specs(BUILD, set_files, {}, catalog)
+    specs = _specs(BUILD, set_files, {})
     for spec in specs:
         check_lock_output(spec.source)
     auth = load_auth(registry_auth)
@@ -349,16 +343,13 @@ def lock(
 
 @app.command()
 @reports_errors
+@spec_options(MIRROR)
 def mirror(
-    version: str = typer.Option(..., "--version", "-v", help="Release to mirror, YY.MM."),
+    given: dict,
     to: str = typer.Option(..., "--to", help="Registry prefix to copy into, e.g. harbor.example/nvidia."),
-    source: str = typer.Option(DEFAULT_REGISTRY, "--registry", "--from", help="Registry prefix to copy from."),
     registry_auth: Optional[str] = RegistryAuthOpt,
     source_auth: Optional[str] = typer.Option(
         None, "--source-auth", help="Credentials for --registry: file:PATH or env:NAME (user:password)."
-    ),
-    registry_ca: Optional[Path] = typer.Option(
-        None, "--registry-ca", help="CA certificate of the registries (beyond /etc/docker/certs.d)."
     ),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -368,18 +359,16 @@ def mirror(
     from composer.refs import check_registry_prefix
 
     out = Printer(as_json)
-    release = Catalog.load().release(version)
+    images = CompositionSpec().with_fields(given).images
+    if images.version is None:
+        raise UsageError("--version is required: the release to mirror, YY.MM (e.g. 24.09)")
+    release = Catalog.load().release(images.version)
     check_registry_prefix(to, "--to")
-    check_registry_prefix(source, "--registry")
-    if registry_ca is not None:  # the same kind as the composition option --registry-ca
-        try:
-            registry_ca = LocalPath("file").read(registry_ca, Path.cwd())
-        except Invalid as problem:
-            raise UsageError(f"--registry-ca {printable(str(registry_ca))}: {problem}") from None
+    source, registry_ca = images.registry, images.registry_ca
     auth, src_auth = load_auth(registry_auth), load_auth(source_auth)
     engine = _engine()
     result = mirror_release(engine, release, source=source, dest=to, auth=auth, source_auth=src_auth,
-                            registry_ca=registry_ca.resolve() if registry_ca else None, on_line=out.step)
+                            registry_ca=registry_ca, on_line=out.step)
     out.result(
         result.to_dict(),
         "\n".join(f"{'moved' if i.moved else 'present'}  {i.dest}@{i.digest}" for i in result.images),
@@ -403,7 +392,7 @@ def bundle(
 
     out = Printer(as_json)
     catalog = Catalog.load()
-    spec = _one_spec(BUNDLE, set_files, given, catalog)
+    spec = _one_spec(BUNDLE, set_files, given)
     output = check_bundle_output(output)
     check_environment(os.environ)
     engine = _engine()
@@ -435,7 +424,7 @@ def render(
 
     out = Printer(as_json)
     catalog = Catalog.load()
-    spec = _one_spec(RENDER, set_files, given, catalog)
+    spec = _one_spec(RENDER, set_files, given)
     check_output(output)  # before any work
     check_environment(os.environ)
     with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
@@ -479,9 +468,6 @@ def _render(out: Printer, spec: CompositionSpec, catalog: Catalog, output: Path,
 def smoke_test_command(
     given: dict,
     image_ref: str = typer.Argument(..., metavar="IMAGE", help="The image to smoke-test."),
-    backend: List[str] = typer.Option(
-        [], "--backend", "-b", help="Backends the image must hold (default: those its composition record names)."
-    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Serve the samples (or your models) from IMAGE and check the answers."""
@@ -491,13 +477,10 @@ def smoke_test_command(
     problem = check_reference(image_ref) if not is_image_id(image_ref) else None
     if problem:
         raise UsageError(f"IMAGE {printable(image_ref[:200])}: {problem}")
-    for name in backend:
-        if check_name(name):
-            raise UsageError(f"--backend {printable(name[:200])}: {check_name(name)}")
     engine = _engine()
     info = engine.require_image(image_ref, on_line=out.step)
-    settings = CompositionSpec().with_fields(given).result
-    plan, record = image_smoke_plan(engine, info, image_ref, tuple(backend), settings)
+    spec = CompositionSpec().with_fields(given)
+    plan, record = image_smoke_plan(engine, info, image_ref, spec.selection.backends, spec.result)
     report = smoke_test(engine, info.id, plan, on_line=out.step, record=record)
     if not report.passed:
         out.smoke_failure(report, report.log_tail)
@@ -516,8 +499,6 @@ def backends(given: dict, as_json: bool = JsonOpt) -> None:
     out = Printer(as_json)
     catalog = Catalog.load()
     spec = check(CompositionSpec().with_fields(given), BACKENDS)
-    if spec.images.version:
-        catalog.release(spec.images.version)
     engine = _engine()
     targets = resolve_targets(spec, catalog, engine)
     require_full(engine, targets, out.step)
@@ -554,7 +535,7 @@ def wheels(
     catalog = Catalog.load()
     if not set_files and "selection.backends" not in given:
         given = {**given, "selection.backends": ("python",)}
-    spec = _one_spec(WHEELS, set_files, given, catalog)
+    spec = _one_spec(WHEELS, set_files, given)
     if not spec.packages:
         raise UsageError("name the packages with --pip SPEC or --requirements FILE")
     check_wheelhouse_output(output)

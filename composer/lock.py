@@ -319,12 +319,20 @@ def lock_spec(engine: "Engine", spec, targets, on_line: LineSink = quiet, *,
     return lock_images(engine, spec.source, targets.roles(), registries or _registries(engine), on_line)
 
 
+def check_locked(specs) -> None:
+    """--locked's one rule, before any work: every spec comes from a set whose lock file is
+    beside it and still matches the set (a missing or stale lock is bad input)."""
+    for spec in specs:
+        if spec.source is None:
+            raise UsageError("--locked needs a backend set (--set FILE) with a lock file beside it")
+        read_lock(spec.source)
+
+
 def verify_lock(engine: "Engine", spec, targets, on_line: LineSink = quiet, *,
                 registries: "Registries | None" = None):
     """Refuse to build if a base image tag has moved since the lock was written; else the targets
-    pinned to the locked digests (so a stale local copy is never used)."""
-    if spec.source is None:
-        raise UsageError("--locked needs a backend set (--set FILE) with a lock file beside it")
+    pinned to the locked digests (so a stale local copy is never used). `spec` passed
+    check_locked."""
     pinned = check_lock(engine, spec.source, targets.roles(), registries or _registries(engine), on_line)
     return targets.pinned(pinned)
 

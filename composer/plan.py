@@ -273,9 +273,6 @@ def make_plan(
     backends = _validated("backend", options.backends, offer, exclude=custom_names)
     repoagents = _validated("repoagent", options.repoagents, offer)
     caches = _validated("cache", options.caches, offer)
-    if not backends and not custom:
-        offered = ", ".join(offer.components.get("backend", ())) or "none"
-        raise UsageError(f"select at least one backend with --backend NAME (offered by {offer.source}: {offered})")
 
     notes: list[str] = list(notes)
     for other in foreign:
@@ -353,8 +350,6 @@ def _pip_command(packages: Packages, offer: Offer, full_ref: str) -> tuple[str, 
             "python packages are installed from a wheelhouse: give --wheelhouse DIR (composer wheels -o DIR "
             "fills one), or let composer build or render fetch them with an engine at hand"
         )
-    if not packages.wheelhouse.is_dir():
-        raise UsageError(f"--wheelhouse {packages.wheelhouse}: no such folder")
     pips = sorted(packages.wheelhouse.glob("pip-*.whl"))
     if pips:
         return ("python3", f"/composer/packages/wheelhouse/{pips[-1].name}/pip")

@@ -136,13 +136,21 @@ def check_tag(text: str, what: str = "tag") -> str:
     return text
 
 
-def check_registry_prefix(text: str, what: str = "--registry") -> str:
-    """A registry prefix images are named under (harbor.example/nvidia, localhost/standin,
-    127.0.0.1:5000); returned without a trailing slash."""
+def prefix_problem(text: str) -> str | None:
+    """The one rule of a registry prefix images are named under (harbor.example/nvidia,
+    localhost/standin, 127.0.0.1:5000), for every flag and set key that takes one."""
     prefix = text.removesuffix("/") if isinstance(text, str) else text
     if not isinstance(prefix, str) or not prefix or "@" in prefix or _invalid(f"{prefix}/x") is not None:
-        raise UsageError(f"{what} {_show(text)} is not a valid registry prefix: expected {PREFIX_SHAPE}")
-    return prefix
+        return f"not a valid registry prefix: expected {PREFIX_SHAPE}"
+    return None
+
+
+def check_registry_prefix(text: str, what: str = "--registry") -> str:
+    """The prefix without a trailing slash; a UsageError naming `what` if it is not one."""
+    problem = prefix_problem(text)
+    if problem:
+        raise UsageError(f"{what} {_show(text)}: {problem}")
+    return text.removesuffix("/")
 
 
 def reference_problem(text: str) -> str | None:

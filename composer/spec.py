@@ -21,7 +21,7 @@ from composer.catalog import RELEASE_PATTERN
 from composer.errors import Invalid, UsageError
 from composer.files import path_problem, printable, read_text, tree_problem
 from composer.redaction import redact_url
-from composer.refs import PREFIX_SHAPE, SHAPE, reference_problem
+from composer.refs import SHAPE, prefix_problem, reference_problem
 
 DEFAULT_REGISTRY = "nvcr.io/nvidia"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -375,10 +375,7 @@ def check_tag_reference(value: str) -> str | None:
 
 
 def check_prefix(value: str) -> str | None:
-    prefix = value.rstrip("/")
-    if not prefix or "@" in prefix or reference_problem(f"{prefix}/x"):
-        return f"not a valid registry prefix: expected {PREFIX_SHAPE}"
-    return None
+    return prefix_problem(value)
 
 
 def check_requirement(value: str) -> str | None:
@@ -503,7 +500,8 @@ def read_requirement_file(path: Path) -> list[str]:
 
 # -- the declarations -------------------------------------------------------------
 
-BUILD, RENDER, BUNDLE, WHEELS, BACKENDS, SMOKE = "build", "render", "bundle", "wheels", "backends", "smoke-test"
+BUILD, RENDER, BUNDLE, WHEELS, BACKENDS, SMOKE, MIRROR = (
+    "build", "render", "bundle", "wheels", "backends", "smoke-test", "mirror")
 COMPOSING = (BUILD, RENDER, BUNDLE)
 
 
@@ -518,6 +516,7 @@ class Option:
     help: str
     short: str | None = None
     commands: tuple[str, ...] = COMPOSING
+    aliases: tuple[str, ...] = ()  # other long names of the flag (mirror's --from for --registry)
     envvar: str | None = None
     portable: bool = True  # carried in a bundle manifest (secrets and host paths are not)
     # For one flag that feeds two fields (--image full=REF / min=REF): the NAME this field takes.
@@ -536,20 +535,21 @@ _TAG_REF = Text(check_tag_reference, "an image reference")
 OPTIONS: tuple[Option, ...] = (
     # images
     Option("images.version", "--version", "version", Text(check_release, "a release YY.MM"),
-           "Triton release, YY.MM (e.g. 24.09).", short="-v", commands=COMPOSING + (WHEELS, BACKENDS)),
+           "Triton release, YY.MM (e.g. 24.09).", short="-v", commands=COMPOSING + (WHEELS, BACKENDS, MIRROR)),
     Option("images.registry", "--registry", "registry", Text(check_prefix, "a registry prefix"),
            f"Registry prefix holding tritonserver images: a mirror, or localhost/standin (default {DEFAULT_REGISTRY}).",
-           commands=COMPOSING + (WHEELS, BACKENDS)),
+           commands=COMPOSING + (WHEELS, BACKENDS, MIRROR), aliases=("--from",)),
     Option("images.full", "--image", "images.full", _REF, "Name a base image outright: full=REF or min=REF.",
            commands=COMPOSING + (WHEELS, BACKENDS), flag_key="full"),
     Option("images.min", "--image", "images.min", _REF, "Name a base image outright: full=REF or min=REF.",
            commands=COMPOSING + (WHEELS, BACKENDS), flag_key="min"),
     Option("images.registry_ca", "--registry-ca", "registry_ca", LocalPath("file"),
            "CA certificate for registries with their own CA (beyond /etc/docker/certs.d), used by the composer's "
-           "registry client.", commands=(BUILD, BUNDLE), portable=False),
+           "registry client.", commands=(BUILD, BUNDLE, MIRROR), portable=False),
     # selection
-    Option("selection.backends", "--backend", "backends", _NAMES, "A backend to include (repeatable).",
-           short="-b", commands=COMPOSING + (WHEELS,)),
+    Option("selection.backends", "--backend", "backends", _NAMES,
+           "A backend to include (repeatable); smoke-test: a backend the image must hold (default: those its "
+           "composition record names).", short="-b", commands=COMPOSING + (WHEELS, SMOKE)),
     Option("selection.repoagents", "--repoagent", "repoagents", _NAMES, "A repository agent to include (repeatable)."),
     Option("selection.caches", "--cache", "caches", _NAMES, "A cache implementation to include (repeatable)."),
     Option("selection.custom_backends", "--custom-backend", "custom_backends",
@@ -743,10 +743,15 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
 
 
 def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
-    """The spec, or a UsageError for the first problem (as the command line names it)."""
+    """The spec, or a UsageError for the first problem (as the command line names it): the one
+    place a whole spec is checked, the release's existence in the catalog included."""
     found = problems(spec, command)
     if found:
         raise UsageError(found[0].on_command_line)
+    if spec.images.version:
+        from composer.catalog import Catalog
+
+        Catalog.load().release(spec.images.version)  # unknown: refused before any work
     return spec
 
 

@@ -44,9 +44,12 @@ def test_unknown_cache_and_repoagent(catalog):
         plan_for(catalog, spec(backends=("python",), repoagents=("checksun",)), offer(["python"]))
 
 
-def test_no_backend_is_an_error(catalog):
+def test_no_backend_is_an_error_of_the_spec(catalog):
+    """One rule (composer.spec.problems), checked before any work; the plan does not repeat it."""
+    from composer.spec import check
+
     with pytest.raises(UsageError, match="at least one backend"):
-        plan_for(catalog, spec(), offer(["python"]))
+        check(spec(version="24.09"))
 
 
 def test_python_based_backend_brings_python(catalog):

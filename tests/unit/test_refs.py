@@ -130,7 +130,7 @@ def test_registry_prefixes(text):
 def test_bad_registry_prefixes(text):
     with pytest.raises(UsageError) as caught:
         check_registry_prefix(text, "--to")
-    assert caught.value.message.startswith(f"--to {text!r} is not a valid registry prefix")
+    assert caught.value.message.startswith(f"--to {text!r}: not a valid registry prefix")  # the one rule (spec too)
     assert "\n" not in caught.value.message
 
 
