@@ -1,9 +1,12 @@
-"""The container engine: one interface (ContainerEngine), one implementation over the Docker SDK.
+"""The container engine: one interface (ContainerEngine); engines by kind over the Docker SDK
+(DockerEngine, PodmanEngine: chosen by connect() from what the endpoint says it is). ssh
+tunnels to a remote engine's published ports live in composer/tunnels.py.
 
 Everything else in the composer speaks in plain values (image references, folders,
 dataclasses) and gets engine failures as ComposerError subclasses with a one-line message:
 no Docker SDK or requests exception ever leaves this module. The same Docker API is served by
-Docker engines (local, remote over tcp:// or ssh://, in a container) and by Podman's service.
+Docker engines (local, remote over tcp:// or ssh://, in a container) and by Podman's service,
+whose builds differ.
 """
 
 from __future__ import annotations
@@ -14,8 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
-import subprocess
 import tarfile
 import time
 from abc import ABC, abstractmethod
@@ -31,6 +32,7 @@ import docker.types
 import docker.utils
 import requests.exceptions
 
+from composer import tunnels
 from composer.errors import BuildFailed, ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError, UsageError
 from composer.redaction import redact
 from composer.progress import Heartbeat, LineSink, quiet
@@ -105,7 +107,7 @@ class Container:
 
     def remove(self) -> None:
         for tunnel in self._tunnels:
-            _stop(tunnel)
+            tunnels.stop(tunnel)
         self._tunnels.clear()
         self.engine.remove_container(self.id)
 
@@ -131,7 +133,8 @@ class ContainerEngine(ABC):
     @staticmethod
     def connect(timeout: int = 600, host: str | None = None) -> "ContainerEngine":
         """The engine at `host` (a DOCKER_HOST value), else the one the docker CLI would use
-        (DOCKER_HOST, DOCKER_CONTEXT, the current context, the local socket)."""
+        (DOCKER_HOST, DOCKER_CONTEXT, the current context, the local socket): a DockerEngine, or
+        a PodmanEngine when the endpoint says it is Podman's service."""
         return DockerEngine.connect(timeout=timeout, host=host)
 
     # -- images -------------------------------------------------------------
@@ -347,7 +350,8 @@ class Endpoint:
             from docker.context import ContextAPI
 
             context = ContextAPI.get_current_context()
-        except Exception:  # a broken context store: fall back as the SDK does
+        except (docker.errors.DockerException, OSError, ValueError, KeyError, TypeError):
+            # a broken context store: fall back to the local socket, as the SDK does
             context = None
         if context is not None and context.Host:
             return cls(context.Host, context.TLSConfig or None)
@@ -355,13 +359,14 @@ class Endpoint:
 
 
 class DockerEngine(ContainerEngine):
-    """A Docker API engine (Docker, or Podman's service) reached through the Docker SDK."""
+    """A Docker engine reached through the Docker SDK (Podman's service: PodmanEngine)."""
+
+    is_podman = False
 
     def __init__(self, client: docker.DockerClient, endpoint: Endpoint | None = None):
         self._client = client
         self._api = client.api
         self.endpoint = endpoint or Endpoint.from_environment()
-        self._podman: bool | None = None
         self._data_root: str | None = None
 
     @classmethod
@@ -385,7 +390,10 @@ class DockerEngine(ContainerEngine):
         except (ValueError, TypeError, IndexError, KeyError) as exc:  # the SDK's parse of a malformed address
             raise UsageError(f"DOCKER_HOST {redact(endpoint.url)[:200]}: not an engine address "
                              "(unix:///PATH, tcp://HOST:PORT or ssh://HOST)") from exc
-        return cls(client, endpoint)
+        with _translated("cannot ask the engine its version", EngineError):
+            components = client.api.version().get("Components") or []
+        podman = any("podman" in str(c.get("Name", "")).lower() for c in components)
+        return (PodmanEngine if podman else DockerEngine)(client, endpoint)
 
     # -- images -------------------------------------------------------------
 
@@ -506,21 +514,7 @@ class DockerEngine(ContainerEngine):
         image_id = None
         progress = _Progress(on_line)
         try:
-            if self.is_podman:
-                stream = self._podman_build(context, dockerfile, tag, labels, network_mode, buildargs, nocache)
-            else:
-                stream = self._api.build(
-                    path=str(context),
-                    dockerfile=dockerfile,
-                    tag=tag,
-                    labels=dict(labels or {}),
-                    network_mode=network_mode,
-                    buildargs=dict(buildargs or {}),
-                    nocache=nocache,
-                    rm=True,
-                    forcerm=True,
-                    decode=True,
-                )
+            stream = self._build_events(context, dockerfile, tag, labels, network_mode, buildargs, nocache)
             for event in stream:
                 if "stream" in event:
                     for line in redact(event["stream"]).splitlines():
@@ -547,45 +541,11 @@ class DockerEngine(ContainerEngine):
             raise BuildFailed("image build failed: the engine returned no image id", log_tail="\n".join(tail))
         return image_id
 
-    @property
-    def is_podman(self) -> bool:
-        """Podman's service speaks the Docker API, with a few differences (builds, see below)."""
-        if self._podman is None:
-            with _translated("cannot ask the engine its version", EngineError):
-                components = self._api.version().get("Components") or []
-            self._podman = any("podman" in str(c.get("Name", "")).lower() for c in components)
-        return self._podman
-
-    def _podman_build(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
-        """A build through Podman's own endpoint: its Docker-compatible one ignores network_mode
-        "none" (RUN steps would share the host's network), the libpod one takes networkmode=1.
-        layers=1 keeps stage images as Docker's builder does: without it, Podman 4.3 deletes a
-        stage that is only a FROM, and that is the base image itself."""
-        if network_mode not in (None, "none"):
-            raise BuildFailed(f"image build failed: Podman builds take no network mode {network_mode!r}")
-        api = self._api
-        params = {"dockerfile": dockerfile, "labels": json.dumps(dict(labels or {})),
-                  "buildargs": json.dumps(dict(buildargs or {})), "rm": "1", "forcerm": "1", "layers": "1"}
-        if tag:
-            params["t"] = tag
-        if nocache:
-            params["nocache"] = "1"
-        if network_mode == "none":
-            params["networkmode"] = "1"  # buildah's NetworkDisabled
-        archive = docker.utils.tar(str(context))
-        try:
-            response = api.post(f"{api.base_url}/v4.0.0/libpod/build", params=params, data=archive, stream=True,
-                                headers={"Content-Type": "application/x-tar"}, timeout=api.timeout)
-            if response.status_code != 200:
-                raise BuildFailed(f"image build failed: {_response_message(response)}")
-            for line in response.iter_lines():
-                if line.strip():
-                    event = json.loads(line)
-                    if "error" in event:
-                        event["error"] = str(event["error"])
-                    yield event
-        finally:
-            archive.close()
+    def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
+        """The build's progress events, from the Docker API's build endpoint."""
+        return self._api.build(path=str(context), dockerfile=dockerfile, tag=tag, labels=dict(labels or {}),
+                               network_mode=network_mode, buildargs=dict(buildargs or {}), nocache=nocache,
+                               rm=True, forcerm=True, decode=True)
 
     # -- containers ---------------------------------------------------------
 
@@ -679,7 +639,7 @@ class DockerEngine(ContainerEngine):
                 container.ports[p] = int(bindings[0]["HostPort"])
             if self.endpoint.scheme == "ssh":
                 for p, remote in list(container.ports.items()):
-                    tunnel, local = _ssh_tunnel(self.endpoint.url, remote)
+                    tunnel, local = tunnels.ssh_tunnel(self.endpoint.url, remote)
                     container._tunnels.append(tunnel)
                     container.ports[p] = local
         except BaseException:
@@ -781,6 +741,44 @@ class DockerEngine(ContainerEngine):
                         raise BuildFailed(f"cannot load {archive}: {_one_line(event['error'])}")
 
 
+class PodmanEngine(DockerEngine):
+    """Podman's service: the Docker API, except for builds (its libpod endpoint keeps a build
+    off the network and keeps stage images); chosen by connect() from the endpoint's version."""
+
+    is_podman = True
+
+    def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
+        """A build through Podman's own endpoint: its Docker-compatible one ignores network_mode
+        "none" (RUN steps would share the host's network), the libpod one takes networkmode=1.
+        layers=1 keeps stage images as Docker's builder does: without it, Podman 4.3 deletes a
+        stage that is only a FROM, and that is the base image itself."""
+        if network_mode not in (None, "none"):
+            raise BuildFailed(f"image build failed: Podman builds take no network mode {network_mode!r}")
+        api = self._api
+        params = {"dockerfile": dockerfile, "labels": json.dumps(dict(labels or {})),
+                  "buildargs": json.dumps(dict(buildargs or {})), "rm": "1", "forcerm": "1", "layers": "1"}
+        if tag:
+            params["t"] = tag
+        if nocache:
+            params["nocache"] = "1"
+        if network_mode == "none":
+            params["networkmode"] = "1"  # buildah's NetworkDisabled
+        archive = docker.utils.tar(str(context))
+        try:
+            response = api.post(f"{api.base_url}/v4.0.0/libpod/build", params=params, data=archive, stream=True,
+                                headers={"Content-Type": "application/x-tar"}, timeout=api.timeout)
+            if response.status_code != 200:
+                raise BuildFailed(f"image build failed: {_response_message(response)}")
+            for line in response.iter_lines():
+                if line.strip():
+                    event = json.loads(line)
+                    if "error" in event:
+                        event["error"] = str(event["error"])
+                    yield event
+        finally:
+            archive.close()
+
+
 def split_ref(ref: str) -> tuple[str, str]:
     """Split an image reference into repository and tag (or digest), as the engine API takes them."""
     parsed = ImageRef.parse(ref)
@@ -872,47 +870,6 @@ def _built_id(tail: list[str], tag: str | None, engine: DockerEngine) -> str | N
         info = engine.image(tag)
         return info.id if info else None
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _ssh_tunnel(url: str, remote_port: int) -> tuple[subprocess.Popen, int]:
-    """Forward a local loopback port to `remote_port` on the ssh engine host's loopback."""
-    if shutil.which("ssh") is None:
-        raise EngineUnavailable("an ssh:// engine needs the ssh client to reach the ports it publishes")
-    parts = urlsplit(url)
-    local = _free_port()
-    target = f"{parts.username}@{parts.hostname}" if parts.username else str(parts.hostname)
-    argv = ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "BatchMode=yes",
-            "-L", f"127.0.0.1:{local}:127.0.0.1:{remote_port}"]
-    if parts.port:
-        argv += ["-p", str(parts.port)]
-    tunnel = subprocess.Popen(argv + [target], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if tunnel.poll() is not None:
-            why = _one_line(tunnel.stderr.read().decode("utf-8", "replace")) if tunnel.stderr else ""
-            raise EngineUnavailable(f"cannot tunnel to port {remote_port} on {parts.hostname}: {why or 'ssh exited'}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", local), timeout=1):
-            return tunnel, local
-        time.sleep(0.2)
-    _stop(tunnel)
-    raise EngineUnavailable(f"cannot tunnel to port {remote_port} on {parts.hostname}: no answer in 15 s")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 class _Progress:

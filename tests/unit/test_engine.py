@@ -191,3 +191,26 @@ def test_an_engine_that_answers_too_late_is_one_line_naming_the_step():
     engine, _ = docker_engine(raises=requests.ReadTimeout("read timed out\nmore"))
     with pytest.raises(EngineError, match=r"^cannot run true in img: the engine gave no answer in time$"):
         engine.run_once("img", ["true"])
+
+
+@pytest.mark.parametrize("components, kind", [
+    ([{"Name": "Engine", "Version": "20.10.24"}], "DockerEngine"),
+    ([{"Name": "Podman Engine", "Version": "4.3.1"}], "PodmanEngine"),
+])
+def test_the_engine_kind_is_what_the_endpoint_says_it_is(monkeypatch, components, kind):
+    import docker
+
+    class Api:
+        def version(self):
+            return {"Components": components}
+
+    class Client:
+        def __init__(self, **kwargs):
+            self.api = Api()
+
+        def ping(self):
+            return True
+
+    monkeypatch.setattr(docker, "DockerClient", Client)
+    engine = ContainerEngine.connect(host="tcp://127.0.0.1:2375")
+    assert type(engine).__name__ == kind and engine.is_podman == (kind == "PodmanEngine")
