@@ -33,7 +33,7 @@ import requests.exceptions
 
 from composer.errors import BuildFailed, ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError, UsageError
 from composer.redaction import redact
-from composer.progress import LineSink, quiet
+from composer.progress import Heartbeat, LineSink, quiet
 from composer.refs import ImageRef, digest_for
 
 START_HINT = "start one with scripts/ensure-docker, or point DOCKER_HOST at a running engine"
@@ -362,6 +362,7 @@ class DockerEngine(ContainerEngine):
         self._api = client.api
         self.endpoint = endpoint or Endpoint.from_environment()
         self._podman: bool | None = None
+        self._data_root: str | None = None
 
     @classmethod
     def connect(cls, timeout: int = 600, host: str | None = None) -> "DockerEngine":
@@ -409,8 +410,9 @@ class DockerEngine(ContainerEngine):
 
     def pull(self, ref: str, *, on_line: LineSink = quiet, auth: Mapping[str, str] | None = None) -> ImageInfo:
         repo, tag = split_ref(ref)
-        progress = _Progress(on_line)
-        with _translated(f"cannot pull {ref}", ImageNotFound, absent_is_error=True):
+        with Heartbeat(on_line, f"pulling {ref}", self._bytes_stored) as beat, \
+                _translated(f"cannot pull {ref}", ImageNotFound, absent_is_error=True):
+            progress = _Progress(beat.on_line)
             for event in self._api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth):
                 if "error" in event:
                     raise ImageNotFound(f"cannot pull {ref}: {_one_line(event['error'])}")
@@ -481,6 +483,25 @@ class DockerEngine(ContainerEngine):
         redact: Callable[[str], str] = lambda line: line,
         on_line: LineSink = quiet,
     ) -> str:
+        with Heartbeat(on_line, f"building {tag or context.name}", self._bytes_stored) as beat:
+            return self._build(context, dockerfile, tag, labels, network_mode, buildargs, nocache, redact, beat.on_line)
+
+    def _bytes_stored(self) -> int | None:
+        """Bytes used on the disk of a local engine's storage (what a pull or build has written
+        so far shows as its growth); None for an engine on another machine."""
+        if self.endpoint.scheme != "unix":
+            return None
+        if self._data_root is None:
+            try:
+                self._data_root = str(self._api.info().get("DockerRootDir") or "")
+            except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
+                self._data_root = ""
+        try:
+            return shutil.disk_usage(self._data_root).used if self._data_root else None
+        except OSError:
+            return None
+
+    def _build(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache, redact, on_line) -> str:
         tail: list[str] = []
         image_id = None
         progress = _Progress(on_line)
@@ -702,8 +723,9 @@ class DockerEngine(ContainerEngine):
     def push(self, ref: str, *, auth: Mapping[str, str] | None = None, on_line: LineSink = quiet) -> str:
         repo, tag = split_ref(ref)
         digest = None
-        progress = _Progress(on_line)
-        with _translated(f"cannot push {ref}", RegistryError, absent_is_error=True):
+        with Heartbeat(on_line, f"pushing {ref}") as beat, \
+                _translated(f"cannot push {ref}", RegistryError, absent_is_error=True):
+            progress = _Progress(beat.on_line)
             for event in self._api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth):
                 if "error" in event:
                     raise RegistryError(f"cannot push {ref}: {_one_line(event['error'])}")

@@ -34,7 +34,7 @@ from composer.plan import (
     release_constraints,
     resolve_release,
 )
-from composer.progress import LineSink, quiet
+from composer.progress import Heartbeat, LineSink, quiet
 from composer.refs import ImageRef, build_source
 from composer.render import BuildContext, write_context
 from composer.sizes import SizeReport, measure
@@ -135,12 +135,14 @@ def inspect_images(engine: Engine, targets: Targets, on_line: LineSink = quiet) 
     on_line(f"min image: {targets.min}")
     min_info = engine.require_image(targets.min, on_line=on_line)
     on_line(f"looking inside {targets.full}")
-    contents = inspect_full(engine, targets.full)
+    with Heartbeat(on_line, f"looking inside {targets.full}"):
+        contents = inspect_full(engine, targets.full)
     others = []
     for name, ref in targets.backend_images:
         on_line(f"backend {name} from: {ref}")
         info = engine.require_image(ref, on_line=on_line)
-        others.append((name, info, inspect_full(engine, ref)))
+        with Heartbeat(on_line, f"looking inside {ref}"):
+            others.append((name, info, inspect_full(engine, ref)))
     return Inspection(full_info, min_info, contents, tuple(others))
 
 

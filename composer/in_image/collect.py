@@ -44,6 +44,11 @@ DRIVER_LIBRARY = re.compile(
 # Runtime shared libraries in a package's file list (libfoo.so.1, engines-3/afalg.so, ...).
 RUNTIME_LIBRARY = re.compile(r"\.so(\.\d+)*$")
 NOT_RUNTIME = ("/usr/share/", "/usr/include/", "/usr/src/", "/etc/")
+# NVIDIA's user-space libraries (CUDA toolkit, cuDNN, NCCL, TensorRT), for the report of what
+# each backend reaches; the driver's are DRIVER_LIBRARY.
+NVIDIA_LIBRARY = re.compile(
+    r"^lib(cudart|cublas|cublasLt|nvblas|cufft\w*|curand|cusparse\w*|cusolver\w*|nvJitLink|nvrtc[\w-]*|cupti|"
+    r"nvperf_\w+|nvToolsExt|cudnn\w*|nccl|nvinfer\w*|nvonnxparser)([-.]|$)")
 
 
 def min_sonames(cache):
@@ -228,6 +233,43 @@ def gather(needs, present, resolver, packages, root):
     return list(system.values()), list(siblings.values()), sorted(drivers), skipped
 
 
+def is_nvidia_library(path):
+    return bool(NVIDIA_LIBRARY.match(os.path.basename(path)))
+
+
+def nvidia_reach(report, paths, present, packages):
+    """Per selected backend, the NVIDIA libraries it reaches and where each comes from: its own
+    folder, the min image (with the package, and the package's libraries loaded by name at run
+    time, as cuDNN loads its sub-libraries) or the full image (copied by this collection)."""
+    wanted = {path.partition("/")[2] for path in paths if path.startswith("backends/")}
+    reach = {}
+    for component in report["components"]:
+        if component["kind"] != "backend" or component["name"] not in wanted:
+            continue
+        found, files = {}, set()  # one entry per file: its soname, not also its versioned name
+        for path in component.get("bundled", []) + component.get("plugins", []):
+            if is_nvidia_library(path):
+                found[os.path.basename(path)] = {"from": "backend folder", "path": path}
+        for need in component["needs"]:
+            name = os.path.basename(need["soname"])
+            if not is_nvidia_library(name) or name in found or os.path.realpath(need["path"]) in files:
+                continue
+            files.add(os.path.realpath(need["path"]))
+            package = packages.package_of(need["path"])
+            where = "min image" if (name in present or os.path.basename(need["path"]) in present) else "full image"
+            found[name] = {"from": where, "path": need["path"], "package": package}
+            if package is None:
+                continue
+            for sibling in packages.runtime_libraries(package):
+                base = os.path.basename(sibling)
+                if base not in found and is_nvidia_library(base) and os.path.realpath(sibling) not in files:
+                    files.add(os.path.realpath(sibling))
+                    found[base] = {"from": where, "path": sibling, "package": package,
+                                   "loaded_by_name_with": name}
+        reach["backend " + component["name"]] = [dict(item, library=name) for name, item in sorted(found.items())]
+    return reach
+
+
 def write_report(out, root, report):
     """collected.json beside the output folder and inside the output tree (ROOT/collected.json)."""
     text = json.dumps(report, indent=1, sort_keys=True)
@@ -316,6 +358,7 @@ def main(argv):
         "drivers": drivers,
         "python": runtime["version"] if runtime else None,
         "missing": [],
+        "nvidia": nvidia_reach(report, args.paths, present, packages),
     }
     write_report(out, args.root, manifest)
     print_report(manifest, runtime, python_bytes)
@@ -344,6 +387,14 @@ def print_report(manifest, runtime, python_bytes):
     for label, paths in manifest["plugins"].items():
         for path in paths:
             print("collect:   dlopen  %s (%s, needed by no file: loaded at run time)" % (path, label))
+    for label, libraries in manifest["nvidia"].items():
+        if libraries:
+            print("collect: NVIDIA libraries %s reaches:" % label)
+        for item in libraries:
+            how = " (%s)" % item["package"] if item.get("package") else ""
+            if item.get("loaded_by_name_with"):
+                how += ", loaded by name with %s" % item["loaded_by_name_with"]
+            print("collect:   %-40s from the %s%s" % (item["library"], item["from"], how))
     if manifest["drivers"]:
         print("collect: driver libraries left to the NVIDIA container runtime: " + ", ".join(manifest["drivers"]))
     if runtime:

@@ -30,6 +30,7 @@ class Sample:
     expected: tuple[TensorData, ...]
     tolerance: float
     path: Path  # the model folder
+    gpu: bool = False  # runs only on a GPU: without one, its refusal to load is a SKIP, not a FAIL
 
     def check(self, outputs: dict[str, TensorData]) -> str | None:
         """None when `outputs` hold the expected answer, else a one-line description."""
@@ -79,6 +80,7 @@ def load_samples() -> list[Sample]:
             expected=tuple(_tensor(t) for t in entry["expected"]),
             tolerance=float(entry.get("tolerance", 0.0)),
             path=root / str(entry["model"]),
+            gpu=bool(entry.get("gpu", False)),
         )
         for entry in raw["samples"]
     ]

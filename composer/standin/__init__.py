@@ -138,15 +138,7 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
         LABEL_PYTHON: host.PYTHON_VERSION,
         LABEL_RECIPE: _recipe_digest(full=False),
     }
-    common = {
-        "release": release.name,
-        "server_version": recipe.server,
-        "build_id": f"standin-{pytriton}",
-        "build_ref": wheel,
-        "python_version": host.PYTHON_VERSION,
-        "wheel": wheel,
-        "recipe": recipe,
-    }
+    common = _common(recipe)
 
     min_info = None if force else _current(engine, min_ref, labels)
     min_built = min_info is None
@@ -171,38 +163,7 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
     full_info = None if (force or min_built) else _current(engine, full_ref, full_labels)
     full_built = full_info is None
     if full_built:
-        on_line(f"building {full_ref} from {wheel}")
-        tree = host.pytriton_tree(pytriton, on_line)
-        numpy_wheels = host.wheels("numpy", (NUMPY_REQUIREMENT,), on_line)
-        base_id = _base_image(engine, force=False, on_line=on_line)
-        with tempfile.TemporaryDirectory(prefix="standin-full-", dir=_context_parent()) as tmp:
-            context = Path(tmp)
-            libtritonserver = _lay_out_server(tree, context / "server", recipe.server)
-            _lay_out_backends(context / "backends", on_line)
-            for name in C_BACKENDS:
-                host.link_tree(_standin_file("backends", name), context / "c-backends" / name)
-            host.link_tree(numpy_wheels, context / "wheels")
-            for folder in ("server", "backends", "c-backends"):
-                host.normalise_modes(context / folder)
-            (context / "Dockerfile").write_text(
-                environment.get_template("standin-full.Dockerfile.j2").render(
-                    min_ref=min_info.id,
-                    base_ref=base_id,
-                    relink_two_up=[
-                        "backends/python/libtriton_python.so",
-                        "backends/python/triton_python_backend_stub",
-                        "caches/local/libtritoncache_local.so",
-                    ],
-                    libtritonserver=libtritonserver,
-                    bundled_backends={name: module for name, (module, _packages) in BACKEND_PACKAGES.items()},
-                    c_backends=C_BACKENDS,
-                    numpy_requirement=NUMPY_REQUIREMENT,
-                    labels={**full_labels, "org.triton-composer.standin.flavour": "full"},
-                    **common,
-                )
-            )
-            engine.build(context, tag=full_ref, nocache=force, on_line=on_line)
-        full_info = _require(engine, full_ref)
+        full_info = build_full(engine, recipe, min_info.id, full_ref, full_labels, force=force, on_line=on_line)
     else:
         on_line(f"reusing {full_ref} ({full_info.id[:19]})")
 
@@ -216,6 +177,71 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
         min_built=min_built,
         seconds=time.monotonic() - started,
     )
+
+
+def _common(recipe: Recipe) -> dict:
+    """What both templates state about the release and its server."""
+    wheel = f"nvidia-pytriton=={recipe.pytriton}"
+    return {
+        "release": recipe.release.name,
+        "server_version": recipe.server,
+        "build_id": f"standin-{recipe.pytriton}",
+        "build_ref": wheel,
+        "python_version": host.PYTHON_VERSION,
+        "wheel": wheel,
+        "recipe": recipe,
+    }
+
+
+def build_full(
+    engine: Engine,
+    recipe: Recipe,
+    min_id: str,
+    full_ref: str,
+    full_labels: Mapping[str, str],
+    *,
+    python_backends: bool = True,
+    force: bool = False,
+    on_line: LineSink = print,
+) -> ImageInfo:
+    """The full image on `min_id`: python, the real server, identity and (unless
+    python_backends is False, as at NGC scale) the Python-based backends."""
+    common = _common(recipe)
+    wheel = common["wheel"]
+    bundled = BACKEND_PACKAGES if python_backends else {}
+    on_line(f"building {full_ref} from {wheel}")
+    tree = host.pytriton_tree(recipe.pytriton, on_line)
+    numpy_wheels = host.wheels("numpy", (NUMPY_REQUIREMENT,), on_line)
+    base_id = _base_image(engine, force=False, on_line=on_line)
+    with tempfile.TemporaryDirectory(prefix="standin-full-", dir=_context_parent()) as tmp:
+        context = Path(tmp)
+        libtritonserver = _lay_out_server(tree, context / "server", recipe.server)
+        (context / "backends").mkdir()
+        _lay_out_backends(bundled, context / "backends", on_line)
+        for name in C_BACKENDS:
+            host.link_tree(_standin_file("backends", name), context / "c-backends" / name)
+        host.link_tree(numpy_wheels, context / "wheels")
+        for folder in ("server", "backends", "c-backends"):
+            host.normalise_modes(context / folder)
+        (context / "Dockerfile").write_text(
+            templates().get_template("standin-full.Dockerfile.j2").render(
+                min_ref=min_id,
+                base_ref=base_id,
+                relink_two_up=[
+                    "backends/python/libtriton_python.so",
+                    "backends/python/triton_python_backend_stub",
+                    "caches/local/libtritoncache_local.so",
+                ],
+                libtritonserver=libtritonserver,
+                bundled_backends={name: module for name, (module, _packages) in bundled.items()},
+                c_backends=C_BACKENDS,
+                numpy_requirement=NUMPY_REQUIREMENT,
+                labels={**full_labels, "org.triton-composer.standin.flavour": "full"},
+                **common,
+            )
+        )
+        engine.build(context, tag=full_ref, nocache=force, on_line=on_line)
+    return _require(engine, full_ref)
 
 
 def _standin_file(*parts: str) -> Path:
@@ -300,10 +326,10 @@ def _lay_out_server(tree: Path, dest: Path, server_version: str) -> str:
     return candidates[0].name
 
 
-def _lay_out_backends(dest: Path, on_line: LineSink) -> None:
+def _lay_out_backends(bundled: Mapping[str, tuple[str, tuple[str, ...]]], dest: Path, on_line: LineSink) -> None:
     """The Python-based backends, each folder self-contained (model.py + site-packages)."""
     backends = _standin_file("backends")
-    for name, (_module, requirements) in BACKEND_PACKAGES.items():
+    for name, (_module, requirements) in bundled.items():
         folder = dest / name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "model.py").write_bytes((backends / name / "model.py").read_bytes())

@@ -35,7 +35,7 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def _run(command: Sequence[str], what: str, on_line: LineSink, *, keep: int = 30) -> None:
+def run(command: Sequence[str], what: str, on_line: LineSink, *, keep: int = 30) -> None:
     """Run a host command, streaming its output; a failure is BuildFailed with the tail."""
     tail: list[str] = []
     try:
@@ -69,7 +69,7 @@ def debian_rootfs(on_line: LineSink) -> Path:
     try:
         root = work / "root"
         on_line(f"debootstrap --variant=minbase {DEBIAN_SUITE} (about a minute, once per machine)")
-        _run(
+        run(
             ["debootstrap", "--variant=minbase", DEBIAN_SUITE, str(root), DEBIAN_MIRROR],
             "debootstrap",
             on_line,
@@ -80,7 +80,7 @@ def debian_rootfs(on_line: LineSink) -> Path:
                 if entry.is_file():
                     entry.unlink()
         partial = work / "rootfs.tar"
-        _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], "packing the Debian root", on_line)
+        run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], "packing the Debian root", on_line)
         partial.replace(target)
     finally:
         if _release_mounts(work):
@@ -109,7 +109,7 @@ def _release_mounts(folder: Path) -> bool:
 
 
 def _pip(args: Sequence[str], what: str, on_line: LineSink) -> None:
-    _run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], what, on_line)
+    run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], what, on_line)
 
 
 def pytriton_tree(version: str, on_line: LineSink) -> Path:

@@ -147,6 +147,8 @@ def _cases(tmp: Path) -> list[Case]:
         C(("mirror", *V, "--to", "x.example/n", "--registry-ca", "/nonexistent.pem"), "--registry-ca /nonexistent.pem: no such file"),
         C(("lock", "--set", "nope.yaml"), "no such set file"),
         C(("standin", "--version", "24.9"), "unknown Triton release '24.9'"),
+        C(("standin", "--scale", "huge"), "--scale 'huge' is not a stand-in scale; use small or ngc"),
+        C(("standin", "--scale", "ngc", "--version", "25.01"), "no NGC-scale stand-in recipe for release 25.01; releases with one: 24.09"),
         C(("backends", "--version", "24.9"), "'24.9' is not a release"),
         C(("backends", "--image", "full=::bad::"), "not a valid image reference"),
     ]

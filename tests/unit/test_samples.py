@@ -18,7 +18,7 @@ def _answer(sample):
 
 def test_catalog_has_one_sample_per_backend():
     samples = load_samples()
-    assert [s.backend for s in samples] == ["python", "onnxruntime", "pytorch", "identity"]
+    assert [s.backend for s in samples] == ["python", "onnxruntime", "pytorch", "identity", "tensorrt"]
     assert len({s.model for s in samples}) == len(samples)
     for sample in samples:
         assert sample.backend in sample.needs
@@ -36,13 +36,16 @@ def test_sample_files_exist(sample):
     assert config.is_file()
     text = config.read_text()
     assert f'name: "{sample.model}"' in text
-    assert "max_batch_size: 0" in text and "KIND_CPU" in text
+    # Every sample runs on a CPU, but those that need a GPU (their instance kind is left to the server).
+    assert "max_batch_size: 0" in text and ("KIND_CPU" in text) != sample.gpu
     assert (sample.path / "1").is_dir()
     if sample.backend in MODEL_FILE:
         model = sample.path / "1" / MODEL_FILE[sample.backend]
         assert model.is_file() and model.stat().st_size > 0
     if sample.backend == "pytorch":
         assert 'platform: "pytorch_libtorch"' in text
+    elif sample.backend == "tensorrt":
+        assert 'platform: "tensorrt_plan"' in text and (sample.path / "1" / "model.plan").is_file()
     else:
         assert f'backend: "{sample.backend}"' in text
 
@@ -79,6 +82,7 @@ def test_check_is_exact_for_integers():
 def test_samples_for_selects_by_needs():
     assert [s.model for s in samples_for(["python"])] == ["add_sub"]
     assert {s.backend for s in samples_for(["python", "onnxruntime", "pytorch", "identity", "tensorrt"])} == {
-        "python", "onnxruntime", "pytorch", "identity",
+        "python", "onnxruntime", "pytorch", "identity", "tensorrt",
     }
+    assert [s.model for s in load_samples() if s.gpu] == ["tensorrt_plan"]
     assert samples_for([]) == []

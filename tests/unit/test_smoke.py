@@ -64,6 +64,7 @@ def test_tensorrt_is_skipped_with_the_next_step(client):
     rows = {r.subject: r for r in report.rows}
     assert report.passed
     assert rows["tensorrt"].status == "SKIP" and "--model-repository" in rows["tensorrt"].detail
+    assert rows["tensorrt"].detail.startswith("needs a GPU")
     assert rows["python"].status == "PASS"
     assert engine.removed == ["container-1"] and not engine.running
     assert engine.starts[0]["shm_size"] and engine.starts[0]["ports"] == [8000]
@@ -200,3 +201,21 @@ def test_each_model_says_its_device(client):
     row = next(r for r in report.rows if r.model == "add_sub")
     assert row.device == "CPU" and row.detail.endswith("(CPU)")
     assert report.to_dict()["rows"][-1]["device"] == "CPU"
+
+
+class GpuSampleClient(FakeClient):
+    """The tensorrt sample did not load (no GPU); the server said why."""
+
+    def model_index(self):
+        return [{"name": "tensorrt_plan", "state": "UNAVAILABLE",
+                 "reason": "tensorrt: cannot load plan model 'tensorrt_plan': no GPU available"}]
+
+
+def test_a_gpu_sample_that_cannot_load_without_a_gpu_is_a_skip_with_the_reason(monkeypatch):
+    monkeypatch.setattr(smoke, "TritonHTTP", GpuSampleClient)
+    report = smoke_test(serving(["tensorrt"]), "img", SmokeOptions(backends=("tensorrt",), gpus="none"))
+    row = next(r for r in report.rows if r.model == "tensorrt_plan")
+    assert report.passed and row.status == "SKIP"
+    assert row.detail.startswith("needs a GPU") and "no GPU available" in row.detail
+    strict = smoke_test(serving(["tensorrt"]), "img", SmokeOptions(backends=("tensorrt",), gpus="none", strict=True))
+    assert not strict.passed and next(r for r in strict.rows if r.model == "tensorrt_plan").status == "FAIL"

@@ -1,0 +1,156 @@
+"""The composer against a compose.py-style composition, on the NGC-scale 24.09 stand-ins.
+
+For onnxruntime+python and the four-backend selection (onnxruntime, python, tensorrt, pytorch):
+the full and min images' sizes, the composed image's, and the size of a composition made the way
+NGC's compose.py makes it (TRITON-FACTS section 4: FROM the min image, apt packages, the python
+backend's packages, then the selected folders copied whole from the full image); each phase's
+time (probe, build, smoke test), the peak disk used while it ran, and the ratios.
+
+The compose.py-style Dockerfile is the benchmark's own. Its apt-get steps install the same
+packages from Debian's mirror (the stand-ins are Debian); its network steps outside Debian are
+left out and said so: pip's upgrade and installs from PyPI (containers here cannot reach PyPI)
+and DCGM from NVIDIA's repository. So its size is a lower bound of compose.py's.
+
+    .venv/bin/python benchmarks/ngc_scale.py     (needs `composer standin --scale ngc` first)
+
+It removes every image it makes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from composer.catalog import Catalog
+from composer.engine import Engine
+from composer.errors import ComposerError
+from composer.pipeline import build_image, plan_from_engine
+from composer.smoke import SmokeOptions, smoke_test
+from composer.spec import CompositionSpec
+from composer.standin import ngc
+
+SELECTIONS = (("onnxruntime", "python"), ("onnxruntime", "python", "tensorrt", "pytorch"))
+LABEL = {"triton-composer.benchmark": "ngc-scale"}
+ROOT = "/opt/tritonserver"
+# compose.py's apt packages for every image (section 4), by their Debian names.
+APT_ALWAYS = ("clang", "curl", "dirmngr", "git", "gperf", "libb64-0d", "libcurl4-openssl-dev",
+              "libgoogle-perftools-dev", "libjemalloc-dev", "libnuma-dev", "libre2-9",
+              "software-properties-common", "wget")
+APT_PYTHON = ("python3", "libarchive-dev", "python3-pip", "libpython3-dev")
+LEFT_OUT = ("pip install --upgrade pip; pip install wheel setuptools 'numpy<2' virtualenv (PyPI: unreachable "
+            "from containers here)", "DCGM 3.2.6 from NVIDIA's apt repository (not reachable here)")
+
+
+def compose_py_dockerfile(full: str, minimal: str, backends: tuple[str, ...]) -> str:
+    """A Dockerfile made as compose.py makes it (section 4), without its non-Debian network steps."""
+    apt = list(APT_ALWAYS)
+    if {"onnxruntime", "pytorch"} & set(backends):
+        apt.append("libgomp1")
+    lines = [f"FROM {full} AS full", f"FROM {minimal}",
+             "ENV TRITON_SERVER_VERSION=2.50.0 NVIDIA_TRITON_SERVER_VERSION=24.09 TRITON_SERVER_USER=triton-server",
+             "RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends " + " ".join(apt)
+             + " >/dev/null && rm -rf /var/lib/apt/lists/*"]
+    if "python" in backends:
+        lines.append("RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends "
+                     + " ".join(APT_PYTHON) + " >/dev/null && rm -rf /var/lib/apt/lists/*")
+    if "pytorch" in backends:
+        lines.append("ENV LD_LIBRARY_PATH=/opt/hpcx/ucc/lib/:/opt/hpcx/ucx/lib/:${LD_LIBRARY_PATH}")
+    lines.append(f"RUN rm -rf {ROOT} && mkdir -p {ROOT} && chown 1000:1000 {ROOT}")
+    for part in ("LICENSE", "TRITON_VERSION", "bin", "lib"):
+        lines.append(f"COPY --chown=1000:1000 --from=full {ROOT}/{part} {ROOT}/{part}")
+    for name in backends:
+        lines.append(f"COPY --chown=1000:1000 --from=full {ROOT}/backends/{name} {ROOT}/backends/{name}")
+    return "\n".join(lines) + "\n"
+
+
+class PeakDisk:
+    """The most disk used above the start while it runs (sampled every second)."""
+
+    def __init__(self, path: str = "/"):
+        self.path = path
+        self.start = self.peak = shutil.disk_usage(path).used
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(1.0):
+            self.peak = max(self.peak, shutil.disk_usage(self.path).used)
+
+    def __enter__(self) -> "PeakDisk":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def used(self) -> int:
+        return self.peak - self.start
+
+
+def gb(n: float) -> str:
+    return f"{n / 1e9:6.2f} GB"
+
+
+def timed(call):
+    started = time.monotonic()
+    value = call()
+    return value, time.monotonic() - started
+
+
+def run(engine, catalog, version: str, backends: tuple[str, ...]) -> None:
+    release = catalog.release(version)
+    full_ref, min_ref = release.full_ref(ngc.REGISTRY), release.min_ref(ngc.REGISTRY)
+    full, minimal = engine.require_image(full_ref), engine.require_image(min_ref)
+    tag = f"triton-composer-bench/tritonserver:ngc-{'-'.join(backends)}"
+    spec = CompositionSpec().with_fields({"selection.backends": backends, "images.version": version,
+                                          "images.registry": ngc.REGISTRY, "result.tag": tag})
+    style_tag = f"triton-composer-bench/tritonserver:compose-py-{'-'.join(backends)}"
+    with PeakDisk() as disk:
+        try:
+            (plan, _), probe_s = timed(lambda: plan_from_engine(engine, spec, catalog))
+            result, build_s = timed(lambda: build_image(engine, plan, smoke=False, labels=LABEL))
+            report, smoke_s = timed(lambda: smoke_test(engine, tag, SmokeOptions(backends=backends), labels=LABEL))
+            with tempfile.TemporaryDirectory(prefix="compose-py-") as tmp:
+                (Path(tmp) / "Dockerfile").write_text(compose_py_dockerfile(full.id, minimal.id, backends))
+                _, style_s = timed(lambda: engine.build(Path(tmp), tag=style_tag, labels=LABEL, network_mode="host"))
+            style = engine.require_image(style_tag).size
+        finally:
+            engine.remove_image(tag, force=True)
+            engine.remove_image(style_tag, force=True)
+    counts = report.to_dict()["counts"]
+    print(f"== {'+'.join(backends)}")
+    print(f"  full {gb(full.size)}   min {gb(minimal.size)}   composed {gb(result.size)}   "
+          f"compose.py-style {gb(style)}")
+    print(f"  composed/full {result.size / full.size:.2f}   composed/compose.py-style {result.size / style:.2f}   "
+          f"composed - min {gb(result.size - minimal.size)}")
+    print(f"  probe {probe_s:.0f} s   build {build_s:.0f} s   smoke test {smoke_s:.0f} s "
+          f"(passed {counts['passed']}, skipped {counts['skipped']}, failed {counts['failed']})   "
+          f"compose.py-style build {style_s:.0f} s")
+    print(f"  peak disk used {gb(disk.used)}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--version", default="24.09")
+    args = parser.parse_args()
+    try:
+        engine = Engine.connect()
+        catalog = Catalog.load()
+        print("compose.py-style images leave out: " + "; ".join(LEFT_OUT))
+        for backends in SELECTIONS:
+            run(engine, catalog, args.version, backends)
+    except ComposerError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
