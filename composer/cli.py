@@ -212,7 +212,7 @@ def build(
 ) -> None:
     """Compose, build and smoke-test a slim image; tag (and push) it only once it serves."""
     from composer.pipeline import Run, compose_all
-    from composer.registry import load_auth
+    from composer.registry_client import load_auth
 
     from composer.junit import check_junit_output
 
@@ -321,7 +321,7 @@ def lock(
     """Resolve a set's base images to digests into a lock file beside it (for --locked builds)."""
     from composer.lock import lock_spec
     from composer.resolve import resolve_targets
-    from composer.registry import Registries, load_auth
+    from composer.registry_client import Registries, load_auth
 
     from composer.lock import check_lock_output
 
@@ -354,7 +354,8 @@ def mirror(
     as_json: bool = JsonOpt,
 ) -> None:
     """Copy a release's full and min images into a private registry; only what is missing moves."""
-    from composer.registry import load_auth, mirror_release
+    from composer.registry import mirror_release
+    from composer.registry_client import load_auth
 
     from composer.refs import check_registry_prefix
 

@@ -23,7 +23,7 @@ from composer.refs import ImageRef, digest_for
 
 if TYPE_CHECKING:  # the engine and registry clients are only passed through here
     from composer.engine import Engine
-    from composer.registry import Registries
+    from composer.registry_client import Registries
 
 LOCK_SUFFIX = ".lock.yaml"
 LOCK_VERSION = 1
@@ -339,6 +339,6 @@ def verify_lock(engine: "Engine", spec, targets, on_line: LineSink = quiet, *,
 
 def _registries(engine: "Engine") -> "Registries":
     """The engine's own trust and docker login, when the caller gave no credentials."""
-    from composer.registry import Registries
+    from composer.registry_client import Registries
 
     return Registries(engine)

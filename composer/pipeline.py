@@ -129,7 +129,7 @@ class Run:
     """How images are composed in this run (not what goes into them)."""
 
     locked: bool = False
-    registry_auth: Any = None  # composer.registry.RegistryAuth, for pushes and registry reads
+    registry_auth: Any = None  # composer.registry_client.RegistryAuth, for pushes and registry reads
     labels: Mapping[str, str] | None = None  # marks what the run leaves on the engine (tests)
     on_line: LineSink = quiet  # progress
     on_build_line: LineSink | None = None  # build output
@@ -173,7 +173,7 @@ def compose(
     targets = resolve_targets(spec, catalog, engine)
     if run.locked:
         from composer.lock import verify_lock
-        from composer.registry import Registries
+        from composer.registry_client import Registries
 
         registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
         targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from composer.registry import MANIFEST_TYPES, RegistryAuth
+from composer.registry_client import MANIFEST_TYPES, RegistryAuth
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY_SCRIPT = REPO / "scripts" / "registry"

@@ -10,7 +10,8 @@ import pytest
 from composer.engine import Engine
 from composer.errors import RegistryError
 from composer.refs import ImageRef
-from composer.registry import RegistryAuth, mirror_release, push_image
+from composer.registry import mirror_release, push_image
+from composer.registry_client import RegistryAuth
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ from tests.cli import composer as run_composer
 import yaml
 
 from composer.refs import ImageRef
-from composer.registry import Registries, push_image
+from composer.registry import push_image
+from composer.registry_client import Registries
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import pytest
 
 from composer.engine import ImageInfo
 from composer.errors import ImageNotFound, RegistryError, UsageError
-from composer.registry import (
-    Failure,
+from composer.registry import Failure, classify, push_image
+from composer.registry_client import (
     InsecureRegistries,
     Registries,
     RegistryApi,
@@ -19,10 +19,8 @@ from composer.registry import (
     ca_files,
     certs_dirs,
     check_ca_file,
-    classify,
     load_auth,
     may_send_credentials,
-    push_image,
 )
 from tests.unit.fake_engine import FakeEngine
 
