@@ -380,7 +380,9 @@ def _full_digest(min_id: str) -> str:
     digest = hashlib.sha256(f"{min_id} {_recipe_digest(full=True)}".encode())
     digest.update(resources.files("composer.dockerfiles").joinpath("standin-ngc-full.Dockerfile.j2").read_bytes())
     digest.update(repr((pkgs.ORT_WHEEL, pkgs.TORCH_WHEEL, pkgs.TORCH_LEAVE_OUT, pkgs.SIZE_STANDINS, C_BACKENDS)).encode())
-    for path in sorted(p for p in _file("ngc").rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    # What the build compiles or runs, not the notes beside it.
+    for path in sorted(p for p in _file("ngc").rglob("*")
+                       if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".md"):
         digest.update(str(path.relative_to(_file("ngc"))).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
