@@ -8,6 +8,7 @@ the CLI only parses, calls and prints.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from composer.progress import LineSink, quiet
 from composer.redaction import redact
 from composer.render import BuildContext, write_context
 from composer.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
+from composer.sbom import SBOM_PATH, add_sbom
 from composer.sizes import SizeReport, measure
 from composer.smoke import SmokeReport, smoke_test
 from composer.spec import CompositionSpec
@@ -39,6 +41,7 @@ class BuildResult:
     size: int
     smoke: SmokeReport | None
     sizes: SizeReport | None = None  # what each part costs, read from the built image
+    sbom: str | None = None  # the CycloneDX document the image holds at composer.sbom.SBOM_PATH
 
     def to_dict(self) -> dict:
         return {
@@ -54,6 +57,8 @@ class BuildResult:
             "labels": dict(self.plan.labels),
             "smoke_test": self.smoke.to_dict() if self.smoke else None,
             "sizes": self.sizes.to_dict() if self.sizes else None,
+            "sbom_path": SBOM_PATH if self.sbom else None,
+            "sbom": json.loads(self.sbom) if self.sbom else None,
         }
 
 
@@ -97,6 +102,11 @@ def build_image(
         if context_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     on_line(f"built {image_id[:19]}")
+    try:  # its SBOM, from what the built image holds, in a last layer of its own
+        image_id, sbom = add_sbom(engine, image_id, plan, labels=labels, on_line=on_line)
+    except BaseException:
+        engine.discard_untagged(image_id)
+        raise
     try:
         sizes = measure(engine, image_id, plan)
     except ComposerError as error:  # the image is fine; only its report is missing
@@ -118,7 +128,7 @@ def build_image(
             )
     engine.tag(image_id, plan.tag)
     info = engine.image(image_id)
-    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes)
+    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes, sbom)
 
 
 # -- one image, end to end; several in a row ------------------------------------------------
