@@ -223,10 +223,10 @@ def build(
     check_environment(os.environ)
     if bundle is not None:
         allowed = {"result.tag", "result.push", "result.smoke_test", "result.model_repository", "result.labels",
-                   "result.smoke_cases", "result.samples"}
+                   "result.smoke_cases", "result.samples", "result.sbom"}
         if set_files or locked or set(given) - allowed:
             raise UsageError("--bundle carries its own selection: give only --tag, --push, --label, "
-                             "--no-smoke-test, --model-repository, --smoke-cases, --no-samples, --junit or --json "
+                             "--no-smoke-test, --model-repository, --smoke-cases, --no-samples, --sbom, --junit or --json "
                              "with it")
     else:
         specs = _specs(BUILD, set_files, given)

@@ -17,14 +17,15 @@ from typing import Any, Mapping, Sequence
 
 from composer.catalog import Catalog
 from composer.engine import Engine
-from composer.errors import BuildFailed, ComposerError, SmokeTestFailed
+from composer.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
+from composer.files import check_output_file, write_file
 from composer.packages import explain_pip_failure, redactor, secrets_of
 from composer.plan import CompositionPlan
 from composer.progress import LineSink, quiet
 from composer.redaction import redact
 from composer.render import BuildContext, write_context
 from composer.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
-from composer.sbom import SBOM_PATH, add_sbom
+from composer.sbom import SBOM_PATH, add_sbom, is_sbom
 from composer.sizes import SizeReport, measure
 from composer.smoke import SmokeReport, smoke_test
 from composer.spec import CompositionSpec
@@ -203,6 +204,12 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
         on_line=run.on_build_line or run.on_line,
         on_smoke_line=run.on_line,
     )
+    if spec.result.sbom and result.sbom:
+        try:  # checked before any work; checked again, as something may have taken the name since
+            write_file(check_output_file(spec.result.sbom, "--sbom", is_sbom), result.sbom.encode())
+        except Invalid as problem:
+            return Outcome(spec, result, None, UsageError(str(problem)))
+        run.on_line(f"SBOM written to {spec.result.sbom}")
     pushed = None
     if spec.result.push:
         from composer.registry import push_image
