@@ -153,7 +153,7 @@ class Outcome:
 
     spec: CompositionSpec
     result: BuildResult | None = None
-    pushed: tuple[str, str] | None = None  # (ref, digest)
+    pushed: tuple[str, ...] | None = None  # (ref, digest), and where its SBOM went
     error: ComposerError | None = None
 
     @property
@@ -165,7 +165,8 @@ class Outcome:
         if self.result is not None:
             payload.update(self.result.to_dict())
         if self.pushed is not None:
-            payload["pushed"] = {"ref": self.pushed[0], "digest": self.pushed[1]}
+            payload["pushed"] = {"ref": self.pushed[0], "digest": self.pushed[1],
+                                 "sbom": self.pushed[2] if len(self.pushed) > 2 else None}
         if self.error is not None:
             payload["error"] = redact(self.error.message)
         return payload
@@ -221,7 +222,25 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
             return Outcome(spec, result, None, error)
         run.on_line(f"pushed {spec.result.push}@{digest}")
         pushed = (spec.result.push, digest)
+        if result.sbom:
+            try:
+                where = _push_sbom(engine, spec, run, digest, result.sbom)
+            except ComposerError as error:  # the image is pushed: say so, and that its SBOM is not
+                return Outcome(spec, result, pushed, error)
+            run.on_line(f"pushed its SBOM as {where}")
+            pushed = (spec.result.push, digest, where)
     return Outcome(spec, result, pushed)
+
+
+def _push_sbom(engine: Engine, spec: CompositionSpec, run: Run, digest: str, document: str) -> str:
+    """The SBOM next to the pushed image, with the push's credentials and the registry's trust."""
+    from composer.artifacts import push_sbom
+    from composer.refs import ImageRef
+    from composer.registry_client import Registries
+
+    target = ImageRef.parse(spec.result.push)
+    api = Registries(engine, run.registry_auth, spec.images.registry_ca).client(target.host)
+    return push_sbom(api, target.repository, digest, document)
 
 
 def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catalog, run: Run = Run(),

@@ -525,8 +525,8 @@ def read_requirement_file(path: Path) -> list[str]:
 
 # -- the declarations -------------------------------------------------------------
 
-BUILD, RENDER, BUNDLE, WHEELS, BACKENDS, SMOKE, MIRROR = (
-    "build", "render", "bundle", "wheels", "backends", "smoke-test", "mirror")
+BUILD, RENDER, BUNDLE, WHEELS, BACKENDS, SMOKE, MIRROR, INSPECT = (
+    "build", "render", "bundle", "wheels", "backends", "smoke-test", "mirror", "inspect")
 COMPOSING = (BUILD, RENDER, BUNDLE)
 
 
@@ -570,7 +570,7 @@ OPTIONS: tuple[Option, ...] = (
            commands=COMPOSING + (WHEELS, BACKENDS), flag_key="min"),
     Option("images.registry_ca", "--registry-ca", "registry_ca", LocalPath("file"),
            "CA certificate for registries with their own CA (beyond /etc/docker/certs.d), used by the composer's "
-           "registry client.", commands=(BUILD, BUNDLE, MIRROR), portable=False),
+           "registry client.", commands=(BUILD, BUNDLE, MIRROR, INSPECT), portable=False),
     # selection
     Option("selection.backends", "--backend", "backends", _NAMES,
            "A backend to include (repeatable); smoke-test: a backend the image must hold (default: those its "
