@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pytest
+import requests
 
 from composer.sbom import SBOM_PATH, validate
 from tests.cli import composer
@@ -81,3 +83,72 @@ def test_two_builds_of_one_composition_give_the_same_bytes(engine, composed):
     refused = composer(*BUILD, "--tag", tag, "--sbom", foreign, "--no-smoke-test")
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "--sbom" in refused.stderr and "did not write" in refused.stderr and foreign.read_text() == "{}"
+
+
+def test_push_publishes_the_sbom_and_inspect_reads_the_registry_without_pulling(engine, composed, tls_registry,
+                                                                               tmp_path, names):
+    tag, payload, _ = composed
+    reg = tls_registry
+    target = f"{reg.host}/composed/sbom:{uuid.uuid4().hex[:8]}"
+    names.append(target)
+    credentials = tmp_path / "credentials"
+    credentials.write_text(f"{reg.username}:{reg.password}\n")
+    credentials.chmod(0o600)
+    no_login = {"DOCKER_CONFIG": str(tmp_path / "docker"), "SOURCE_DATE_EPOCH": EPOCH}
+    pushed = composer(*BUILD, "--tag", tag, "--push", target, "--registry-auth", f"file:{credentials}",
+                      "--no-smoke-test", "--json", env=no_login)
+    assert pushed.returncode == 0, pushed.stderr[-2000:]
+    digest = json.loads(pushed.stdout)["pushed"]["digest"]
+    assert json.loads(pushed.stdout)["pushed"]["sbom"] == f"{target.rsplit(':', 1)[0]}:{digest.replace(':', '-')}.sbom"
+
+    # Fetched straight from the registry (its API, not the composer's client): the image's own document.
+    held = _in_image(engine, tag, f"cat {SBOM_PATH}")
+    repository = target.split("/", 1)[1].rsplit(":", 1)[0]
+    manifest = requests.get(f"{reg.url}/v2/{repository}/manifests/{digest.replace(':', '-')}.sbom",
+                            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+                            auth=(reg.username, reg.password), verify=reg.verify, timeout=10).json()
+    assert manifest["subject"]["digest"] == digest and manifest["artifactType"] == "application/vnd.cyclonedx+json"
+    blob = requests.get(f"{reg.url}/v2/{repository}/blobs/{manifest['layers'][0]['digest']}",
+                        auth=(reg.username, reg.password), verify=reg.verify, timeout=10)
+    assert blob.content.decode() == held
+
+    # inspect: the registry's copy, trusted through --registry-ca alone (the engine's trust removed),
+    # with the credentials given; nothing pulled.
+    (Path("/etc/docker/certs.d") / reg.host / "ca.crt").unlink()
+    engine.remove_image(target)
+    before = sorted(engine.image_names())
+    inspected = composer("inspect", target, "--registry-ca", reg.ca_cert, "--registry-auth", f"file:{credentials}",
+                         "--json", env=no_login)
+    assert inspected.returncode == 0, inspected.stderr[-2000:]
+    assert sorted(engine.image_names()) == before
+    facts = json.loads(inspected.stdout)
+    numpy = _in_image(engine, tag, "python3 -c 'import numpy; print(numpy.__version__)'").strip()
+    assert facts["source"] == "registry" and facts["digest"] == digest
+    assert facts["versions"]["triton server"] == "2.50.0" and facts["versions"]["release"] == "24.09"
+    assert facts["versions"]["numpy"] == numpy and facts["versions"]["os"] == "debian 12"
+    assert facts["backends"] == ["onnxruntime", "python"] and facts["sbom"] == json.loads(held)
+    table = composer("inspect", target, "--registry-ca", reg.ca_cert, "--registry-auth", f"file:{credentials}",
+                     env=no_login)
+    assert table.returncode == 0 and f"numpy          {numpy}" in table.stdout
+    assert sorted(engine.image_names()) == before
+
+    # Without the CA or the credentials: one line each, no traceback.
+    for args, says in (((), "cannot verify the TLS certificate"),
+                       (("--registry-ca", str(reg.ca_cert)), "asks for credentials and none were given")):
+        refused = composer("inspect", target, *args, env=no_login)
+        assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert says in refused.stderr
+
+
+def test_inspect_two_images_names_the_changed_package(engine, standin_images, tmp_path, names):
+    tags = [f"triton-composer-test/sbom-six:{version}-{uuid.uuid4().hex[:6]}" for version in ("1.16.0", "1.17.0")]
+    names.extend(tags)
+    for tag in tags:
+        version = tag.split(":")[1].split("-")[0]
+        built = composer(*BUILD[:-4], "-b", "python", "--pip", f"six=={version}", "--tag", tag, "--no-smoke-test")
+        assert built.returncode == 0, built.stderr[-2000:]
+    compared = composer("inspect", *tags, "--json")
+    assert compared.returncode == 0, compared.stderr[-2000:]
+    assert json.loads(compared.stdout)["packages"]["changed"] == {"pypi:six": ["1.16.0", "1.17.0"]}
+    table = composer("inspect", *tags)
+    assert "changed  pypi:six 1.16.0 -> 1.17.0" in table.stdout
