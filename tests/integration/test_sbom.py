@@ -152,3 +152,12 @@ def test_inspect_two_images_names_the_changed_package(engine, standin_images, tm
     assert json.loads(compared.stdout)["packages"]["changed"] == {"pypi:six": ["1.16.0", "1.17.0"]}
     table = composer("inspect", *tags)
     assert "changed  pypi:six 1.16.0 -> 1.17.0" in table.stdout
+
+
+def test_inspect_refuses_an_unreachable_registry_and_an_image_not_tritons(engine, standin_images):
+    for ref, says in (("127.0.0.1:9/team/triton:1", "registry 127.0.0.1:9 does not answer"),
+                      (standin_images.min_ref.replace("tritonserver:24.09-py3-min", "debian-minbase:bookworm"),
+                       "is not a Triton image")):
+        run = composer("inspect", ref)
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode != 0 and len(lines) == 1 and says in lines[0] and "Traceback" not in run.stderr, run.stderr
