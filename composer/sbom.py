@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import uuid
 from dataclasses import dataclass
 from importlib import resources
@@ -23,6 +24,7 @@ from composer import __version__
 from composer.errors import BuildFailed
 from composer.plan import ROOT, BaseImage, CompositionPlan
 from composer.progress import LineSink, quiet
+from composer.refs import ImageRef
 
 SBOM_PATH = f"{ROOT}/sbom.cdx.json"  # where every composed image holds its SBOM
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
@@ -240,8 +242,8 @@ def make_sbom(plan: CompositionPlan, facts: ImageFacts) -> str:
     if "backend python" in parts and collected.get("python"):
         depends[parts["backend python"]] |= {r for path, r in pythons.items() if not path.startswith(ROOT + "/")}
 
-    root = Component(bom_ref="image", type=ComponentType.CONTAINER, name=plan.tag.rsplit(":", 1)[0],
-                     version=plan.tag.rsplit(":", 1)[1] if ":" in plan.tag.rsplit("/", 1)[-1] else None,
+    tag = ImageRef.parse(plan.tag)
+    root = Component(bom_ref="image", type=ComponentType.CONTAINER, name=str(tag.without_tag()), version=tag.tag,
                      properties=props(os=facts.os, sbom_path=SBOM_PATH))
     depends["image"] = {server, image_refs["min"], *{r for r in libraries.values() if r.startswith("file:/usr")}}
     composer_tool = Component(type=ComponentType.APPLICATION, name="triton-composer", version=__version__,
@@ -279,8 +281,7 @@ def _created(plan: CompositionPlan) -> datetime.datetime:
 def _source(image: BaseImage) -> str:
     """An image as the SBOM names it: by digest where it has one, else by id, else by name."""
     if image.digest:
-        return image.ref.rsplit(":", 1)[0] + "@" + image.digest if ":" in image.ref.rsplit("/", 1)[-1] else \
-            f"{image.ref}@{image.digest}"
+        return str(ImageRef.parse(image.ref).without_tag().with_digest(image.digest))
     return f"{image.ref} ({image.id})" if image.id else image.ref
 
 
@@ -289,7 +290,8 @@ def _image_component(role: str, image: BaseImage) -> dict:
     from cyclonedx.model.component import ComponentType
     from packageurl import PackageURL
 
-    repository, _, tag = image.ref.rpartition(":") if ":" in image.ref.rsplit("/", 1)[-1] else (image.ref, "", "")
+    parsed = ImageRef.parse(image.ref)
+    repository, tag = str(parsed.without_tag()), parsed.tag
     version = image.digest or image.id
     purl = None
     if version:
@@ -348,6 +350,8 @@ def add_sbom(engine, image_id: str, plan: CompositionPlan, *, labels: Mapping[st
     with tempfile.TemporaryDirectory(prefix="triton-composer-sbom-") as folder:
         context = Path(folder)
         (context / "sbom.cdx.json").write_text(document)
+        stamp = _created(plan).timestamp()  # COPY keeps the file's time: the layer is reproducible too
+        os.utime(context / "sbom.cdx.json", (stamp, stamp))
         (context / "Dockerfile").write_text(render_sbom_layer(image_id, SBOM_PATH, version_labels(facts)))
         final = engine.build(context, network_mode="none", labels=labels, on_line=on_line)
     on_line(f"SBOM: {len(facts.debs)} packages, {len(facts.python)} python packages, at {SBOM_PATH}")
