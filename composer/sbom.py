@@ -158,6 +158,24 @@ def _normal(name: str) -> str:
 # -- the document --------------------------------------------------------------------
 
 
+class _Components(dict):
+    """The document's components by bom-ref, each added once."""
+
+    def add(self, ref: str, **kwargs: Any) -> str:
+        from cyclonedx.model.component import Component
+
+        if ref not in self:
+            self[ref] = Component(bom_ref=ref, **kwargs)
+        return ref
+
+
+def _props(**values: Any) -> list:
+    from cyclonedx.model import Property
+
+    return [Property(name=f"{PROPERTY}:{k.replace('_', '-')}", value=str(v))
+            for k, v in sorted(values.items()) if v not in (None, "", [], ())]
+
+
 def make_sbom(plan: CompositionPlan, facts: ImageFacts) -> str:
     """The CycloneDX 1.6 JSON document of an image built from `plan` holding `facts`."""
     from cyclonedx.model import Property
@@ -166,93 +184,31 @@ def make_sbom(plan: CompositionPlan, facts: ImageFacts) -> str:
     from cyclonedx.output.json import JsonV1Dot6
     from packageurl import PackageURL
 
-    def props(**values: Any) -> list:
-        return [Property(name=f"{PROPERTY}:{k.replace('_', '-')}", value=str(v))
-                for k, v in sorted(values.items()) if v not in (None, "", [], ())]
-
-    distro = f"{facts.os_id}-{facts.os_version}" if facts.os_id else None
-    components: dict[str, Component] = {}
-
-    def add(ref: str, **kwargs: Any) -> str:
-        if ref not in components:
-            components[ref] = Component(bom_ref=ref, **kwargs)
-        return ref
-
-    debs = {}
-    for deb in facts.debs:
-        qualifiers = {"arch": deb.arch, **({"distro": distro} if distro else {})}
-        purl = PackageURL("deb", facts.os_id or None, deb.name, deb.version, qualifiers)
-        debs[deb.name] = debs[f"{deb.name}:{deb.arch}"] = add(
-            purl.to_string(), type=ComponentType.LIBRARY, name=deb.name, version=deb.version, purl=purl,
-            properties=props(kind="deb", architecture=deb.arch, source_package=deb.source))
-    pythons: dict[str, str] = {}
-    for package in facts.python:
-        purl = PackageURL("pypi", None, _normal(package.name), package.version)
-        ref = add(f"{purl.to_string()}#{package.path}", type=ComponentType.LIBRARY, name=package.name,
-                  version=package.version, purl=purl, properties=props(kind="python", location=package.path))
-        pythons[package.path] = ref
-
+    components = _Components()
+    debs, pythons = _packages(facts, components)
     images = {"full": plan.full, "min": plan.min, **{f"backend:{f.name}": f.image for f in plan.foreign_backends}}
-    image_refs = {role: add(f"image:{role}", **_image_component(role, image)) for role, image in sorted(images.items())}
-    server = add("triton:server", type=ComponentType.APPLICATION, name="tritonserver", version=plan.server_version,
-                 purl=PackageURL("generic", "nvidia", "tritonserver", plan.server_version),
-                 properties=props(kind="server", release=plan.release.name, image=_source(plan.full)))
-    parts: dict[str, str] = {}
-    foreign = {f.name: f for f in plan.foreign_backends}
-    custom = {c.name for c in plan.custom_backends}
-    for kind, names in (("backend", plan.all_backends), ("repoagent", plan.repoagents), ("cache", plan.caches)):
-        for name in names:
-            other = foreign.get(name)
-            origin = "custom" if name in custom else _source(other.image if other else plan.full)
-            version = None if name in custom else (plan.server_version if other is None else other.release)
-            parts[f"{kind} {name}"] = add(
-                f"triton:{kind}:{name}", type=ComponentType.LIBRARY, name=name, version=version,
-                group=f"triton.{kind}", properties=props(kind=kind, image=origin, release=other.release if other else
-                                                         (None if name in custom else plan.release.name)))
-
+    for role, image in sorted(images.items()):
+        components.add(f"image:{role}", **_image_component(role, image))
+    server = components.add(
+        "triton:server", type=ComponentType.APPLICATION, name="tritonserver", version=plan.server_version,
+        purl=PackageURL("generic", "nvidia", "tritonserver", plan.server_version),
+        properties=_props(kind="server", release=plan.release.name, image=_source(plan.full)))
+    parts = _parts(plan, components)
     collected = facts.collected or {}
-    libraries: dict[str, str] = {}
-    for entry in [*collected.get("system", []), *collected.get("package_siblings", [])]:
-        package = entry.get("package")
-        libraries[entry["soname"]] = libraries[entry["path"]] = add(
-            f"file:{entry['path']}", type=ComponentType.FILE, name=entry["path"],
-            properties=props(kind="collected-library", soname=entry.get("soname"), package=package,
-                             loaded_with=entry.get("for"), image=_source(plan.full)))
-    for label, paths in [*collected.get("bundled", {}).items(), *collected.get("plugins", {}).items()]:
-        for path in paths:
-            libraries[path] = add(f"file:{path}", type=ComponentType.FILE, name=path,
-                                  properties=props(kind="bundled-library", part=label))
-
-    depends: dict[str, set[str]] = {ref: set() for ref in components}
+    libraries = _libraries(plan, collected, components)
+    depends = _dependencies(collected, components, parts, libraries, debs, pythons)
     depends[server] |= set(parts.values())
-    for entry in collected.get("package_siblings", []):
-        if entry.get("for") in libraries:
-            depends[libraries[entry["for"]]].add(libraries[entry["path"]])
-    for label, paths in [*collected.get("bundled", {}).items(), *collected.get("plugins", {}).items()]:
-        if label in parts:
-            depends[parts[label]] |= {libraries[p] for p in paths}
-    for label, reached in collected.get("nvidia", {}).items():
-        for item in reached if label in parts else ():
-            package = (item.get("package") or "").split(":")[0]
-            if package in debs:
-                depends[parts[label]].add(debs[package])
-    for label, ref in parts.items():
-        folder = f"{ROOT}/{label.split()[0]}s/{label.split()[1]}/"
-        depends[ref] |= {r for path, r in pythons.items() if path.startswith(folder)}
-    if "backend python" in parts and collected.get("python"):
-        depends[parts["backend python"]] |= {r for path, r in pythons.items() if not path.startswith(ROOT + "/")}
 
     tag = ImageRef.parse(plan.tag)
     root = Component(bom_ref="image", type=ComponentType.CONTAINER, name=str(tag.without_tag()), version=tag.tag,
-                     properties=props(os=facts.os, sbom_path=SBOM_PATH))
-    depends["image"] = {server, image_refs["min"], *{r for r in libraries.values() if r.startswith("file:/usr")}}
+                     properties=_props(os=facts.os, sbom_path=SBOM_PATH))
+    depends["image"] = {server, "image:min", *{r for r in libraries.values() if r.startswith("file:/usr")}}
     composer_tool = Component(type=ComponentType.APPLICATION, name="triton-composer", version=__version__,
                               bom_ref="tool:triton-composer")
-    record = plan.record()
-    metadata_props = props(composer_version=__version__, release=plan.release.name,
-                           server_version=plan.server_version, backends=",".join(plan.all_backends),
-                           repoagents=",".join(plan.repoagents), caches=",".join(plan.caches),
-                           requested_packages=",".join(record["requested_packages"]))
+    metadata_props = _props(composer_version=__version__, release=plan.release.name,
+                            server_version=plan.server_version, backends=",".join(plan.all_backends),
+                            repoagents=",".join(plan.repoagents), caches=",".join(plan.caches),
+                            requested_packages=",".join(plan.record()["requested_packages"]))
     metadata_props += [Property(name=f"{PROPERTY}:label:{k}", value=v) for k, v in plan.labels]
 
     bom = Bom(components=components.values(), serial_number=uuid.UUID(int=0))
@@ -268,6 +224,98 @@ def make_sbom(plan: CompositionPlan, facts: ImageFacts) -> str:
     # The serial number names this content: the same composition of the same image, the same one.
     bom.serial_number = uuid.UUID(bytes=hashlib.sha256(draft.encode()).digest()[:16], version=4)
     return JsonV1Dot6(bom).output_as_string(indent=1) + "\n"
+
+
+def _packages(facts: ImageFacts, components: _Components) -> tuple[dict[str, str], dict[str, str]]:
+    """A component per installed Debian package (by name and name:arch) and per Python
+    distribution (by its metadata folder); their bom-refs."""
+    from cyclonedx.model.component import ComponentType
+    from packageurl import PackageURL
+
+    distro = f"{facts.os_id}-{facts.os_version}" if facts.os_id else None
+    debs: dict[str, str] = {}
+    for deb in facts.debs:
+        qualifiers = {"arch": deb.arch, **({"distro": distro} if distro else {})}
+        purl = PackageURL("deb", facts.os_id or None, deb.name, deb.version, qualifiers)
+        debs[deb.name] = debs[f"{deb.name}:{deb.arch}"] = components.add(
+            purl.to_string(), type=ComponentType.LIBRARY, name=deb.name, version=deb.version, purl=purl,
+            properties=_props(kind="deb", architecture=deb.arch, source_package=deb.source))
+    pythons: dict[str, str] = {}
+    for package in facts.python:
+        purl = PackageURL("pypi", None, _normal(package.name), package.version)
+        pythons[package.path] = components.add(
+            f"{purl.to_string()}#{package.path}", type=ComponentType.LIBRARY, name=package.name,
+            version=package.version, purl=purl, properties=_props(kind="python", location=package.path))
+    return debs, pythons
+
+
+def _parts(plan: CompositionPlan, components: _Components) -> dict[str, str]:
+    """A component per selected backend, repo agent and cache ("backend python" -> bom-ref), with
+    the server's version (or its release's, for a backend from another image) and its image."""
+    from cyclonedx.model.component import ComponentType
+
+    parts: dict[str, str] = {}
+    foreign = {f.name: f for f in plan.foreign_backends}
+    custom = {c.name for c in plan.custom_backends}
+    for kind, names in (("backend", plan.all_backends), ("repoagent", plan.repoagents), ("cache", plan.caches)):
+        for name in names:
+            other = foreign.get(name)
+            if name in custom:
+                version, origin, release = None, "custom", None
+            elif other is not None:
+                version, origin, release = other.release, _source(other.image), other.release
+            else:
+                version, origin, release = plan.server_version, _source(plan.full), plan.release.name
+            parts[f"{kind} {name}"] = components.add(
+                f"triton:{kind}:{name}", type=ComponentType.LIBRARY, name=name, version=version,
+                group=f"triton.{kind}", properties=_props(kind=kind, image=origin, release=release))
+    return parts
+
+
+def _libraries(plan: CompositionPlan, collected: Mapping[str, Any], components: _Components) -> dict[str, str]:
+    """A component per library the collector copied (with its package) or found inside a part's
+    folder; bom-refs by path (and by soname for the copied ones)."""
+    from cyclonedx.model.component import ComponentType
+
+    libraries: dict[str, str] = {}
+    for entry in [*collected.get("system", []), *collected.get("package_siblings", [])]:
+        libraries[entry["soname"]] = libraries[entry["path"]] = components.add(
+            f"file:{entry['path']}", type=ComponentType.FILE, name=entry["path"],
+            properties=_props(kind="collected-library", soname=entry.get("soname"), package=entry.get("package"),
+                              loaded_with=entry.get("for"), image=_source(plan.full)))
+    for label, paths in _inside_parts(collected):
+        for path in paths:
+            libraries[path] = components.add(f"file:{path}", type=ComponentType.FILE, name=path,
+                                             properties=_props(kind="bundled-library", part=label))
+    return libraries
+
+
+def _inside_parts(collected: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    """(part label, library paths) for libraries in a part's folder: bundled (RUNPATH) or loaded by name."""
+    return [*collected.get("bundled", {}).items(), *collected.get("plugins", {}).items()]
+
+
+def _dependencies(collected, components, parts, libraries, debs, pythons) -> dict[str, set[str]]:
+    """What the collector knows each part needs: the libraries in its folder, the NVIDIA packages
+    it reaches, its Python packages; and each library the ones loaded with it."""
+    depends: dict[str, set[str]] = {ref: set() for ref in components}
+    for entry in collected.get("package_siblings", []):
+        if entry.get("for") in libraries:
+            depends[libraries[entry["for"]]].add(libraries[entry["path"]])
+    for label, paths in _inside_parts(collected):
+        if label in parts:
+            depends[parts[label]] |= {libraries[p] for p in paths}
+    for label, reached in collected.get("nvidia", {}).items():
+        for item in reached if label in parts else ():
+            package = (item.get("package") or "").split(":")[0]
+            if package in debs:
+                depends[parts[label]].add(debs[package])
+    for label, ref in parts.items():
+        kind, name = label.split()
+        depends[ref] |= {r for path, r in pythons.items() if path.startswith(f"{ROOT}/{kind}s/{name}/")}
+    if "backend python" in parts and collected.get("python"):
+        depends[parts["backend python"]] |= {r for path, r in pythons.items() if not path.startswith(ROOT + "/")}
+    return depends
 
 
 def _created(plan: CompositionPlan) -> datetime.datetime:
