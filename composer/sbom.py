@@ -24,7 +24,7 @@ from composer import __version__
 from composer.errors import BuildFailed
 from composer.plan import ROOT, BaseImage, CompositionPlan
 from composer.progress import LineSink, quiet
-from composer.refs import ImageRef
+from composer.refs import ImageRef, is_image_id
 
 SBOM_PATH = f"{ROOT}/sbom.cdx.json"  # where every composed image holds its SBOM
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
@@ -328,9 +328,9 @@ def _created(plan: CompositionPlan) -> datetime.datetime:
 
 def _source(image: BaseImage) -> str:
     """An image as the SBOM names it: by digest where it has one, else by id, else by name."""
-    if image.digest:
+    if image.digest and not is_image_id(image.ref):
         return str(ImageRef.parse(image.ref).without_tag().with_digest(image.digest))
-    return f"{image.ref} ({image.id})" if image.id else image.ref
+    return f"{image.ref} ({image.id})" if image.id and image.id != image.ref else image.ref
 
 
 def _image_component(role: str, image: BaseImage) -> dict:
@@ -338,11 +338,11 @@ def _image_component(role: str, image: BaseImage) -> dict:
     from cyclonedx.model.component import ComponentType
     from packageurl import PackageURL
 
-    parsed = ImageRef.parse(image.ref)
-    repository, tag = str(parsed.without_tag()), parsed.tag
     version = image.digest or image.id
     purl = None
-    if version:
+    if version and not is_image_id(image.ref):  # an image known by id only (pinned locally) has no purl
+        parsed = ImageRef.parse(image.ref)
+        repository, tag = parsed.familiar_name, parsed.tag
         qualifiers = {"repository_url": repository, **({"tag": tag} if tag else {})}
         purl = PackageURL("oci", None, repository.rsplit("/", 1)[-1], version, qualifiers)
     properties = [Property(name=f"{PROPERTY}:{k}", value=v) for k, v in

@@ -72,3 +72,17 @@ def test_only_a_document_the_composer_wrote_may_be_replaced(ngc_plan, tmp_path):
     ours.write_text(text)
     theirs.write_text(json.dumps({"bomFormat": "CycloneDX", "metadata": {}}))
     assert is_sbom(ours) and not is_sbom(theirs) and not is_sbom(tmp_path / "absent.json")
+
+
+def test_base_images_pinned_by_id_or_digest_are_named_so(ngc_plan):
+    import dataclasses
+
+    facts = parse_facts(recorded_facts())
+    plan = ngc_plan("python")
+    by_id = dataclasses.replace(plan, full=dataclasses.replace(plan.full, ref=plan.full.id, digest=None),
+                                min=dataclasses.replace(plan.min, ref=plan.min.ref + "@" + plan.min.digest))
+    text = make_sbom(by_id, facts)
+    assert validate(text) is None
+    components = {c["bom-ref"]: c for c in json.loads(text)["components"]}
+    assert components["image:full"]["name"] == plan.full.id and "purl" not in components["image:full"]
+    assert components["image:min"]["version"] == plan.min.digest
