@@ -48,6 +48,7 @@ class Selection:
     backend_images: tuple[tuple[str, str], ...] = ()  # name -> the full image to take it from
     with_headers: bool = False
     bake_models: Path | None = None  # a model repository copied into the image at /models
+    model_envs: tuple[tuple[str, Path], ...] = ()  # model -> its requirements file (composer.model_envs)
 
 
 @dataclass(frozen=True)
@@ -286,6 +287,20 @@ class ModelRepository(Tree):
         problem = repository_problem(path)
         if problem:
             raise Invalid(problem)
+        for requirements in sorted(path.glob("*/requirements.txt")):  # a model's own environment
+            read_requirement_file(requirements)
+        return path
+
+
+class RequirementsFile(LocalPath):
+    """A requirements file, its lines checked before any work starts (the value is its path)."""
+
+    def __init__(self):
+        super().__init__("file")
+
+    def read(self, raw: Any, base: Path) -> Path:
+        path = super().read(raw, base)
+        read_requirement_file(path)
         return path
 
 
@@ -562,6 +577,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("selection.bake_models", "--bake-models", "bake_models", ModelRepository(),
            "Copy this model repository into the image at /models (a layer of its own) and serve it by default.",
            portable=False),
+    Option("selection.model_envs", "--model-env", "model_envs", Named(RequirementsFile(), check_name,
+           "MODEL=REQUIREMENTS"), "Build a python environment of its own for this model (a model of a baked repository "
+           "gets one from its requirements.txt): MODEL=REQUIREMENTS (repeatable).", portable=False),
     # result
     Option("result.tag", "--tag", "tag", _TAG_REF, "Tag for the composed image (default names release and backends).",
            short="-t"),
