@@ -105,7 +105,15 @@ def pointed_config(text: str, env: ModelEnv) -> str:
     return text.rstrip("\n") + "\n" + env.config_line() + "\n"
 
 
-def hints(envs: tuple[ModelEnv, ...]) -> list[str]:
-    """For models mounted at run time: the line to add to each one's configuration."""
-    return [f"model {e.model}: its environment is {e.path} in the image; add to its {CONFIG}: {e.config_line()}"
-            for e in envs if not e.baked]
+def hints(envs: tuple[ModelEnv, ...], repository: Path | None = None) -> list[str]:
+    """For models mounted at run time: the line to add to each one's configuration, and which
+    models of --model-repository carry requirements the image has no environment for."""
+    lines = [f"model {e.model}: its environment is {e.path} in the image; add to its {CONFIG}: {e.config_line()}"
+             for e in envs if not e.baked]
+    built = {e.model for e in envs}
+    if repository is not None:
+        for file in sorted(repository.glob(f"*/{REQUIREMENTS}")):
+            if file.parent.name not in built:
+                lines.append(f"model {file.parent.name} of {repository} carries a {REQUIREMENTS}: build its "
+                             f"environment with --model-env {file.parent.name}={file}")
+    return lines

@@ -310,7 +310,7 @@ def make_plan(
             raise UsageError("--pip/--requirements add packages for python models: select --backend python too")
     server_version = (full_env or {}).get("TRITON_SERVER_VERSION") or release.server
     model_envs = _model_envs(model_envs, all_backends, offer, server_version)
-    notes += hints(model_envs)
+    notes += hints(model_envs, spec.result.model_repository)
     if server_version != release.server:
         notes.append(f"warning: the full image states server {server_version}, but release {release.name} "
                      f"ships server {release.server}: the image's own version is used and checked")

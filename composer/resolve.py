@@ -130,7 +130,9 @@ def _model_envs(spec: CompositionSpec, release: Release, contents: FullImageCont
                 on_line(f"model {env.model}: its own environment")
                 fetched += fetch_wheels(target, packages, release, wheelhouse, on_line)
         except UsageError as error:
-            raise UsageError(f"model {env.model}: {error.message}") from None
+            why = (f" (python {target.version} on {target.platform}; the build installs wheels only: a package "
+                   "that needs a compiler cannot be built there)") if "no wheel" in error.message else ""
+            raise UsageError(f"model {env.model}: {error.message}{why}") from None
         done.append(dataclasses.replace(env, wheelhouse=wheelhouse))
     return tuple(done), fetched
 

@@ -743,6 +743,10 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
     if clash:
         found.append(Problem("custom_backends", f"{clash[0]} is both a custom backend and a backend image",
                              f"{clash[0]} is given by both --custom-backend and --backend-image: keep one"))
+    if s.model_envs and "python" not in s.backends:
+        found.append(Problem(
+            "model_envs", "model_envs are python models' environments: add python to backends",
+            f"--model-env {s.model_envs[0][0]}=...: environments are for python models; select --backend python too"))
     r = spec.result
     if command == BUILD and r.smoke_test and not r.samples and not (r.model_repository or s.bake_models):
         found.append(Problem(
@@ -770,6 +774,10 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
         from composer.catalog import Catalog
 
         Catalog.load().release(spec.images.version)  # unknown: refused before any work
+    if command in (BUILD, RENDER, BUNDLE):
+        from composer.model_envs import requested
+
+        requested(spec.selection.bake_models, spec.selection.model_envs)  # a model named twice, a config that names one
     return spec
 
 
