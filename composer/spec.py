@@ -777,7 +777,11 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
     if command in (BUILD, RENDER, BUNDLE):
         from composer.model_envs import requested
 
-        requested(spec.selection.bake_models, spec.selection.model_envs)  # a model named twice, a config that names one
+        envs = requested(spec.selection.bake_models, spec.selection.model_envs)  # a model named twice, a config naming one
+        if envs and command == BUNDLE:
+            raise UsageError(f"model {envs[0].model} has its own python environment, which bundles do not carry yet: "
+                             "build it where the index is reachable (or leave out --model-env and the models' "
+                             "requirements.txt)")
     return spec
 
 
