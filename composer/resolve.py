@@ -316,8 +316,11 @@ def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | N
     foreign = tuple(
         foreign_backend(name, BaseImage(f"backend:{name}", ref), offer, None) for name, ref in targets.backend_images
     )
+    envs = tuple(dataclasses.replace(e, wheelhouse=spec.packages.wheelhouse)  # no engine: a given wheelhouse only
+                 for e in model_envs.requested(spec.selection.bake_models, spec.selection.model_envs))
     return make_plan(spec, targets.release, offer, catalog, BaseImage("full", targets.full),
-                     BaseImage("min", targets.min), foreign=foreign, created=created or created_label(os.environ))
+                     BaseImage("min", targets.min), foreign=foreign, created=created or created_label(os.environ),
+                     model_envs=envs)
 
 
 def _info_dict(info: ImageInfo) -> dict:

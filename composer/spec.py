@@ -757,7 +757,7 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
     if command in (BUILD, RENDER, BUNDLE) and p.wheelhouse is not None and not p.wheelhouse.is_dir():
         found.append(Problem("packages.wheelhouse", f"no such folder {p.wheelhouse}",
                              f"--wheelhouse {p.wheelhouse}: no such folder (composer wheels -o DIR fills one)"))
-    if (p.wheelhouse or p.index_url or p.extra_index_urls or p.ca_cert) and not p.specs:
+    if (p.wheelhouse or p.index_url or p.extra_index_urls or p.ca_cert) and not (p.specs or s.model_envs or s.bake_models):
         found.append(Problem(
             "packages", "package sources are given but no package: add pip: [SPEC] or requirements: [FILE]",
             "package sources were given but no package: add --pip SPEC or --requirements FILE"))
