@@ -133,3 +133,16 @@ def test_make_env_refuses_a_python_that_is_not_the_stubs(tmp_path):
     found = "%d.%d" % sys.version_info[:2]
     assert run.returncode != 0
     assert f"has python {found}, but the python backend stub is built for python 3.1" in run.stderr
+
+
+def test_a_set_names_model_environments_relative_to_its_folder(tmp_path):
+    from composer.errors import UsageError as Usage
+    from composer.sets import load_set
+
+    (tmp_path / "r.txt").write_text("six\n")
+    path = tmp_path / "envs.yaml"
+    path.write_text('version: "24.09"\nbackends: [python]\nmodel_envs: {m: r.txt}\n')
+    assert load_set(path, {}).selection.model_envs == (("m", tmp_path / "r.txt"),)
+    path.write_text('version: "24.09"\nbackends: [python]\nmodel_envs: {m: missing.txt}\n')
+    with pytest.raises(Usage, match=r"envs.yaml:3: model_envs.m: no such file missing.txt"):
+        load_set(path, {})
