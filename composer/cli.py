@@ -22,8 +22,6 @@ from composer.catalog import Catalog
 from composer.errors import (
     BuildFailed,
     ComposerError,
-    EngineUnavailable,
-    ImageNotFound,
     Invalid,
     SmokeTestFailed,
     UsageError,
@@ -419,25 +417,9 @@ def render(
 
 def _render(out: Printer, spec: CompositionSpec, catalog: Catalog, output: Path, offline: bool, wheels: Path) -> None:
     from composer.render import write_context
-    from composer.resolve import resolve, resolve_offline
+    from composer.resolve import resolve_for_render
 
-    engine = None
-    if not offline:
-        try:
-            engine = _engine()
-        except EngineUnavailable:
-            if not spec.images.version:
-                raise
-            out.step("no Docker engine answers: checking the selection against NGC's catalogued layout")
-    resolved = None
-    if engine is not None:
-        try:
-            resolved = resolve(engine, spec, catalog, wheels=wheels, on_line=out.step)
-        except ImageNotFound as missing:
-            if not spec.images.version:
-                raise
-            out.step(f"{missing.message}: checking the selection against NGC's catalogued layout instead")
-    plan = (resolved or resolve_offline(spec, catalog)).plan
+    plan = resolve_for_render(None if offline else _engine, spec, catalog, wheels=wheels, on_line=out.step).plan
     for note in plan.notes:
         out.step(f"note: {note}")
     context = write_context(plan, output)
