@@ -6,11 +6,11 @@ ComposerError becomes one line on stderr and a non-zero exit.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -22,8 +22,6 @@ from composer.catalog import Catalog
 from composer.errors import (
     BuildFailed,
     ComposerError,
-    EngineUnavailable,
-    ImageNotFound,
     Invalid,
     SmokeTestFailed,
     UsageError,
@@ -222,12 +220,9 @@ def build(
         junit = check_junit_output(junit)
     check_environment(os.environ)
     if bundle is not None:
-        allowed = {"result.tag", "result.push", "result.smoke_test", "result.model_repository", "result.labels",
-                   "result.smoke_cases", "result.samples"}
-        if set_files or locked or set(given) - allowed:
-            raise UsageError("--bundle carries its own selection: give only --tag, --push, --label, "
-                             "--no-smoke-test, --model-repository, --smoke-cases, --no-samples, --junit or --json "
-                             "with it")
+        from composer.bundle import check_overrides
+
+        check_overrides(given, set_files=set_files, locked=locked)
     else:
         specs = _specs(BUILD, set_files, given)
         if locked:
@@ -235,36 +230,24 @@ def build(
 
             check_locked(specs)
     auth = load_auth(registry_auth)
-    read = None
-    if bundle is not None:
-        import tempfile
+    with contextlib.ExitStack() as stack:
+        if bundle is not None:
+            from composer.bundle import compose_bundle, unpacked
 
-        from composer.bundle import read_bundle
+            read = stack.enter_context(unpacked(bundle))  # checked before any engine is asked
+        engine = _engine()
 
-        workdir = Path(tempfile.mkdtemp(prefix="triton-composer-bundle-"))
-        try:
-            read = read_bundle(bundle, workdir)
-        except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True)
-            raise
-    engine = _engine()
+        def show_plan(plan) -> None:
+            for note in plan.notes:
+                out.step(f"note: {note}")
+            out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
 
-    def show_plan(plan) -> None:
-        for note in plan.notes:
-            out.step(f"note: {note}")
-        out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
-
-    run = Run(locked=locked, registry_auth=auth, on_line=out.step, on_build_line=out.build_line, on_plan=show_plan)
-    if read is not None:
-        from composer.bundle import open_bundle
-
-        try:
-            opened = open_bundle(engine, read, on_line=out.step)
-            outcomes = compose_all(engine, [opened.spec.with_fields(given)], catalog, run, opened.inspection)
-        finally:
-            shutil.rmtree(read.workdir, ignore_errors=True)
-    else:
-        outcomes = compose_all(engine, specs, catalog, run)
+        run = Run(locked=locked, registry_auth=auth, on_line=out.step, on_build_line=out.build_line,
+                  on_plan=show_plan)
+        if bundle is not None:
+            outcomes = compose_bundle(engine, read, given, catalog, run)
+        else:
+            outcomes = compose_all(engine, specs, catalog, run)
     _report(out, outcomes, junit)
 
 
@@ -434,25 +417,9 @@ def render(
 
 def _render(out: Printer, spec: CompositionSpec, catalog: Catalog, output: Path, offline: bool, wheels: Path) -> None:
     from composer.render import write_context
-    from composer.resolve import resolve, resolve_offline
+    from composer.resolve import resolve_for_render
 
-    engine = None
-    if not offline:
-        try:
-            engine = _engine()
-        except EngineUnavailable:
-            if not spec.images.version:
-                raise
-            out.step("no Docker engine answers: checking the selection against NGC's catalogued layout")
-    resolved = None
-    if engine is not None:
-        try:
-            resolved = resolve(engine, spec, catalog, wheels=wheels, on_line=out.step)
-        except ImageNotFound as missing:
-            if not spec.images.version:
-                raise
-            out.step(f"{missing.message}: checking the selection against NGC's catalogued layout instead")
-    plan = (resolved or resolve_offline(spec, catalog)).plan
+    plan = resolve_for_render(None if offline else _engine, spec, catalog, wheels=wheels, on_line=out.step).plan
     for note in plan.notes:
         out.step(f"note: {note}")
     context = write_context(plan, output)

@@ -13,13 +13,13 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from composer.catalog import Catalog, Release
 from composer.contents import FullImageContents, inspect_full
 from composer.engine import Engine, ImageInfo
-from composer.errors import UsageError
 from composer import model_envs
+from composer.errors import EngineUnavailable, ImageNotFound, UsageError
 from composer.model_envs import ModelEnv
 from composer.packages import PythonTarget, check_wheelhouse, download_wheels, python_target
 from composer.plan import (
@@ -87,6 +87,28 @@ def resolve_offline(spec: CompositionSpec, catalog: Catalog) -> Resolved:
     """Resolve with no engine: the selection is checked against NGC's catalogued layout."""
     plan = _plan_from_catalog(spec, catalog)
     return Resolved(spec, plan.release, plan)
+
+
+def resolve_for_render(connect: Callable[[], Engine] | None, spec: CompositionSpec, catalog: Catalog, *,
+                       wheels: Path, on_line: LineSink = quiet) -> Resolved:
+    """What `render` writes: resolved against the engine's images when one answers and holds them,
+    else (with a release named) against NGC's catalogued layout; connect=None asks no engine."""
+    if connect is None:
+        return resolve_offline(spec, catalog)
+    try:
+        engine = connect()
+    except EngineUnavailable:
+        if not spec.images.version:
+            raise
+        on_line("no Docker engine answers: checking the selection against NGC's catalogued layout")
+        return resolve_offline(spec, catalog)
+    try:
+        return resolve(engine, spec, catalog, wheels=wheels, on_line=on_line)
+    except ImageNotFound as missing:
+        if not spec.images.version:
+            raise
+        on_line(f"{missing.message}: checking the selection against NGC's catalogued layout instead")
+        return resolve_offline(spec, catalog)
 
 
 def _packages(spec: CompositionSpec, release: Release, contents: FullImageContents, folder: Path | None,

@@ -145,7 +145,8 @@ class Kind:
     """How an option's values are read (command line, set file) and checked.
 
     `read` turns what the command line or YAML gave (strings, lists, mappings) into the typed
-    value, raising Invalid; `cli_type` is what the typer parameter holds; `repeatable` makes
+    value, raising Invalid; `read_set` is the same for a set file, where a kind may ask more
+    (a set holds no secret); `cli_type` is what the typer parameter holds; `repeatable` makes
     the flag repeatable; `plain`/`typed` convert for JSON (bundle manifests).
     """
 
@@ -155,6 +156,9 @@ class Kind:
 
     def read(self, raw: Any, base: Path) -> Any:
         return raw
+
+    def read_set(self, raw: Any, base: Path, environ: Mapping[str, str]) -> Any:
+        return self.read(raw, base)
 
     def plain(self, value: Any) -> Any:
         return value
@@ -193,18 +197,25 @@ class Strings(Kind):
     yaml_shape = "list"
 
     def __init__(self, check: Callable[[str], str | None] = lambda v: None, what: str = "a list of strings",
-                 unique: bool = False):
-        self.check, self.what, self.unique = check, what, unique
+                 unique: bool = False, set_check: Callable[[str], str | None] = lambda v: None):
+        self.check, self.what, self.unique, self.set_check = check, what, unique, set_check
+
+    def read_set(self, raw: Sequence[str], base: Path, environ: Mapping[str, str]) -> tuple[str, ...]:
+        for index, item in enumerate(raw):
+            problem = self.set_check(item)
+            if problem:
+                raise Invalid(problem, item=index)
+        return self.read(raw, base)
 
     def read(self, raw: Sequence[str], base: Path) -> tuple[str, ...]:
         values = []
-        for item in raw:
+        for index, item in enumerate(raw):
             item = _text(item, self.what)
             problem = self.check(item)
             if problem:
-                raise Invalid(problem)
+                raise Invalid(problem, item=index)
             if self.unique and item in values:
-                raise Invalid(f"'{item}' is listed twice")
+                raise Invalid(f"'{item}' is listed twice", item=index)
             values.append(item)
         return tuple(values)
 
@@ -224,8 +235,11 @@ class RequirementFiles(Kind):
 
     def read(self, raw: Sequence[Any], base: Path) -> tuple[str, ...]:
         lines: list[str] = []
-        for item in raw:
-            lines += read_requirement_file(LocalPath("file").read(item, base))
+        for index, item in enumerate(raw):
+            try:
+                lines += read_requirement_file(LocalPath("file").read(item, base))
+            except Invalid as problem:
+                raise Invalid(str(problem), item=index) from None
         return tuple(lines)
 
     plain = Strings.plain
@@ -360,6 +374,19 @@ class FromEnvironment(Kind):
         if problem:
             raise Invalid(problem)
         return value
+
+    def read_set(self, raw: str, base: Path, environ: Mapping[str, str]) -> str:
+        name = _text(raw, "the name of an environment variable")
+        if not ENV_NAME_PATTERN.match(name):
+            raise Invalid("name the environment variable that holds the index URL, not the URL itself"
+                          if "://" in name else f"'{printable(name)}' is not an environment variable name")
+        value = environ.get(name, "").strip()
+        if not value:
+            raise Invalid(f"environment variable {name} is not set (it should hold {self.what})")
+        try:
+            return self.read(value, base)
+        except Invalid as problem:
+            raise Invalid(f"environment variable {name}: {problem}") from None
 
 
 # -- checks shared by every input -------------------------------------------------
@@ -544,6 +571,15 @@ class Option:
 
 
 _NAMES = Strings(check_name, "a list of names", unique=True)
+
+
+def _no_credentials(url: str) -> str | None:
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        return ("a URL in a set must not carry credentials: use an index without them, or index_url_env "
+                "for one that needs them")
+    return None
+
 _REF = Text(check_reference, "an image reference")
 _TAG_REF = Text(check_tag_reference, "an image reference")
 
@@ -613,7 +649,7 @@ OPTIONS: tuple[Option, ...] = (
            "Package index (may hold credentials: never written anywhere; env COMPOSER_PIP_INDEX_URL).",
            commands=COMPOSING + (WHEELS,), envvar="COMPOSER_PIP_INDEX_URL", portable=False),
     Option("packages.extra_index_urls", "--pip-extra-index-url", "packages.extra_index_urls",
-           Strings(check_url, "a list of URLs"), "Extra package index (repeatable).",
+           Strings(check_url, "a list of URLs", set_check=_no_credentials), "Extra package index (repeatable).",
            commands=COMPOSING + (WHEELS,), portable=False),
     Option("packages.trusted_hosts", "--pip-trusted-host", "packages.trusted_hosts",
            Strings(check_host, "a list of host names"), "Host pip may reach without valid TLS (repeatable).",
