@@ -615,7 +615,8 @@ OPTIONS: tuple[Option, ...] = (
            portable=False),
     Option("selection.model_envs", "--model-env", "model_envs", Named(RequirementsFile(), check_name,
            "MODEL=REQUIREMENTS"), "Build a python environment of its own for this model (a model of a baked repository "
-           "gets one from its requirements.txt): MODEL=REQUIREMENTS (repeatable).", portable=False),
+           "gets one from its requirements.txt): MODEL=REQUIREMENTS (repeatable).", commands=(BUILD, RENDER),
+           portable=False),
     # result
     Option("result.tag", "--tag", "tag", _TAG_REF, "Tag for the composed image (default names release and backends).",
            short="-t"),

@@ -118,7 +118,7 @@ def _cases(tmp: Path) -> list[Case]:
           "the baked model m carries its own requirements.txt"),
         C(("build", *V, *B, "--bake-models", str(tmp / "repo-pointed")), "its config.pbtxt already sets EXECUTION_ENV_PATH"),
         C(("build", *V, *B, "--bake-models", str(tmp / "repo-badreq")), "requirements.txt:1: 'six==' is not a pip requirement"),
-        C(("bundle", "-o", str(tmp / "envs.tar"), *V, *B, "--model-env", f"m={tmp / 'req.txt'}"),
+        C(("bundle", "-o", str(tmp / "envs.tar"), *V, *B, "--bake-models", str(tmp / "repo-named")),
           "bundles do not carry yet"),
         # packages
         C(("build", *V, *B, "--pip", "--extra-index-url=https://u:tok@x.example"), "are not packages"),
