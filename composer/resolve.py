@@ -127,10 +127,11 @@ def _packages(spec: CompositionSpec, release: Release, contents: FullImageConten
 
 
 def _model_envs(spec: CompositionSpec, release: Release, contents: FullImageContents, folder: Path | None,
-                on_line: LineSink) -> tuple[tuple[ModelEnv, ...], list[Path]]:
+                on_line: LineSink, *, shared: bool = False) -> tuple[tuple[ModelEnv, ...], list[Path]]:
     """Each model environment with its own wheelhouse, fetched on the host (as --pip's packages
     are: index settings stay here) for the stub's python, before any image work; a package with
-    no wheel for that python and platform (one that needs a compiler) fails here, named."""
+    no wheel for that python and platform (one that needs a compiler) fails here, named.
+    `shared`: every model's wheels go into `folder` itself (composer wheels fills one wheelhouse)."""
     envs = model_envs.requested(spec.selection.bake_models, spec.selection.model_envs)
     if not envs:
         return (), []
@@ -148,7 +149,7 @@ def _model_envs(spec: CompositionSpec, release: Release, contents: FullImageCont
                 if given is not None:
                     check_wheelhouse(target, packages, release_constraints(release))
             else:
-                wheelhouse = folder / "model-envs" / env.model
+                wheelhouse = folder if shared else folder / "model-envs" / env.model
                 on_line(f"model {env.model}: its own environment")
                 fetched += fetch_wheels(target, packages, release, wheelhouse, on_line)
         except UsageError as error:
@@ -157,6 +158,12 @@ def _model_envs(spec: CompositionSpec, release: Release, contents: FullImageCont
             raise UsageError(f"model {env.model}: {error.message}{why}") from None
         done.append(dataclasses.replace(env, wheelhouse=wheelhouse))
     return tuple(done), fetched
+
+
+def fetch_model_env_wheels(spec: CompositionSpec, release: Release, contents: FullImageContents, folder: Path,
+                           on_line: LineSink = quiet) -> list[Path]:
+    """Into one wheelhouse `folder`, the wheels of every model environment (for composer wheels)."""
+    return _model_envs(spec, release, contents, folder, on_line, shared=True)[1]
 
 
 def fetch_wheels(target: PythonTarget, packages: Packages, release: Release, folder: Path,

@@ -611,11 +611,11 @@ OPTIONS: tuple[Option, ...] = (
            "Take a backend from another full image (another release): NAME=REF (repeatable)."),
     Option("selection.with_headers", "--with-headers", "with_headers", Flag(), "Include /opt/tritonserver/include."),
     Option("selection.bake_models", "--bake-models", "bake_models", ModelRepository(),
-           "Copy this model repository into the image at /models (a layer of its own) and serve it by default.",
-           portable=False),
+           "Copy this model repository into the image at /models (a layer of its own) and serve it by default; "
+           "wheels: fetch its models' environments' wheels.", commands=COMPOSING + (WHEELS,), portable=False),
     Option("selection.model_envs", "--model-env", "model_envs", Named(RequirementsFile(), check_name,
            "MODEL=REQUIREMENTS"), "Build a python environment of its own for this model (a model of a baked repository "
-           "gets one from its requirements.txt): MODEL=REQUIREMENTS (repeatable).", commands=(BUILD, RENDER),
+           "gets one from its requirements.txt): MODEL=REQUIREMENTS (repeatable).", commands=(BUILD, RENDER, WHEELS),
            portable=False),
     # result
     Option("result.tag", "--tag", "tag", _TAG_REF, "Tag for the composed image (default names release and backends).",
@@ -811,7 +811,7 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
         from composer.catalog import Catalog
 
         Catalog.load().release(spec.images.version)  # unknown: refused before any work
-    if command in (BUILD, RENDER, BUNDLE):
+    if command in (BUILD, RENDER, BUNDLE, WHEELS):
         from composer.model_envs import requested
 
         envs = requested(spec.selection.bake_models, spec.selection.model_envs)  # a model named twice, a config naming one

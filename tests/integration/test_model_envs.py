@@ -131,3 +131,22 @@ def test_a_package_without_a_wheel_for_the_image_fails_before_the_build(standin_
     last = run.stderr.strip().splitlines()[-1]
     assert "model needs_build" in last and "docopt" in last and "Traceback" not in run.stderr
     assert "Step 1/" not in run.stdout + run.stderr  # no image work started
+
+
+def test_composer_wheels_fills_one_wheelhouse_for_every_environment_and_build_checks_it(standin_images, tmp_path):
+    """The air-gapped path: `composer wheels` outside, `build --wheelhouse` inside, checked on the
+    host against each model's pins before any image work."""
+    run = composer("wheels", "-o", str(tmp_path / "wheels"), "--registry", REGISTRY, "--version", "24.09",
+                   "--bake-models", str(MODELS), "--json")
+    assert run.returncode == 0, run.stderr
+    names = json.loads(run.stdout)["wheels"]
+    assert {n for n in names if n.startswith("tabulate-")} == {
+        f"tabulate-{v}-py3-none-any.whl" for v in PINS.values()}
+    (tmp_path / "wheels" / f"tabulate-{PINS['tabulate_old']}-py3-none-any.whl").unlink()
+    run = composer("build", "--registry", REGISTRY, "--version", "24.09", "-b", "python", "--no-smoke-test",
+                   "--bake-models", str(MODELS), "--wheelhouse", str(tmp_path / "wheels"),
+                   "--tag", "triton-composer-test/never:built")
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: model tabulate_old:") and f"tabulate=={PINS['tabulate_old']}" in last
+    assert "Step 1/" not in run.stdout + run.stderr
