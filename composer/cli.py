@@ -497,20 +497,23 @@ def wheels(
 ) -> None:
     """Download on this machine the wheels a build's packages need, so the build runs offline."""
     from composer.packages import python_target
-    from composer.resolve import fetch_wheels, inspect_images, resolve_targets
+    from composer.resolve import fetch_model_env_wheels, fetch_wheels, inspect_images, resolve_targets
 
     out = Printer(as_json)
     catalog = Catalog.load()
     if not set_files and "selection.backends" not in given:
         given = {**given, "selection.backends": ("python",)}
     spec = _one_spec(WHEELS, set_files, given)
-    if not spec.packages:
-        raise UsageError("name the packages with --pip SPEC or --requirements FILE")
+    if not spec.packages and not (spec.selection.model_envs or spec.selection.bake_models):
+        raise UsageError("name the packages with --pip SPEC or --requirements FILE (or models with --model-env "
+                         "MODEL=REQUIREMENTS or --bake-models DIR)")
     check_wheelhouse_output(output)
     engine = _engine()
     targets = resolve_targets(spec, catalog, engine)
-    target = python_target(inspect_images(engine, targets, out.step).contents)
-    files = fetch_wheels(target, spec.packages, targets.release, output, out.step)
+    contents = inspect_images(engine, targets, out.step).contents
+    target = python_target(contents)
+    files = fetch_wheels(target, spec.packages, targets.release, output, out.step) if spec.packages else []
+    files = sorted(set(files) | set(fetch_model_env_wheels(spec, targets.release, contents, output, out.step)))
     out.result(
         {"wheelhouse": str(output), "python": target.version, "platform": target.platform,
          "wheels": [f.name for f in files]},

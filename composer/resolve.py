@@ -18,7 +18,9 @@ from typing import Callable, Mapping
 from composer.catalog import Catalog, Release
 from composer.contents import FullImageContents, inspect_full
 from composer.engine import Engine, ImageInfo
+from composer import model_envs
 from composer.errors import EngineUnavailable, ImageNotFound, UsageError
+from composer.model_envs import ModelEnv
 from composer.packages import PythonTarget, check_wheelhouse, download_wheels, python_target
 from composer.plan import (
     BaseImage,
@@ -63,9 +65,11 @@ def resolve(engine: Engine, spec: CompositionSpec, catalog: Catalog, *, wheels: 
     targets = targets or resolve_targets(spec, catalog, engine)
     inspection = inspect_images(engine, targets, on_line)
     python, packages, fetched = _packages(spec, targets.release, inspection.contents, wheels, on_line)
-    plan = plan_from_inspection(spec, catalog, targets.release, inspection, packages=packages)
+    envs, env_wheels = _model_envs(spec, targets.release, inspection.contents, wheels, on_line)
+    plan = plan_from_inspection(spec, catalog, targets.release, inspection, packages=packages, model_envs=envs)
     _check_wheelhouse(python, plan, on_line)
-    return Resolved(spec, targets.release, plan, inspection, python, tuple(fetched))
+    return Resolved(spec, targets.release, plan, inspection, python or (python_target(inspection.contents) if envs else None),
+                    tuple(fetched + env_wheels))
 
 
 def resolve_recorded(spec: CompositionSpec, catalog: Catalog, inspection: "Inspection",
@@ -120,6 +124,46 @@ def _packages(spec: CompositionSpec, release: Release, contents: FullImageConten
     files = fetch_wheels(target, packages, release, folder, on_line)
     return target, dataclasses.replace(packages, wheelhouse=folder, index_url=None, extra_index_urls=(),
                                        trusted_hosts=(), ca_cert=None), files
+
+
+def _model_envs(spec: CompositionSpec, release: Release, contents: FullImageContents, folder: Path | None,
+                on_line: LineSink, *, shared: bool = False) -> tuple[tuple[ModelEnv, ...], list[Path]]:
+    """Each model environment with its own wheelhouse, fetched on the host (as --pip's packages
+    are: index settings stay here) for the stub's python, before any image work; a package with
+    no wheel for that python and platform (one that needs a compiler) fails here, named.
+    `shared`: every model's wheels go into `folder` itself (composer wheels fills one wheelhouse)."""
+    envs = model_envs.requested(spec.selection.bake_models, spec.selection.model_envs)
+    if not envs:
+        return (), []
+    model_envs.check_python(contents.python.version if contents.python else None, contents.stub_python,
+                            f"image {contents.image}")
+    target = python_target(contents)
+    given = spec.packages.wheelhouse
+    fetched: list[Path] = []
+    done = []
+    for env in envs:
+        packages = dataclasses.replace(spec.packages, specs=env.requirements)
+        try:
+            if given is not None or folder is None:
+                wheelhouse = given
+                if given is not None:
+                    check_wheelhouse(target, packages, release_constraints(release))
+            else:
+                wheelhouse = folder if shared else folder / "model-envs" / env.model
+                on_line(f"model {env.model}: its own environment")
+                fetched += fetch_wheels(target, packages, release, wheelhouse, on_line)
+        except UsageError as error:
+            why = (f" (python {target.version} on {target.platform}; the build installs wheels only: a package "
+                   "that needs a compiler cannot be built there)") if "no wheel" in error.message else ""
+            raise UsageError(f"model {env.model}: {error.message}{why}") from None
+        done.append(dataclasses.replace(env, wheelhouse=wheelhouse))
+    return tuple(done), fetched
+
+
+def fetch_model_env_wheels(spec: CompositionSpec, release: Release, contents: FullImageContents, folder: Path,
+                           on_line: LineSink = quiet) -> list[Path]:
+    """Into one wheelhouse `folder`, the wheels of every model environment (for composer wheels)."""
+    return _model_envs(spec, release, contents, folder, on_line, shared=True)[1]
 
 
 def fetch_wheels(target: PythonTarget, packages: Packages, release: Release, folder: Path,
@@ -263,6 +307,7 @@ def plan_from_inspection(
     pin: bool = True,
     created: str | None = None,
     packages: Packages | None = None,
+    model_envs: tuple[ModelEnv, ...] = (),
 ) -> CompositionPlan:
     """The plan, checked against what the images offer; no engine involved.
 
@@ -287,7 +332,8 @@ def plan_from_inspection(
     )
     offer = Offer.from_contents(inspection.contents)
     return make_plan(spec, release, offer, catalog, full, minimal, inspection.full.env, foreign,
-                     created=created or created_label(os.environ), notes=tuple(notes), packages=packages)
+                     created=created or created_label(os.environ), notes=tuple(notes), packages=packages,
+                     model_envs=model_envs)
 
 
 def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | None = None) -> CompositionPlan:
@@ -299,8 +345,11 @@ def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | N
     foreign = tuple(
         foreign_backend(name, BaseImage(f"backend:{name}", ref), offer, None) for name, ref in targets.backend_images
     )
+    envs = tuple(dataclasses.replace(e, wheelhouse=spec.packages.wheelhouse)  # no engine: a given wheelhouse only
+                 for e in model_envs.requested(spec.selection.bake_models, spec.selection.model_envs))
     return make_plan(spec, targets.release, offer, catalog, BaseImage("full", targets.full),
-                     BaseImage("min", targets.min), foreign=foreign, created=created or created_label(os.environ))
+                     BaseImage("min", targets.min), foreign=foreign, created=created or created_label(os.environ),
+                     model_envs=envs)
 
 
 def _info_dict(info: ImageInfo) -> dict:

@@ -21,14 +21,14 @@ from composer.plan import MODELS_ROOT, ROOT, CompositionPlan
 # Podman alike); BuildKit records "COPY <src> <dest> # buildkit".
 _COPY_DEST = re.compile(r"#\(nop\)\s+(?:COPY|ADD)\s+\S+\s+in\s+(\S+)")
 _BUILDKIT_COPY = re.compile(r"^(?:COPY|ADD)\b.*\s(\S+)\s+# buildkit$")
-FOLDER_KINDS = {"backends": "backend", "repoagents": "repoagent", "caches": "cache"}
+FOLDER_KINDS = {"backends": "backend", "repoagents": "repoagent", "caches": "cache", "model_envs": "model env"}
 SERVER_ENTRY = ("/opt/nvidia/", "/usr/bin/serve")
 ROOT_TREES = (("libraries", "collected libraries"), ("python", "python runtime"))  # in the template's order
 
 
 @dataclass(frozen=True)
 class Part:
-    kind: str  # min-image, server, backend, repoagent, cache, libraries, python, packages, models
+    kind: str  # min-image, server, backend, repoagent, cache, model env, libraries, python, packages, models
     name: str
     size: int
 
@@ -91,7 +91,8 @@ def measure(engine: Engine, image: str, plan: CompositionPlan) -> SizeReport:
 def report_from(layers: list[Layer], shared: int, plan: CompositionPlan) -> SizeReport:
     """The report from an image's layers (oldest first), the first `shared` being the min image's."""
     sizes: dict[tuple[str, str], int] = {("server", "server core"): 0}
-    for kind, names in (("backend", plan.all_backends), ("repoagent", plan.repoagents), ("cache", plan.caches)):
+    for kind, names in (("backend", plan.all_backends), ("repoagent", plan.repoagents), ("cache", plan.caches),
+                        ("model env", [e.model for e in plan.model_envs])):
         sizes.update({(kind, n): 0 for n in names})
     trees = iter(ROOT_TREES)
     for layer in layers[shared:]:

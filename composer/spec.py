@@ -48,6 +48,7 @@ class Selection:
     backend_images: tuple[tuple[str, str], ...] = ()  # name -> the full image to take it from
     with_headers: bool = False
     bake_models: Path | None = None  # a model repository copied into the image at /models
+    model_envs: tuple[tuple[str, Path], ...] = ()  # model -> its requirements file (composer.model_envs)
 
 
 @dataclass(frozen=True)
@@ -300,6 +301,20 @@ class ModelRepository(Tree):
         problem = repository_problem(path)
         if problem:
             raise Invalid(problem)
+        for requirements in sorted(path.glob("*/requirements.txt")):  # a model's own environment
+            read_requirement_file(requirements)
+        return path
+
+
+class RequirementsFile(LocalPath):
+    """A requirements file, its lines checked before any work starts (the value is its path)."""
+
+    def __init__(self):
+        super().__init__("file")
+
+    def read(self, raw: Any, base: Path) -> Path:
+        path = super().read(raw, base)
+        read_requirement_file(path)
         return path
 
 
@@ -596,7 +611,11 @@ OPTIONS: tuple[Option, ...] = (
            "Take a backend from another full image (another release): NAME=REF (repeatable)."),
     Option("selection.with_headers", "--with-headers", "with_headers", Flag(), "Include /opt/tritonserver/include."),
     Option("selection.bake_models", "--bake-models", "bake_models", ModelRepository(),
-           "Copy this model repository into the image at /models (a layer of its own) and serve it by default.",
+           "Copy this model repository into the image at /models (a layer of its own) and serve it by default; "
+           "wheels: fetch its models' environments' wheels.", commands=COMPOSING + (WHEELS,), portable=False),
+    Option("selection.model_envs", "--model-env", "model_envs", Named(RequirementsFile(), check_name,
+           "MODEL=REQUIREMENTS"), "Build a python environment of its own for this model (a model of a baked repository "
+           "gets one from its requirements.txt): MODEL=REQUIREMENTS (repeatable).", commands=(BUILD, RENDER, WHEELS),
            portable=False),
     # result
     Option("result.tag", "--tag", "tag", _TAG_REF, "Tag for the composed image (default names release and backends).",
@@ -761,6 +780,10 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
     if clash:
         found.append(Problem("custom_backends", f"{clash[0]} is both a custom backend and a backend image",
                              f"{clash[0]} is given by both --custom-backend and --backend-image: keep one"))
+    if s.model_envs and "python" not in s.backends:
+        found.append(Problem(
+            "model_envs", "model_envs are python models' environments: add python to backends",
+            f"--model-env {s.model_envs[0][0]}=...: environments are for python models; select --backend python too"))
     r = spec.result
     if command == BUILD and r.smoke_test and not r.samples and not (r.model_repository or s.bake_models):
         found.append(Problem(
@@ -771,7 +794,7 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
     if command in (BUILD, RENDER, BUNDLE) and p.wheelhouse is not None and not p.wheelhouse.is_dir():
         found.append(Problem("packages.wheelhouse", f"no such folder {p.wheelhouse}",
                              f"--wheelhouse {p.wheelhouse}: no such folder (composer wheels -o DIR fills one)"))
-    if (p.wheelhouse or p.index_url or p.extra_index_urls or p.ca_cert) and not p.specs:
+    if (p.wheelhouse or p.index_url or p.extra_index_urls or p.ca_cert) and not (p.specs or s.model_envs or s.bake_models):
         found.append(Problem(
             "packages", "package sources are given but no package: add pip: [SPEC] or requirements: [FILE]",
             "package sources were given but no package: add --pip SPEC or --requirements FILE"))
@@ -788,6 +811,14 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
         from composer.catalog import Catalog
 
         Catalog.load().release(spec.images.version)  # unknown: refused before any work
+    if command in (BUILD, RENDER, BUNDLE, WHEELS):
+        from composer.model_envs import requested
+
+        envs = requested(spec.selection.bake_models, spec.selection.model_envs)  # a model named twice, a config naming one
+        if envs and command == BUNDLE:
+            raise UsageError(f"model {envs[0].model} has its own python environment, which bundles do not carry yet: "
+                             "build it where the index is reachable (or leave out --model-env and the models' "
+                             "requirements.txt)")
     return spec
 
 

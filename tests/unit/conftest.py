@@ -20,12 +20,12 @@ def catalog():
 def ngc_plan(catalog):
     """A plan for NGC images (24.09 unless release= says) pinned by (made-up, fixed) digests."""
 
-    def make(*backends, release="24.09", **options):
+    def make(*backends, release="24.09", model_envs=(), **options):
         release = catalog.release(release)
         opts = spec(backends=tuple(backends), version=release.name, **options)
         offer = Offer.from_layout(catalog, release)
         full = BaseImage("full", release.full_ref(opts.images.registry), "sha256:" + "1" * 64, FULL_DIGEST)
         minimal = BaseImage("min", release.min_ref(opts.images.registry), "sha256:" + "2" * 64, MIN_DIGEST)
-        return make_plan(opts, release, offer, catalog, full, minimal, created=CREATED)
+        return make_plan(opts, release, offer, catalog, full, minimal, created=CREATED, model_envs=model_envs)
 
     return make
