@@ -104,6 +104,35 @@ class BaseImage:
 
 
 @dataclass(frozen=True)
+class BaseConfig:
+    """The min image's configuration: a pruned base is built FROM scratch, so the image restates it."""
+
+    env: tuple[tuple[str, str], ...] = ()
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    workdir: str = ""
+
+    @classmethod
+    def of(cls, info) -> "BaseConfig":
+        """From composer.engine.ImageInfo."""
+        return cls(tuple(info.env.items()), tuple(info.entrypoint), tuple(info.cmd), info.workdir)
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """How a pruned base is made (--base pruned): the catalog's run-time loads for the release."""
+
+    loaded_at_run_time: tuple[tuple[str, tuple[str, ...]], ...]  # library -> what it loads by name
+    min_config: BaseConfig
+    keep_tensorrt_builder: bool = False
+
+    def loaded_json(self) -> str:
+        import json
+
+        return json.dumps({library: list(loads) for library, loads in self.loaded_at_run_time}, indent=1) + "\n"
+
+
+@dataclass(frozen=True)
 class CustomBackend:
     """A backend folder from the user's machine, copied in as backends/<name>."""
 
@@ -168,6 +197,7 @@ class CompositionPlan:
     pip_command: tuple[str, ...] = ()  # how the packages stage runs pip (the image's, or the wheelhouse's)
     baked_models: Path | None = None  # a model repository on this machine, copied in at MODELS_ROOT
     smoke: SmokePlan | None = None  # how the built image is smoke-tested (None: --no-smoke-test)
+    pruning: Pruning | None = None  # --base pruned: a new base of only what the selection needs of the min image
 
     @property
     def all_backends(self) -> tuple[str, ...]:
@@ -207,6 +237,7 @@ class CompositionPlan:
             # Where baked models are (the smoke test serves them from there); not what they are, so
             # a change of the models leaves every layer before theirs as it was.
             "baked_models": MODELS_ROOT if self.baked_models else None,
+            "base": "pruned" if self.pruning else "min",
         }
 
 
@@ -255,12 +286,14 @@ def make_plan(
     created: str | None = None,
     notes: tuple[str, ...] = (),
     packages: Packages | None = None,
+    min_config: BaseConfig | None = None,
 ) -> CompositionPlan:
     """Check the selection against what the full image offers and fix every detail of the image.
 
     `created` is the image's creation time for its OCI label (resolved once, by the caller);
     `packages` the spec's packages as the build installs them (fetched into a wheelhouse by
-    composer.resolve), so the spec itself is never rewritten.
+    composer.resolve), so the spec itself is never rewritten; `min_config` the min image's
+    configuration (needed for --base pruned).
     """
     options = spec.selection
     custom = _custom_backends(options.custom_backends)
@@ -334,7 +367,22 @@ def make_plan(
         gpu=dict(env).get("TRITON_SERVER_GPU_ENABLED") == "1",
         baked_models=options.bake_models,
         smoke=SmokePlan.of(all_backends, server_version, spec.result) if spec.result.smoke_test else None,
+        pruning=_pruning(options, release, catalog, min_config),
     )
+
+
+def _pruning(options, release: Release, catalog: Catalog, min_config: BaseConfig | None) -> Pruning | None:
+    """How the pruned base is made, or None for the min base; refused where it cannot be made."""
+    if options.base != "pruned":
+        return None
+    loaded = catalog.loaded_at_run_time.get(release.name)
+    if loaded is None:
+        known = ", ".join(sorted(catalog.loaded_at_run_time)) or "none"
+        raise UsageError(f"--base pruned: the catalog lists no run-time loaded libraries for release {release.name} "
+                         f"(releases with a list: {known}); use --base min")
+    if min_config is None:
+        raise UsageError("--base pruned needs the min image's configuration: render it with a Docker engine")
+    return Pruning(tuple(sorted(loaded.items())), min_config, options.keep_tensorrt_builder)
 
 
 def _pip_command(packages: Packages, offer: Offer, full_ref: str) -> tuple[str, ...]:

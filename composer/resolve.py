@@ -21,6 +21,7 @@ from composer.engine import Engine, ImageInfo
 from composer.errors import UsageError
 from composer.packages import PythonTarget, check_wheelhouse, download_wheels, python_target
 from composer.plan import (
+    BaseConfig,
     BaseImage,
     CompositionPlan,
     Offer,
@@ -265,7 +266,8 @@ def plan_from_inspection(
     )
     offer = Offer.from_contents(inspection.contents)
     return make_plan(spec, release, offer, catalog, full, minimal, inspection.full.env, foreign,
-                     created=created or created_label(os.environ), notes=tuple(notes), packages=packages)
+                     created=created or created_label(os.environ), notes=tuple(notes), packages=packages,
+                     min_config=BaseConfig.of(inspection.min))
 
 
 def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | None = None) -> CompositionPlan:
@@ -285,6 +287,7 @@ def _info_dict(info: ImageInfo) -> dict:
     return {
         "id": info.id, "ref": info.ref, "tags": list(info.tags), "repo_digests": list(info.repo_digests),
         "env": dict(info.env), "labels": dict(info.labels), "size": info.size,
+        "entrypoint": list(info.entrypoint), "cmd": list(info.cmd), "workdir": info.workdir,
     }
 
 
@@ -292,6 +295,7 @@ def _info(d: dict) -> ImageInfo:
     return ImageInfo(
         id=d["id"], ref=d["ref"], tags=tuple(d["tags"]), repo_digests=tuple(d["repo_digests"]),
         env=dict(d["env"]), labels=dict(d["labels"]), size=int(d["size"]),
+        entrypoint=tuple(d.get("entrypoint") or ()), cmd=tuple(d.get("cmd") or ()), workdir=str(d.get("workdir") or ""),
     )
 
 

@@ -48,6 +48,8 @@ class Selection:
     backend_images: tuple[tuple[str, str], ...] = ()  # name -> the full image to take it from
     with_headers: bool = False
     bake_models: Path | None = None  # a model repository copied into the image at /models
+    base: str = "min"  # "min": NGC's min image as it is; "pruned": only what the selection needs of it
+    keep_tensorrt_builder: bool = False  # a pruned base keeps TensorRT's builder resource library
 
 
 @dataclass(frozen=True)
@@ -428,6 +430,15 @@ def check_host(value: str) -> str | None:
 MAX_GPUS = 1024
 
 
+BASES = ("min", "pruned")
+
+
+def check_base(value: str) -> str | None:
+    if value not in BASES:
+        return f"'{printable(value[:40])}' is not a base: give min (NGC's min image) or pruned (only what the selection needs of it)"
+    return None
+
+
 def check_gpus(value: str) -> str | None:
     if value in ("auto", "all", "none"):
         return None
@@ -559,6 +570,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("selection.backend_images", "--backend-image", "backend_images", Named(_REF, check_name, "NAME=REF"),
            "Take a backend from another full image (another release): NAME=REF (repeatable)."),
     Option("selection.with_headers", "--with-headers", "with_headers", Flag(), "Include /opt/tritonserver/include."),
+    Option("selection.base", "--base", "base", Text(check_base, "min or pruned"),
+           "The base of the image: min (NGC's min image, as it is) or pruned (a new base made of only the packages "
+           "and files of the min image the selection needs, proven before the tag moves)."),
+    Option("selection.keep_tensorrt_builder", "--keep-tensorrt-builder", "keep_tensorrt_builder", Flag(),
+           "With --base pruned: keep TensorRT's builder resource library (needed only to build engines, not to run "
+           "them)."),
     Option("selection.bake_models", "--bake-models", "bake_models", ModelRepository(),
            "Copy this model repository into the image at /models (a layer of its own) and serve it by default.",
            portable=False),
@@ -725,6 +742,10 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
     if clash:
         found.append(Problem("custom_backends", f"{clash[0]} is both a custom backend and a backend image",
                              f"{clash[0]} is given by both --custom-backend and --backend-image: keep one"))
+    if s.keep_tensorrt_builder and s.base != "pruned":
+        found.append(Problem(
+            "keep_tensorrt_builder", "keep_tensorrt_builder applies to a pruned base: add base: pruned",
+            "--keep-tensorrt-builder applies to a pruned base: add --base pruned"))
     r = spec.result
     if command == BUILD and r.smoke_test and not r.samples and not (r.model_repository or s.bake_models):
         found.append(Problem(
