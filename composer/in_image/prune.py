@@ -10,7 +10,7 @@ in) and the files of the full image, which holds every file of the min image:
 - dropped files of kept packages: documentation (copyright files stay), headers, static
   archives, and TensorRT's builder resource library (unless --keep-tensorrt-builder).
 - files no package owns stay (configuration, the CUDA compat folder, the entrypoint), except
-  apt's caches and lists.
+  apt's caches.
 
 It writes into --out: drop.txt (paths relative to /, for tar --exclude-from), the new dpkg
 database (status, and the lists of kept packages that lost files), required.txt (the run-time
@@ -34,9 +34,8 @@ DOCUMENTATION = re.compile(r"/share/(doc|man|info|doc-base|lintian)/")
 DEV_PACKAGE = re.compile(r"-(dev|dbg)(-|$)")  # libfoo-dev, NVIDIA's libcudnn9-dev-cuda-12
 HEADER = re.compile(r"(^/usr/include/|/include/|\.(h|hpp|hxx|cuh|inl)$)")
 BUILDER_RESOURCE = re.compile(r"^libnvinfer_builder_resource\.so")
-# Unowned files a base never needs: apt's caches and package lists, dpkg's previous status.
+# Unowned files a base never needs: apt's caches, dpkg's previous status.
 UNOWNED_DROPS = ("var/cache/apt/pkgcache.bin", "var/cache/apt/srcpkgcache.bin", "var/lib/dpkg/status-old")
-UNOWNED_DROP_DIRS = ("/var/lib/apt/lists",)
 
 
 def is_dev(package):
@@ -277,9 +276,6 @@ def write_outputs(out, db, keeper, keep_builder, info_dir):
         stem = db.info_name(package) + "."
         drops.update(os.path.join("/var/lib/dpkg/info", n) for n in os.listdir(info_dir) if n.startswith(stem))
     drops.update("/" + p for p in UNOWNED_DROPS)
-    for folder in UNOWNED_DROP_DIRS:
-        for path, _st in probe.walk_files(folder):
-            drops.add(path)
 
     os.makedirs(os.path.join(out, "dpkg", "info"), exist_ok=True)
     with open(os.path.join(out, "drop.txt"), "w") as fh:
