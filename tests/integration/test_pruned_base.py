@@ -14,6 +14,7 @@ import pytest
 from composer.catalog import Catalog
 from composer.errors import BuildFailed
 from composer.pipeline import build_image
+from composer.pruning import BuildStages
 from composer.resolve import resolve
 from composer.standin import ngc
 from tests.conftest import TEST_LABEL
@@ -24,31 +25,6 @@ pytestmark = pytest.mark.integration
 
 MIN = f"{ngc.REGISTRY}/tritonserver:24.09-py3-min"
 REMOVED = "libcudnn_engines_precompiled.so.9"  # loaded by name by libcudnn.so.9 (the catalog's list)
-
-
-class Steps:
-    """The build's progress lines, to sweep the images of the stages no tag keeps (GBs each)."""
-
-    def __init__(self):
-        self.lines: list[str] = []
-
-    def __call__(self, line: str) -> None:
-        self.lines.append(line)
-
-    def stage_ends(self) -> list[str]:
-        """The last image of each stage the build made (the final one included)."""
-        ends, last = [], None
-        for line in self.lines:
-            if re.match(r"\s*Step \d+/\d+ : FROM ", line) and last:
-                ends.append(last)
-            found = re.match(r"\s*---> ([0-9a-f]{12})$", line)
-            if found:
-                last = found.group(1)
-        return ends + ([last] if last else [])
-
-    def sweep(self, engine) -> None:
-        for image in reversed(self.stage_ends()):
-            engine.discard_untagged(image)  # a base image or a tagged one stays
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +39,7 @@ def pruned(engine, ngc_standins, tmp_path_factory):
     tag = f"triton-composer-test/tritonserver:pruned-{uuid.uuid4().hex[:10]}"
     plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY, tag=tag, base="pruned",
                                 model_repository=_repository(root), smoke_cases=_cases(root)), Catalog.load()).plan
-    steps = Steps()
+    steps = BuildStages()
     try:
         yield {"result": build_image(engine, plan, labels=TEST_LABEL, on_line=steps), "tag": tag}
     finally:
@@ -139,7 +115,7 @@ def test_a_missing_runtime_library_fails_the_proof_and_the_tag_stays(engine, min
     plan = resolve(engine, spec(backends=("onnxruntime", "python"), version="24.09", registry=ngc.REGISTRY,
                                 min_image=min_without_a_runtime_library, tag=tag, base="pruned"),
                    Catalog.load()).plan
-    steps = Steps()
+    steps = BuildStages()
     try:
         with pytest.raises(BuildFailed) as failed:
             build_image(engine, plan, labels=TEST_LABEL, on_line=steps)

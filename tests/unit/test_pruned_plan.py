@@ -64,3 +64,20 @@ def test_the_proofs_line_is_the_error():
     tail = "Step 37/38 : RUN prove.sh\n\x1b[91mproof failed: /usr/lib/libx.so.1 needs liby.so.2, which the image lacks\n\x1b[0m"
     assert proof_failure(tail) == "pruned base: /usr/lib/libx.so.1 needs liby.so.2, which the image lacks"
     assert proof_failure("Step 3/9 : RUN false") is None
+
+
+def test_build_stages_sweeps_the_pruned_stages_and_the_last_image_only():
+    from composer.pruning import BuildStages
+    from tests.unit.fake_engine import FakeEngine
+
+    stages = BuildStages()
+    for line in ("Step 1/9 : FROM full:1 AS full", " ---> 111111111111", "Step 2/9 : FROM full AS collect",
+                 " ---> 222222222222", "Step 3/9 : FROM min:1 AS pruned", " ---> 333333333333",
+                 " ---> 444444444444", "Step 5/9 : FROM scratch AS composed", " ---> 555555555555"):
+        stages(line)
+    assert stages.ends == [("full", "111111111111"), ("collect", "222222222222"), ("pruned", "444444444444")]
+    discarded = []
+    engine = FakeEngine()
+    engine.discard_untagged = discarded.append
+    stages.sweep(engine)
+    assert discarded == ["444444444444", "555555555555"]
