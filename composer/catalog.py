@@ -93,6 +93,14 @@ class Catalog:
             + ", ".join(known)
         )
 
+    def pruning_list(self, name: str) -> dict[str, tuple[str, ...]]:
+        """The libraries loaded by name at run time in release `name`, which a pruned base needs."""
+        if name not in self.loaded_at_run_time:
+            known = ", ".join(sorted(self.loaded_at_run_time)) or "none"
+            raise UsageError(f"--base pruned: the catalog lists no run-time loaded libraries for release {name} "
+                             f"(releases with a list: {known}); use --base min")
+        return self.loaded_at_run_time[name]
+
     def by_server(self, server_version: str) -> Release | None:
         """The release that carries server `server_version` (e.g. 2.50.0)."""
         for release in self.releases.values():

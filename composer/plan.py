@@ -375,11 +375,7 @@ def _pruning(options, release: Release, catalog: Catalog, min_config: BaseConfig
     """How the pruned base is made, or None for the min base; refused where it cannot be made."""
     if options.base != "pruned":
         return None
-    loaded = catalog.loaded_at_run_time.get(release.name)
-    if loaded is None:
-        known = ", ".join(sorted(catalog.loaded_at_run_time)) or "none"
-        raise UsageError(f"--base pruned: the catalog lists no run-time loaded libraries for release {release.name} "
-                         f"(releases with a list: {known}); use --base min")
+    loaded = catalog.pruning_list(release.name)
     if min_config is None:
         raise UsageError("--base pruned needs the min image's configuration: render it with a Docker engine")
     return Pruning(tuple(sorted(loaded.items())), min_config, options.keep_tensorrt_builder)

@@ -772,7 +772,10 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
     if spec.images.version:
         from composer.catalog import Catalog
 
-        Catalog.load().release(spec.images.version)  # unknown: refused before any work
+        catalog = Catalog.load()
+        catalog.release(spec.images.version)  # unknown: refused before any work
+        if spec.selection.base == "pruned":
+            catalog.pruning_list(spec.images.version)  # none for the release: refused as early
     return spec
 
 
