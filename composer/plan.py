@@ -8,6 +8,7 @@ so rendering never sees a bad selection and cannot fail on user input.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,8 +128,6 @@ class Pruning:
     keep_tensorrt_builder: bool = False
 
     def loaded_json(self) -> str:
-        import json
-
         return json.dumps({library: list(loads) for library, loads in self.loaded_at_run_time}, indent=1) + "\n"
 
 
