@@ -39,7 +39,7 @@ def test_without_the_min_images_configuration_a_pruned_plan_is_refused(ngc_plan,
 
 def test_the_dockerfile_builds_from_scratch_restates_the_min_config_and_proves(ngc_plan):
     text = render_dockerfile(ngc_plan("onnxruntime", "python", base="pruned", keep_tensorrt_builder=True))
-    assert "FROM scratch AS composed\nCOPY --from=pruned /composer/base/ /\n" in text
+    assert "FROM scratch AS composed\nCOPY --from=pruned / /\n" in text
     assert 'NVIDIA_REQUIRE_CUDA="cuda>=9.0"' in text  # literally, not JSON's \u003e
     assert 'ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]' in text
     assert '"--keep-tensorrt-builder", "bin", "lib"' in text and '"backends/onnxruntime", "backends/python"]' in text
