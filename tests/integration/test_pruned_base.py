@@ -2,7 +2,7 @@
 made of only what it needs of the NGC-scale 24.09 min stand-in, serving every NGC-scale test model
 with the host's answers; its dpkg database, what it dropped, its report; and the proof, which fails
 the build naming the library when one the catalog lists is missing (a min image with one removed),
-leaving the tag where it was."""
+leaving the tag where it was; and the small stand-ins on a pruned base."""
 
 from __future__ import annotations
 
@@ -125,4 +125,20 @@ def test_a_missing_runtime_library_fails_the_proof_and_the_tag_stays(engine, pru
         assert engine.image(tag).id == engine.image(min_without_a_runtime_library).id
     finally:
         engine.remove_image(tag)
+        steps.sweep(engine)
+
+
+def test_the_small_standins_take_a_pruned_base_too(engine, standin_images):
+    """Debian minbase with no CUDA package: the required packages and what python needs stay."""
+    tag = f"triton-composer-test/tritonserver:small-pruned-{uuid.uuid4().hex[:10]}"
+    plan = resolve(engine, spec(backends=("python",), version="24.09", registry="localhost/standin", tag=tag,
+                                base="pruned"), Catalog.load()).plan
+    steps = BuildStages()
+    try:
+        result = build_image(engine, plan, labels=TEST_LABEL, on_line=steps)
+        assert result.smoke.passed, [(r.subject, r.model, r.detail) for r in result.smoke.failures()]
+        assert result.pruning.loaded_at_run_time == ()  # nothing reaches cuDNN and the like here
+        assert {p["why"].split(" (")[0] for p in result.pruning.kept} >= {"required by the distribution"}
+    finally:
+        engine.remove_image(tag, force=True)
         steps.sweep(engine)
