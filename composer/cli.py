@@ -206,6 +206,8 @@ def build(
     bundle: Optional[Path] = typer.Option(
         None, "--bundle", help="Build from a bundle made by composer bundle: no registry, no network."
     ),
+    explain: bool = typer.Option(False, "--explain", help="With --base pruned: list each package of the min image "
+                                 "kept (and why) or dropped (and its size)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Compose, build and smoke-test a slim image; tag (and push) it only once it serves."""
@@ -225,6 +227,8 @@ def build(
         check_overrides(given, set_files=set_files, locked=locked)
     else:
         specs = _specs(BUILD, set_files, given)
+        if explain and not all(spec.selection.base == "pruned" for spec in specs):
+            raise UsageError("--explain lists what a pruned base keeps and drops: add --base pruned")
         if locked:
             from composer.lock import check_locked
 
@@ -248,10 +252,10 @@ def build(
             outcomes = compose_bundle(engine, read, given, catalog, run)
         else:
             outcomes = compose_all(engine, specs, catalog, run)
-    _report(out, outcomes, junit)
+    _report(out, outcomes, junit, explain)
 
 
-def _report(out: Printer, outcomes, junit: Optional[Path]) -> None:
+def _report(out: Printer, outcomes, junit: Optional[Path], explain: bool = False) -> None:
     """Print the outcomes (and write JUnit); any failure makes the command fail."""
     from composer.junit import outcome_entries, write_junit
 
@@ -280,6 +284,8 @@ def _report(out: Printer, outcomes, junit: Optional[Path]) -> None:
         lines = [smoke_table(result.smoke)] if result.smoke else []
         if outcome.error is not None:
             lines.append(f"{outcome.spec.name}: FAILED: {redact(outcome.error.message)}")
+        if explain and result.pruning:
+            lines.append(result.pruning.explain())
         if result.sizes:
             lines.append(result.sizes.table())
         lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,33 @@ class BaseImage:
 
 
 @dataclass(frozen=True)
+class BaseConfig:
+    """The min image's configuration: a pruned base is built FROM scratch, so the image restates it."""
+
+    env: tuple[tuple[str, str], ...] = ()
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    workdir: str = ""
+
+    @classmethod
+    def of(cls, info) -> "BaseConfig":
+        """From composer.engine.ImageInfo."""
+        return cls(tuple(info.env.items()), tuple(info.entrypoint), tuple(info.cmd), info.workdir)
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """How a pruned base is made (--base pruned): the catalog's run-time loads for the release."""
+
+    loaded_at_run_time: tuple[tuple[str, tuple[str, ...]], ...]  # library -> what it loads by name
+    min_config: BaseConfig
+    keep_tensorrt_builder: bool = False
+
+    def loaded_json(self) -> str:
+        return json.dumps({library: list(loads) for library, loads in self.loaded_at_run_time}, indent=1) + "\n"
+
+
+@dataclass(frozen=True)
 class CustomBackend:
     """A backend folder from the user's machine, copied in as backends/<name>."""
 
@@ -175,6 +203,7 @@ class CompositionPlan:
     model_envs: tuple[ModelEnv, ...] = ()  # python models' own environments (composer.model_envs)
     python: str | None = None  # the stub's python, which model environments are built for
     smoke: SmokePlan | None = None  # how the built image is smoke-tested (None: --no-smoke-test)
+    pruning: Pruning | None = None  # --base pruned: a new base of only what the selection needs of the min image
 
     @property
     def all_backends(self) -> tuple[str, ...]:
@@ -215,6 +244,7 @@ class CompositionPlan:
             # a change of the models leaves every layer before theirs as it was.
             "baked_models": MODELS_ROOT if self.baked_models else None,
             **({"model_envs": {e.model: e.record() for e in self.model_envs}} if self.model_envs else {}),
+            "base": "pruned" if self.pruning else "min",
         }
 
 
@@ -264,12 +294,14 @@ def make_plan(
     notes: tuple[str, ...] = (),
     packages: Packages | None = None,
     model_envs: tuple[ModelEnv, ...] = (),
+    min_config: BaseConfig | None = None,
 ) -> CompositionPlan:
     """Check the selection against what the full image offers and fix every detail of the image.
 
     `created` is the image's creation time for its OCI label (resolved once, by the caller);
     `packages` the spec's packages as the build installs them (fetched into a wheelhouse by
-    composer.resolve), so the spec itself is never rewritten.
+    composer.resolve), so the spec itself is never rewritten; `min_config` the min image's
+    configuration (needed for --base pruned).
     """
     options = spec.selection
     custom = _custom_backends(options.custom_backends)
@@ -347,7 +379,18 @@ def make_plan(
         model_envs=model_envs,
         python=offer.python if model_envs else None,
         smoke=SmokePlan.of(all_backends, server_version, spec.result) if spec.result.smoke_test else None,
+        pruning=_pruning(options, release, catalog, min_config),
     )
+
+
+def _pruning(options, release: Release, catalog: Catalog, min_config: BaseConfig | None) -> Pruning | None:
+    """How the pruned base is made, or None for the min base; refused where it cannot be made."""
+    if options.base != "pruned":
+        return None
+    loaded = catalog.pruning_list(release.name)
+    if min_config is None:
+        raise UsageError("--base pruned needs the min image's configuration: render it with a Docker engine")
+    return Pruning(tuple(sorted(loaded.items())), min_config, options.keep_tensorrt_builder)
 
 
 def _pip_command(packages: Packages, offer: Offer, full_ref: str) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from composer.plan import MODELS_ROOT, ROOT, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
 BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py")
+PRUNE_SCRIPTS = ("prune.py", "prove.sh")  # and these, for a pruned base
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,21 @@ class BuildContext:
 def templates() -> jinja2.Environment:
     """The template environment; strict, so a missing value fails rendering instead of the build."""
     folder = resources.files("composer.dockerfiles")
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
+    environment.filters["quoted"] = dockerfile_quoted
+    return environment
+
+
+def dockerfile_quoted(value: str) -> str:
+    """A value as a Dockerfile ENV takes it literally: double quotes, with \\, " and $ escaped
+    (tojson would write > as \\u003e, which ENV keeps as it is)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
 
 
 def collect_paths(plan: CompositionPlan) -> list[str]:
@@ -204,8 +214,10 @@ def _context_files(plan: CompositionPlan) -> dict[str, Content]:
         "composition.json": (composition_record(plan).encode(), 0o644),
     }
     package = resources.files("composer.in_image")
-    for script in BUILD_SCRIPTS:
+    for script in BUILD_SCRIPTS + (PRUNE_SCRIPTS if plan.pruning else ()):
         files[script] = (package.joinpath(script).read_bytes(), 0o644)
+    if plan.pruning:
+        files["loaded-at-run-time.json"] = (plan.pruning.loaded_json().encode(), 0o644)
     packages = plan.packages
     if packages:
         lines = [installable_requirement(spec) for spec in packages.specs]

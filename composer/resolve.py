@@ -23,6 +23,7 @@ from composer.errors import EngineUnavailable, ImageNotFound, UsageError
 from composer.model_envs import ModelEnv
 from composer.packages import PythonTarget, check_wheelhouse, download_wheels, python_target
 from composer.plan import (
+    BaseConfig,
     BaseImage,
     CompositionPlan,
     Offer,
@@ -333,7 +334,7 @@ def plan_from_inspection(
     offer = Offer.from_contents(inspection.contents)
     return make_plan(spec, release, offer, catalog, full, minimal, inspection.full.env, foreign,
                      created=created or created_label(os.environ), notes=tuple(notes), packages=packages,
-                     model_envs=model_envs)
+                     model_envs=model_envs, min_config=BaseConfig.of(inspection.min))
 
 
 def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | None = None) -> CompositionPlan:
@@ -356,6 +357,7 @@ def _info_dict(info: ImageInfo) -> dict:
     return {
         "id": info.id, "ref": info.ref, "tags": list(info.tags), "repo_digests": list(info.repo_digests),
         "env": dict(info.env), "labels": dict(info.labels), "size": info.size,
+        "entrypoint": list(info.entrypoint), "cmd": list(info.cmd), "workdir": info.workdir,
     }
 
 
@@ -363,6 +365,7 @@ def _info(d: dict) -> ImageInfo:
     return ImageInfo(
         id=d["id"], ref=d["ref"], tags=tuple(d["tags"]), repo_digests=tuple(d["repo_digests"]),
         env=dict(d["env"]), labels=dict(d["labels"]), size=int(d["size"]),
+        entrypoint=tuple(d.get("entrypoint") or ()), cmd=tuple(d.get("cmd") or ()), workdir=str(d.get("workdir") or ""),
     )
 
 

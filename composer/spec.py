@@ -49,6 +49,8 @@ class Selection:
     with_headers: bool = False
     bake_models: Path | None = None  # a model repository copied into the image at /models
     model_envs: tuple[tuple[str, Path], ...] = ()  # model -> its requirements file (composer.model_envs)
+    base: str = "min"  # "min": NGC's min image as it is; "pruned": only what the selection needs of it
+    keep_tensorrt_builder: bool = False  # a pruned base keeps TensorRT's builder resource library
 
 
 @dataclass(frozen=True)
@@ -470,6 +472,15 @@ def check_host(value: str) -> str | None:
 MAX_GPUS = 1024
 
 
+BASES = ("min", "pruned")
+
+
+def check_base(value: str) -> str | None:
+    if value not in BASES:
+        return f"'{printable(value[:40])}' is not a base: give min (NGC's min image) or pruned (only what the selection needs of it)"
+    return None
+
+
 def check_gpus(value: str) -> str | None:
     if value in ("auto", "all", "none"):
         return None
@@ -610,6 +621,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("selection.backend_images", "--backend-image", "backend_images", Named(_REF, check_name, "NAME=REF"),
            "Take a backend from another full image (another release): NAME=REF (repeatable)."),
     Option("selection.with_headers", "--with-headers", "with_headers", Flag(), "Include /opt/tritonserver/include."),
+    Option("selection.base", "--base", "base", Text(check_base, "min or pruned"),
+           "The base of the image: min (NGC's min image, as it is) or pruned (a new base made of only the packages "
+           "and files of the min image the selection needs, proven before the tag moves)."),
+    Option("selection.keep_tensorrt_builder", "--keep-tensorrt-builder", "keep_tensorrt_builder", Flag(),
+           "With --base pruned: keep TensorRT's builder resource library (needed only to build engines, not to run "
+           "them)."),
     Option("selection.bake_models", "--bake-models", "bake_models", ModelRepository(),
            "Copy this model repository into the image at /models (a layer of its own) and serve it by default; "
            "wheels: fetch its models' environments' wheels.", commands=COMPOSING + (WHEELS,), portable=False),
@@ -784,6 +801,10 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
         found.append(Problem(
             "model_envs", "model_envs are python models' environments: add python to backends",
             f"--model-env {s.model_envs[0][0]}=...: environments are for python models; select --backend python too"))
+    if s.keep_tensorrt_builder and s.base != "pruned":
+        found.append(Problem(
+            "keep_tensorrt_builder", "keep_tensorrt_builder applies to a pruned base: add base: pruned",
+            "--keep-tensorrt-builder applies to a pruned base: add --base pruned"))
     r = spec.result
     if command == BUILD and r.smoke_test and not r.samples and not (r.model_repository or s.bake_models):
         found.append(Problem(
@@ -810,7 +831,10 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
     if spec.images.version:
         from composer.catalog import Catalog
 
-        Catalog.load().release(spec.images.version)  # unknown: refused before any work
+        catalog = Catalog.load()
+        catalog.release(spec.images.version)  # unknown: refused before any work
+        if spec.selection.base == "pruned":
+            catalog.pruning_list(spec.images.version)  # none for the release: refused as early
     if command in (BUILD, RENDER, BUNDLE, WHEELS):
         from composer.model_envs import requested
 
