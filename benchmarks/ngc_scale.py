@@ -4,7 +4,9 @@ For onnxruntime+python and the four-backend selection (onnxruntime, python, tens
 the full and min images' sizes, the composed image's, and the size of a composition made the way
 NGC's compose.py makes it (TRITON-FACTS section 4: FROM the min image, apt packages, the python
 backend's packages, then the selected folders copied whole from the full image); each phase's
-time (probe, build, smoke test), the peak disk used while it ran, and the ratios.
+time (probe, build, smoke test), the peak disk used while it ran, and the ratios; and the same
+selection on a pruned base (--base pruned), built right after the min-base one (so both find the
+collect stage in the build cache), with its size, base and build time.
 
 The compose.py-style Dockerfile is the benchmark's own. Its apt-get steps install the same
 packages from Debian's mirror (the stand-ins are Debian); its network steps outside Debian are
@@ -31,6 +33,7 @@ from composer.catalog import Catalog
 from composer.engine import Engine
 from composer.errors import ComposerError
 from composer.pipeline import build_image
+from composer.pruning import BuildStages
 from composer.resolve import resolve
 from composer.smoke import SmokePlan, smoke_test
 from composer.spec import CompositionSpec
@@ -114,12 +117,21 @@ def run(engine, catalog, version: str, backends: tuple[str, ...]) -> None:
     spec = CompositionSpec().with_fields({"selection.backends": backends, "images.version": version,
                                           "images.registry": ngc.REGISTRY, "result.tag": tag})
     style_tag = f"triton-composer-bench/tritonserver:compose-py-{'-'.join(backends)}"
+    pruned_tag = f"triton-composer-bench/tritonserver:pruned-{'-'.join(backends)}"
     with PeakDisk() as disk:
         try:
             resolved, probe_s = timed(lambda: resolve(engine, spec, catalog))
             plan = replace(resolved.plan, smoke=None)  # smoke-tested apart below, timed on its own
             result, build_s = timed(lambda: build_image(engine, plan, labels=LABEL))
             report, smoke_s = timed(lambda: smoke_test(engine, tag, SmokePlan(backends=backends), labels=LABEL))
+            pruned_spec = spec.with_fields({"selection.base": "pruned", "result.tag": pruned_tag})
+            pruned_plan = replace(resolve(engine, pruned_spec, catalog).plan, smoke=None)
+            stages = BuildStages()
+            try:
+                pruned, pruned_s = timed(lambda: build_image(engine, pruned_plan, labels=LABEL, on_line=stages))
+            finally:
+                stages.sweep(engine)
+            pruned_report = smoke_test(engine, pruned_tag, SmokePlan(backends=backends), labels=LABEL)
             with tempfile.TemporaryDirectory(prefix="compose-py-") as tmp:
                 (Path(tmp) / "Dockerfile").write_text(compose_py_dockerfile(full.id, minimal.id, backends))
                 _, style_s = timed(lambda: engine.build(Path(tmp), tag=style_tag, labels=LABEL, network_mode="host"))
@@ -127,6 +139,7 @@ def run(engine, catalog, version: str, backends: tuple[str, ...]) -> None:
         finally:
             engine.remove_image(tag, force=True)
             engine.remove_image(style_tag, force=True)
+            engine.remove_image(pruned_tag, force=True)
     counts = report.to_dict()["counts"]
     print(f"== {'+'.join(backends)}")
     print(f"  full {gb(full.size)}   min {gb(minimal.size)}   composed {gb(result.size)}   "
@@ -136,6 +149,12 @@ def run(engine, catalog, version: str, backends: tuple[str, ...]) -> None:
     print(f"  probe {probe_s:.0f} s   build {build_s:.0f} s   smoke test {smoke_s:.0f} s "
           f"(passed {counts['passed']}, skipped {counts['skipped']}, failed {counts['failed']})   "
           f"compose.py-style build {style_s:.0f} s")
+    base = next(p.size for p in pruned.sizes.parts if p.kind == "base")
+    pruned_counts = pruned_report.to_dict()["counts"]
+    print(f"  --base pruned  {gb(pruned.size)}   pruned/compose.py-style {pruned.size / style:.2f}   "
+          f"pruned base {gb(base)} (min {gb(minimal.size)})   build {pruned_s:.0f} s "
+          f"({pruned_s / build_s:.1f}x the min-base build)   smoke test passed {pruned_counts['passed']}, "
+          f"skipped {pruned_counts['skipped']}, failed {pruned_counts['failed']}")
     print(f"  peak disk used {gb(disk.used)}")
 
 

@@ -1,28 +1,33 @@
 """Air-gapped bundles: one archive with everything a build needs, for a machine with no registry.
 
 `composer bundle` writes the base images (docker save), what was learnt by looking inside them,
-the selection, custom backends, the wheelhouse and the rendered context. `composer build
---bundle` loads the images and plans from the recorded inspection: no pull, no probe of a
-registry, no network in the build.
+the selection, custom backends, baked models and the wheelhouse. `composer build --bundle` loads
+the images, plans from the recorded inspection and renders the build context there, once: no
+pull, no probe of a registry, no network in the build. (To read the Dockerfile before carrying
+the bundle over, `composer render` gives the same one.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tarfile
+import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from composer import __version__
+from composer.catalog import Catalog
 from composer.engine import Engine
 from composer.errors import ComposerError, Invalid, UsageError
 from composer.files import check_output_file, fresh_folder, path_problem, printable, read_text
+from composer.pipeline import Outcome, Run, compose_all
 from composer.resolve import Inspection, Resolved
 from composer.packages import public_requirement
-from composer.render import write_context
 from composer.spec import CompositionSpec
 from composer.progress import LineSink, quiet
 
@@ -79,7 +84,6 @@ def write_bundle(engine: Engine, resolved: Resolved, out: Path, *, on_line: Line
             shutil.copytree(plan.packages.wheelhouse, staging / "wheelhouse")
         if spec.selection.bake_models is not None:
             shutil.copytree(spec.selection.bake_models, staging / "models")
-        write_context(plan, staging / "context")  # for reading; the build renders it again
         manifest = {
             "format": FORMAT,
             "composer_version": __version__,
@@ -168,6 +172,35 @@ def _inside_link(member: tarfile.TarInfo) -> bool:
     """A link in a custom backend that stays inside the archive's tree."""
     target = os.path.normpath(os.path.join(os.path.dirname(member.name), member.linkname))
     return not member.linkname.startswith("/") and not target.startswith("..")
+
+
+# What a build from a bundle may still choose: where the image goes and how it is tested.
+OVERRIDES = ("result.tag", "result.push", "result.smoke_test", "result.model_repository", "result.labels",
+             "result.smoke_cases", "result.samples", "result.sbom")
+
+
+def check_overrides(given: dict, *, set_files: list, locked: bool) -> None:
+    """build --bundle: the bundle carries its own selection; only the result's options may change."""
+    if set_files or locked or set(given) - set(OVERRIDES):
+        raise UsageError("--bundle carries its own selection: give only --tag, --push, --label, "
+                         "--no-smoke-test, --model-repository, --smoke-cases, --no-samples, --sbom, --junit or --json "
+                         "with it")
+
+
+@contextlib.contextmanager
+def unpacked(archive: Path) -> Iterator[ReadBundle]:
+    """The bundle read and checked in a fresh folder, removed when the build is done."""
+    workdir = Path(tempfile.mkdtemp(prefix="triton-composer-bundle-"))
+    try:
+        yield read_bundle(archive, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def compose_bundle(engine: Engine, read: ReadBundle, given: dict, catalog: Catalog, run: Run) -> list[Outcome]:
+    """Load the bundle's images and compose its spec (with the given result options)."""
+    opened = open_bundle(engine, read, on_line=run.on_line)
+    return compose_all(engine, [opened.spec.with_fields(given)], catalog, run, opened.inspection)
 
 
 def open_bundle(engine: Engine, read: ReadBundle, *, on_line: LineSink = quiet) -> OpenedBundle:

@@ -6,7 +6,7 @@ The facts live in composer/data/releases.yaml; this module only loads and looks 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 import yaml
@@ -55,6 +55,8 @@ class Catalog:
     final_stage_env: dict[str, str]
     tensorflow_env: dict[str, str]
     externally_managed_env: dict[str, str]
+    # release -> {library: libraries it loads by name at run time} (for a pruned base)
+    loaded_at_run_time: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls) -> "Catalog":
@@ -76,6 +78,8 @@ class Catalog:
             final_stage_env=dict(raw["final_stage_env"]),
             tensorflow_env=dict(raw["tensorflow_env"]),
             externally_managed_env=dict(raw["externally_managed_env"]),
+            loaded_at_run_time={release: {library: tuple(loads) for library, loads in table.items()}
+                                for release, table in (raw.get("loaded_at_run_time") or {}).items()},
         )
 
     def release(self, name: str) -> Release:
@@ -88,6 +92,14 @@ class Catalog:
             f"unknown Triton release '{name}'{hint}; known releases: {known[0]} ... {known[-1]}: "
             + ", ".join(known)
         )
+
+    def pruning_list(self, name: str) -> dict[str, tuple[str, ...]]:
+        """The libraries loaded by name at run time in release `name`, which a pruned base needs."""
+        if name not in self.loaded_at_run_time:
+            known = ", ".join(sorted(self.loaded_at_run_time)) or "none"
+            raise UsageError(f"--base pruned: the catalog lists no run-time loaded libraries for release {name} "
+                             f"(releases with a list: {known}); use --base min")
+        return self.loaded_at_run_time[name]
 
     def by_server(self, server_version: str) -> Release | None:
         """The release that carries server `server_version` (e.g. 2.50.0)."""

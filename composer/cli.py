@@ -6,11 +6,11 @@ ComposerError becomes one line on stderr and a non-zero exit.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -22,8 +22,6 @@ from composer.catalog import Catalog
 from composer.errors import (
     BuildFailed,
     ComposerError,
-    EngineUnavailable,
-    ImageNotFound,
     Invalid,
     SmokeTestFailed,
     UsageError,
@@ -209,6 +207,8 @@ def build(
     bundle: Optional[Path] = typer.Option(
         None, "--bundle", help="Build from a bundle made by composer bundle: no registry, no network."
     ),
+    explain: bool = typer.Option(False, "--explain", help="With --base pruned: list each package of the min image "
+                                 "kept (and why) or dropped (and its size)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Compose, build and smoke-test a slim image; tag (and push) it only once it serves."""
@@ -223,53 +223,40 @@ def build(
         junit = check_junit_output(junit)
     check_environment(os.environ)
     if bundle is not None:
-        allowed = {"result.tag", "result.push", "result.smoke_test", "result.model_repository", "result.labels",
-                   "result.smoke_cases", "result.samples", "result.sbom"}
-        if set_files or locked or set(given) - allowed:
-            raise UsageError("--bundle carries its own selection: give only --tag, --push, --label, "
-                             "--no-smoke-test, --model-repository, --smoke-cases, --no-samples, --sbom, --junit or --json "
-                             "with it")
+        from composer.bundle import check_overrides
+
+        check_overrides(given, set_files=set_files, locked=locked)
     else:
         specs = _specs(BUILD, set_files, given)
+        if explain and not all(spec.selection.base == "pruned" for spec in specs):
+            raise UsageError("--explain lists what a pruned base keeps and drops: add --base pruned")
         if locked:
             from composer.lock import check_locked
 
             check_locked(specs)
     auth = load_auth(registry_auth)
-    read = None
-    if bundle is not None:
-        import tempfile
+    with contextlib.ExitStack() as stack:
+        if bundle is not None:
+            from composer.bundle import compose_bundle, unpacked
 
-        from composer.bundle import read_bundle
+            read = stack.enter_context(unpacked(bundle))  # checked before any engine is asked
+        engine = _engine()
 
-        workdir = Path(tempfile.mkdtemp(prefix="triton-composer-bundle-"))
-        try:
-            read = read_bundle(bundle, workdir)
-        except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True)
-            raise
-    engine = _engine()
+        def show_plan(plan) -> None:
+            for note in plan.notes:
+                out.step(f"note: {note}")
+            out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
 
-    def show_plan(plan) -> None:
-        for note in plan.notes:
-            out.step(f"note: {note}")
-        out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
-
-    run = Run(locked=locked, registry_auth=auth, on_line=out.step, on_build_line=out.build_line, on_plan=show_plan)
-    if read is not None:
-        from composer.bundle import open_bundle
-
-        try:
-            opened = open_bundle(engine, read, on_line=out.step)
-            outcomes = compose_all(engine, [opened.spec.with_fields(given)], catalog, run, opened.inspection)
-        finally:
-            shutil.rmtree(read.workdir, ignore_errors=True)
-    else:
-        outcomes = compose_all(engine, specs, catalog, run)
-    _report(out, outcomes, junit)
+        run = Run(locked=locked, registry_auth=auth, on_line=out.step, on_build_line=out.build_line,
+                  on_plan=show_plan)
+        if bundle is not None:
+            outcomes = compose_bundle(engine, read, given, catalog, run)
+        else:
+            outcomes = compose_all(engine, specs, catalog, run)
+    _report(out, outcomes, junit, explain)
 
 
-def _report(out: Printer, outcomes, junit: Optional[Path]) -> None:
+def _report(out: Printer, outcomes, junit: Optional[Path], explain: bool = False) -> None:
     """Print the outcomes (and write JUnit); any failure makes the command fail."""
     from composer.junit import outcome_entries, write_junit
 
@@ -298,6 +285,8 @@ def _report(out: Printer, outcomes, junit: Optional[Path]) -> None:
         lines = [smoke_table(result.smoke)] if result.smoke else []
         if outcome.error is not None:
             lines.append(f"{outcome.spec.name}: FAILED: {redact(outcome.error.message)}")
+        if explain and result.pruning:
+            lines.append(result.pruning.explain())
         if result.sizes:
             lines.append(result.sizes.table())
         lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
@@ -468,25 +457,9 @@ def render(
 
 def _render(out: Printer, spec: CompositionSpec, catalog: Catalog, output: Path, offline: bool, wheels: Path) -> None:
     from composer.render import write_context
-    from composer.resolve import resolve, resolve_offline
+    from composer.resolve import resolve_for_render
 
-    engine = None
-    if not offline:
-        try:
-            engine = _engine()
-        except EngineUnavailable:
-            if not spec.images.version:
-                raise
-            out.step("no Docker engine answers: checking the selection against NGC's catalogued layout")
-    resolved = None
-    if engine is not None:
-        try:
-            resolved = resolve(engine, spec, catalog, wheels=wheels, on_line=out.step)
-        except ImageNotFound as missing:
-            if not spec.images.version:
-                raise
-            out.step(f"{missing.message}: checking the selection against NGC's catalogued layout instead")
-    plan = (resolved or resolve_offline(spec, catalog)).plan
+    plan = resolve_for_render(None if offline else _engine, spec, catalog, wheels=wheels, on_line=out.step).plan
     for note in plan.notes:
         out.step(f"note: {note}")
     context = write_context(plan, output)
@@ -564,20 +537,23 @@ def wheels(
 ) -> None:
     """Download on this machine the wheels a build's packages need, so the build runs offline."""
     from composer.packages import python_target
-    from composer.resolve import fetch_wheels, inspect_images, resolve_targets
+    from composer.resolve import fetch_model_env_wheels, fetch_wheels, inspect_images, resolve_targets
 
     out = Printer(as_json)
     catalog = Catalog.load()
     if not set_files and "selection.backends" not in given:
         given = {**given, "selection.backends": ("python",)}
     spec = _one_spec(WHEELS, set_files, given)
-    if not spec.packages:
-        raise UsageError("name the packages with --pip SPEC or --requirements FILE")
+    if not spec.packages and not (spec.selection.model_envs or spec.selection.bake_models):
+        raise UsageError("name the packages with --pip SPEC or --requirements FILE (or models with --model-env "
+                         "MODEL=REQUIREMENTS or --bake-models DIR)")
     check_wheelhouse_output(output)
     engine = _engine()
     targets = resolve_targets(spec, catalog, engine)
-    target = python_target(inspect_images(engine, targets, out.step).contents)
-    files = fetch_wheels(target, spec.packages, targets.release, output, out.step)
+    contents = inspect_images(engine, targets, out.step).contents
+    target = python_target(contents)
+    files = fetch_wheels(target, spec.packages, targets.release, output, out.step) if spec.packages else []
+    files = sorted(set(files) | set(fetch_model_env_wheels(spec, targets.release, contents, output, out.step)))
     out.result(
         {"wheelhouse": str(output), "python": target.version, "platform": target.platform,
          "wheels": [f.name for f in files]},

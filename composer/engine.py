@@ -56,6 +56,10 @@ class ImageInfo:
     labels: Mapping[str, str]
     size: int
     layers: tuple[str, ...] = ()  # diff ids of its root filesystem, bottom first
+    # The rest of its configuration, which an image built FROM scratch on a copy of it must restate:
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    workdir: str = ""
 
     @property
     def digest(self) -> str | None:
@@ -414,6 +418,9 @@ class DockerEngine(ContainerEngine):
             labels=dict(config.get("Labels") or {}),
             size=int(attrs.get("Size") or 0),
             layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
+            entrypoint=tuple(config.get("Entrypoint") or ()),
+            cmd=tuple(config.get("Cmd") or ()),
+            workdir=str(config.get("WorkingDir") or ""),
         )
 
     def pull(self, ref: str, *, on_line: LineSink = quiet, auth: Mapping[str, str] | None = None) -> ImageInfo:

@@ -17,7 +17,12 @@ class ComposerError(Exception):
 
 class Invalid(Exception):
     """A value that is not valid for its option; the message says what would be (the caller
-    names the option: a flag on the command line, file:line: key: in a set)."""
+    names the option: a flag on the command line, file:line: key: in a set). For a list,
+    `item` is the index of the item at fault, so a set can name that item's line."""
+
+    def __init__(self, message: str, item: int | None = None):
+        super().__init__(message)
+        self.item = item
 
 
 class UsageError(ComposerError):

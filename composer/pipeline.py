@@ -22,6 +22,7 @@ from composer.files import check_output_file, write_file
 from composer.packages import explain_pip_failure, redactor, secrets_of
 from composer.plan import CompositionPlan
 from composer.progress import LineSink, quiet
+from composer.pruning import PruningReport, proof_failure
 from composer.redaction import redact
 from composer.render import BuildContext, write_context
 from composer.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
@@ -42,6 +43,7 @@ class BuildResult:
     size: int
     smoke: SmokeReport | None
     sizes: SizeReport | None = None  # what each part costs, read from the built image
+    pruning: PruningReport | None = None  # on a pruned base: each package kept (why) or dropped
     sbom: str | None = None  # the CycloneDX document the image holds at composer.sbom.SBOM_PATH
 
     def to_dict(self) -> dict:
@@ -58,6 +60,8 @@ class BuildResult:
             "labels": dict(self.plan.labels),
             "smoke_test": self.smoke.to_dict() if self.smoke else None,
             "sizes": self.sizes.to_dict() if self.sizes else None,
+            "base": "pruned" if self.plan.pruning else "min",
+            "pruning": self.pruning.to_dict() if self.pruning else None,
             "sbom_path": SBOM_PATH if self.sbom else None,
             "sbom": json.loads(self.sbom) if self.sbom else None,
         }
@@ -92,6 +96,9 @@ def build_image(
             on_line=on_line,
         )
     except BuildFailed as failure:
+        proof = proof_failure(failure.log_tail)
+        if proof:
+            raise BuildFailed(f"{proof}; {plan.tag} was not moved", log_tail=failure.log_tail) from failure
         if packages and "pip" in failure.log_tail:
             where = f"the wheelhouse {packages.wheelhouse}"
             raise BuildFailed(
@@ -113,6 +120,12 @@ def build_image(
     except ComposerError as error:  # the image is fine; only its report is missing
         on_line(f"note: no size report: {error.message}")
         sizes = None
+    pruning = None
+    if plan.pruning:
+        try:
+            pruning = PruningReport.read(engine, image_id)
+        except ComposerError as error:
+            on_line(f"note: no pruning report: {error.message}")
 
     report = None
     if plan.smoke is not None:
@@ -129,7 +142,7 @@ def build_image(
             )
     engine.tag(image_id, plan.tag)
     info = engine.image(image_id)
-    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes, sbom)
+    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes, pruning, sbom)
 
 
 # -- one image, end to end; several in a row ------------------------------------------------

@@ -7,7 +7,9 @@ so rendering never sees a bad selection and cannot fail on user input.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Mapping
 from composer import __version__
 from composer.catalog import Catalog, Release
 from composer.errors import UsageError
+from composer.model_envs import ModelEnv, check_python, check_server, hints
 from composer.packages import public_requirement
 from composer.refs import ImageRef
 from composer.smoke import SmokePlan
@@ -38,6 +41,7 @@ class Offer:
     python_based: frozenset[str] = frozenset()  # backends served through the python backend
     has_pip: bool = True  # whether the python of the full image has pip
     python: str | None = None  # the python the python backend stub runs on, e.g. "3.11"
+    runtime_python: str | None = None  # the image's own python3 (a venv runs it)
     # How NGC's final stage treats this image, read from the full image (else the catalog's):
     tree_owner: str = "1000:1000"  # "uid:gid" of the Triton tree; "0:0" from 26.06 on
     externally_managed: bool = False  # its python carries the PEP 668 marker
@@ -54,6 +58,7 @@ class Offer:
             has_include=True,
             components={"backend": backends, "repoagent": layout.repoagents, "cache": layout.caches},
             python=release.python,
+            runtime_python=release.python,
             tree_owner=release.tree_owner,
             externally_managed=release.externally_managed,
         )
@@ -71,6 +76,7 @@ class Offer:
             python_based=frozenset(c.name for c in contents.components if c.kind == "backend" and c.python_based),
             has_pip=bool(contents.python and contents.python.has_pip),
             python=contents.stub_python or (contents.python.version if contents.python else None),
+            runtime_python=contents.python.version if contents.python else None,
             tree_owner="0:0" if contents.owner and contents.owner[0] == 0 else "1000:1000",
             externally_managed=bool(contents.python and contents.python.externally_managed),
             entrypoint_d=contents.entrypoint_d,
@@ -101,6 +107,33 @@ class BaseImage:
 
     def record(self) -> dict:
         return {"ref": self.ref, "id": self.id, "digest": self.digest}
+
+
+@dataclass(frozen=True)
+class BaseConfig:
+    """The min image's configuration: a pruned base is built FROM scratch, so the image restates it."""
+
+    env: tuple[tuple[str, str], ...] = ()
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    workdir: str = ""
+
+    @classmethod
+    def of(cls, info) -> "BaseConfig":
+        """From composer.engine.ImageInfo."""
+        return cls(tuple(info.env.items()), tuple(info.entrypoint), tuple(info.cmd), info.workdir)
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """How a pruned base is made (--base pruned): the catalog's run-time loads for the release."""
+
+    loaded_at_run_time: tuple[tuple[str, tuple[str, ...]], ...]  # library -> what it loads by name
+    min_config: BaseConfig
+    keep_tensorrt_builder: bool = False
+
+    def loaded_json(self) -> str:
+        return json.dumps({library: list(loads) for library, loads in self.loaded_at_run_time}, indent=1) + "\n"
 
 
 @dataclass(frozen=True)
@@ -167,7 +200,10 @@ class CompositionPlan:
     gpu: bool = True  # TRITON_SERVER_GPU_ENABLED: wire the CUDA compat libraries
     pip_command: tuple[str, ...] = ()  # how the packages stage runs pip (the image's, or the wheelhouse's)
     baked_models: Path | None = None  # a model repository on this machine, copied in at MODELS_ROOT
+    model_envs: tuple[ModelEnv, ...] = ()  # python models' own environments (composer.model_envs)
+    python: str | None = None  # the stub's python, which model environments are built for
     smoke: SmokePlan | None = None  # how the built image is smoke-tested (None: --no-smoke-test)
+    pruning: Pruning | None = None  # --base pruned: a new base of only what the selection needs of the min image
 
     @property
     def all_backends(self) -> tuple[str, ...]:
@@ -207,6 +243,8 @@ class CompositionPlan:
             # Where baked models are (the smoke test serves them from there); not what they are, so
             # a change of the models leaves every layer before theirs as it was.
             "baked_models": MODELS_ROOT if self.baked_models else None,
+            **({"model_envs": {e.model: e.record() for e in self.model_envs}} if self.model_envs else {}),
+            "base": "pruned" if self.pruning else "min",
         }
 
 
@@ -255,12 +293,15 @@ def make_plan(
     created: str | None = None,
     notes: tuple[str, ...] = (),
     packages: Packages | None = None,
+    model_envs: tuple[ModelEnv, ...] = (),
+    min_config: BaseConfig | None = None,
 ) -> CompositionPlan:
     """Check the selection against what the full image offers and fix every detail of the image.
 
     `created` is the image's creation time for its OCI label (resolved once, by the caller);
     `packages` the spec's packages as the build installs them (fetched into a wheelhouse by
-    composer.resolve), so the spec itself is never rewritten.
+    composer.resolve), so the spec itself is never rewritten; `min_config` the min image's
+    configuration (needed for --base pruned).
     """
     options = spec.selection
     custom = _custom_backends(options.custom_backends)
@@ -300,6 +341,8 @@ def make_plan(
         if "python" not in all_backends:
             raise UsageError("--pip/--requirements add packages for python models: select --backend python too")
     server_version = (full_env or {}).get("TRITON_SERVER_VERSION") or release.server
+    model_envs = _model_envs(model_envs, all_backends, offer, server_version)
+    notes += hints(model_envs, spec.result.model_repository)
     if server_version != release.server:
         notes.append(f"warning: the full image states server {server_version}, but release {release.name} "
                      f"ships server {release.server}: the image's own version is used and checked")
@@ -322,7 +365,7 @@ def make_plan(
         tag=tag,
         notes=tuple(notes),
         packages=packages,
-        constraints=release_constraints(release) if packages else (),
+        constraints=release_constraints(release) if packages or model_envs else (),
         pip_in_image=offer.has_pip,
         site_packages=f"/usr/local/lib/python{offer.python or release.python}/dist-packages" if packages else None,
         foreign_backends=foreign,
@@ -333,8 +376,21 @@ def make_plan(
         copy_serve=offer.serve,
         gpu=dict(env).get("TRITON_SERVER_GPU_ENABLED") == "1",
         baked_models=options.bake_models,
+        model_envs=model_envs,
+        python=offer.python if model_envs else None,
         smoke=SmokePlan.of(all_backends, server_version, spec.result) if spec.result.smoke_test else None,
+        pruning=_pruning(options, release, catalog, min_config),
     )
+
+
+def _pruning(options, release: Release, catalog: Catalog, min_config: BaseConfig | None) -> Pruning | None:
+    """How the pruned base is made, or None for the min base; refused where it cannot be made."""
+    if options.base != "pruned":
+        return None
+    loaded = catalog.pruning_list(release.name)
+    if min_config is None:
+        raise UsageError("--base pruned needs the min image's configuration: render it with a Docker engine")
+    return Pruning(tuple(sorted(loaded.items())), min_config, options.keep_tensorrt_builder)
 
 
 def _pip_command(packages: Packages, offer: Offer, full_ref: str) -> tuple[str, ...]:
@@ -359,6 +415,26 @@ def _pip_command(packages: Packages, offer: Offer, full_ref: str) -> tuple[str, 
             "(composer wheels puts one in)"
         )
     return ("python3", "-m", "pip")
+
+
+def _model_envs(envs: tuple[ModelEnv, ...], backends, offer: Offer, server_version: str) -> tuple[ModelEnv, ...]:
+    """The environments, checked against the image: the python backend, its stub's python (the
+    image's own), a server that takes a folder; each with how its build stage runs pip."""
+    if not envs:
+        return ()
+    if "python" not in backends:
+        raise UsageError(f"model {envs[0].model} has its own python environment: select --backend python too")
+    check_python(offer.runtime_python, offer.python, offer.source)
+    check_server(server_version)
+    ready = []
+    for env in envs:
+        if env.wheelhouse is None:
+            raise UsageError(f"model {env.model}: its environment is built from wheels fetched on this machine: "
+                             "give --wheelhouse DIR, or let composer build or render fetch them with an engine at hand")
+        pips = sorted(env.wheelhouse.glob("pip-*.whl"))
+        pip = (f"/composer/model_envs/{env.model}/wheelhouse/{pips[-1].name}/pip",) if pips else ("-m", "pip")
+        ready.append(dataclasses.replace(env, pip=pip))
+    return tuple(ready)
 
 
 def release_constraints(release: Release) -> tuple[str, ...]:

@@ -19,11 +19,13 @@ import jinja2
 
 from composer.errors import Invalid, UsageError
 from composer.files import check_output_file, digest, make_folders, path_problem, printable, read_text, write_file
+from composer.model_envs import CONFIG, pointed_config
 from composer.packages import installable_requirement
 from composer.plan import MODELS_ROOT, ROOT, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
 BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py")
+PRUNE_SCRIPTS = ("prune.py", "prove.sh")  # and these, for a pruned base
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,21 @@ class BuildContext:
 def templates() -> jinja2.Environment:
     """The template environment; strict, so a missing value fails rendering instead of the build."""
     folder = resources.files("composer.dockerfiles")
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
+    environment.filters["quoted"] = dockerfile_quoted
+    return environment
+
+
+def dockerfile_quoted(value: str) -> str:
+    """A value as a Dockerfile ENV takes it literally: double quotes, with \\, " and $ escaped
+    (tojson would write > as \\u003e, which ENV keeps as it is)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
 
 
 def collect_paths(plan: CompositionPlan) -> list[str]:
@@ -210,8 +221,10 @@ def _context_files(plan: CompositionPlan) -> dict[str, Content]:
         "composition.json": (composition_record(plan).encode(), 0o644),
     }
     package = resources.files("composer.in_image")
-    for script in BUILD_SCRIPTS:
+    for script in BUILD_SCRIPTS + (PRUNE_SCRIPTS if plan.pruning else ()):
         files[script] = (package.joinpath(script).read_bytes(), 0o644)
+    if plan.pruning:
+        files["loaded-at-run-time.json"] = (plan.pruning.loaded_json().encode(), 0o644)
     packages = plan.packages
     if packages:
         lines = [installable_requirement(spec) for spec in packages.specs]
@@ -223,6 +236,27 @@ def _context_files(plan: CompositionPlan) -> dict[str, Content]:
         files.update(_tree(custom.source, f"custom-backends/{custom.name}", keep_links=True))
     if plan.baked_models is not None:  # links are followed: the image holds the files themselves
         files.update(_tree(plan.baked_models, "models", keep_links=False))
+    files.update(_model_env_files(plan))
+    return files
+
+
+def _model_env_files(plan: CompositionPlan) -> dict[str, Content]:
+    """Each model environment's requirements, pins and wheels; a baked model's configuration
+    pointed at its environment."""
+    files: dict[str, Content] = {}
+    if plan.model_envs:
+        files["make_env.py"] = (resources.files("composer.in_image").joinpath("make_env.py").read_bytes(), 0o644)
+    for env in plan.model_envs:
+        folder = f"model_envs/{env.model}"
+        lines = [installable_requirement(spec) for spec in env.requirements]
+        files[f"{folder}/requirements.txt"] = ("".join(f"{line}\n" for line in lines).encode(), 0o644)
+        files[f"{folder}/constraints.txt"] = ("".join(f"{pin}\n" for pin in plan.constraints).encode(), 0o644)
+        for wheel in sorted(env.wheelhouse.glob("*.whl")):
+            files[f"{folder}/wheelhouse/{wheel.name}"] = (wheel, 0o644)
+        if env.baked and plan.baked_models is not None:
+            config = plan.baked_models / env.model / CONFIG
+            text = pointed_config(read_text(config, "model configuration", 1 << 20), env)
+            files[f"models/{env.model}/{CONFIG}"] = (text.encode(), stat.S_IMODE(os.stat(config).st_mode))
     return files
 
 

@@ -13,14 +13,17 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from composer.catalog import Catalog, Release
 from composer.contents import FullImageContents, inspect_full
 from composer.engine import Engine, ImageInfo
-from composer.errors import UsageError
+from composer import model_envs
+from composer.errors import EngineUnavailable, ImageNotFound, UsageError
+from composer.model_envs import ModelEnv
 from composer.packages import PythonTarget, check_wheelhouse, download_wheels, python_target
 from composer.plan import (
+    BaseConfig,
     BaseImage,
     CompositionPlan,
     Offer,
@@ -63,9 +66,11 @@ def resolve(engine: Engine, spec: CompositionSpec, catalog: Catalog, *, wheels: 
     targets = targets or resolve_targets(spec, catalog, engine)
     inspection = inspect_images(engine, targets, on_line)
     python, packages, fetched = _packages(spec, targets.release, inspection.contents, wheels, on_line)
-    plan = plan_from_inspection(spec, catalog, targets.release, inspection, packages=packages)
+    envs, env_wheels = _model_envs(spec, targets.release, inspection.contents, wheels, on_line)
+    plan = plan_from_inspection(spec, catalog, targets.release, inspection, packages=packages, model_envs=envs)
     _check_wheelhouse(python, plan, on_line)
-    return Resolved(spec, targets.release, plan, inspection, python, tuple(fetched))
+    return Resolved(spec, targets.release, plan, inspection, python or (python_target(inspection.contents) if envs else None),
+                    tuple(fetched + env_wheels))
 
 
 def resolve_recorded(spec: CompositionSpec, catalog: Catalog, inspection: "Inspection",
@@ -85,6 +90,28 @@ def resolve_offline(spec: CompositionSpec, catalog: Catalog) -> Resolved:
     return Resolved(spec, plan.release, plan)
 
 
+def resolve_for_render(connect: Callable[[], Engine] | None, spec: CompositionSpec, catalog: Catalog, *,
+                       wheels: Path, on_line: LineSink = quiet) -> Resolved:
+    """What `render` writes: resolved against the engine's images when one answers and holds them,
+    else (with a release named) against NGC's catalogued layout; connect=None asks no engine."""
+    if connect is None:
+        return resolve_offline(spec, catalog)
+    try:
+        engine = connect()
+    except EngineUnavailable:
+        if not spec.images.version:
+            raise
+        on_line("no Docker engine answers: checking the selection against NGC's catalogued layout")
+        return resolve_offline(spec, catalog)
+    try:
+        return resolve(engine, spec, catalog, wheels=wheels, on_line=on_line)
+    except ImageNotFound as missing:
+        if not spec.images.version:
+            raise
+        on_line(f"{missing.message}: checking the selection against NGC's catalogued layout instead")
+        return resolve_offline(spec, catalog)
+
+
 def _packages(spec: CompositionSpec, release: Release, contents: FullImageContents, folder: Path | None,
               on_line: LineSink) -> tuple[PythonTarget | None, Packages, list[Path]]:
     """The python target and the packages as the build installs them: from the given wheelhouse,
@@ -98,6 +125,46 @@ def _packages(spec: CompositionSpec, release: Release, contents: FullImageConten
     files = fetch_wheels(target, packages, release, folder, on_line)
     return target, dataclasses.replace(packages, wheelhouse=folder, index_url=None, extra_index_urls=(),
                                        trusted_hosts=(), ca_cert=None), files
+
+
+def _model_envs(spec: CompositionSpec, release: Release, contents: FullImageContents, folder: Path | None,
+                on_line: LineSink, *, shared: bool = False) -> tuple[tuple[ModelEnv, ...], list[Path]]:
+    """Each model environment with its own wheelhouse, fetched on the host (as --pip's packages
+    are: index settings stay here) for the stub's python, before any image work; a package with
+    no wheel for that python and platform (one that needs a compiler) fails here, named.
+    `shared`: every model's wheels go into `folder` itself (composer wheels fills one wheelhouse)."""
+    envs = model_envs.requested(spec.selection.bake_models, spec.selection.model_envs)
+    if not envs:
+        return (), []
+    model_envs.check_python(contents.python.version if contents.python else None, contents.stub_python,
+                            f"image {contents.image}")
+    target = python_target(contents)
+    given = spec.packages.wheelhouse
+    fetched: list[Path] = []
+    done = []
+    for env in envs:
+        packages = dataclasses.replace(spec.packages, specs=env.requirements)
+        try:
+            if given is not None or folder is None:
+                wheelhouse = given
+                if given is not None:
+                    check_wheelhouse(target, packages, release_constraints(release))
+            else:
+                wheelhouse = folder if shared else folder / "model-envs" / env.model
+                on_line(f"model {env.model}: its own environment")
+                fetched += fetch_wheels(target, packages, release, wheelhouse, on_line)
+        except UsageError as error:
+            why = (f" (python {target.version} on {target.platform}; the build installs wheels only: a package "
+                   "that needs a compiler cannot be built there)") if "no wheel" in error.message else ""
+            raise UsageError(f"model {env.model}: {error.message}{why}") from None
+        done.append(dataclasses.replace(env, wheelhouse=wheelhouse))
+    return tuple(done), fetched
+
+
+def fetch_model_env_wheels(spec: CompositionSpec, release: Release, contents: FullImageContents, folder: Path,
+                           on_line: LineSink = quiet) -> list[Path]:
+    """Into one wheelhouse `folder`, the wheels of every model environment (for composer wheels)."""
+    return _model_envs(spec, release, contents, folder, on_line, shared=True)[1]
 
 
 def fetch_wheels(target: PythonTarget, packages: Packages, release: Release, folder: Path,
@@ -241,6 +308,7 @@ def plan_from_inspection(
     pin: bool = True,
     created: str | None = None,
     packages: Packages | None = None,
+    model_envs: tuple[ModelEnv, ...] = (),
 ) -> CompositionPlan:
     """The plan, checked against what the images offer; no engine involved.
 
@@ -265,7 +333,8 @@ def plan_from_inspection(
     )
     offer = Offer.from_contents(inspection.contents)
     return make_plan(spec, release, offer, catalog, full, minimal, inspection.full.env, foreign,
-                     created=created or created_label(os.environ), notes=tuple(notes), packages=packages)
+                     created=created or created_label(os.environ), notes=tuple(notes), packages=packages,
+                     model_envs=model_envs, min_config=BaseConfig.of(inspection.min))
 
 
 def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | None = None) -> CompositionPlan:
@@ -277,14 +346,18 @@ def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | N
     foreign = tuple(
         foreign_backend(name, BaseImage(f"backend:{name}", ref), offer, None) for name, ref in targets.backend_images
     )
+    envs = tuple(dataclasses.replace(e, wheelhouse=spec.packages.wheelhouse)  # no engine: a given wheelhouse only
+                 for e in model_envs.requested(spec.selection.bake_models, spec.selection.model_envs))
     return make_plan(spec, targets.release, offer, catalog, BaseImage("full", targets.full),
-                     BaseImage("min", targets.min), foreign=foreign, created=created or created_label(os.environ))
+                     BaseImage("min", targets.min), foreign=foreign, created=created or created_label(os.environ),
+                     model_envs=envs)
 
 
 def _info_dict(info: ImageInfo) -> dict:
     return {
         "id": info.id, "ref": info.ref, "tags": list(info.tags), "repo_digests": list(info.repo_digests),
         "env": dict(info.env), "labels": dict(info.labels), "size": info.size,
+        "entrypoint": list(info.entrypoint), "cmd": list(info.cmd), "workdir": info.workdir,
     }
 
 
@@ -292,6 +365,7 @@ def _info(d: dict) -> ImageInfo:
     return ImageInfo(
         id=d["id"], ref=d["ref"], tags=tuple(d["tags"]), repo_digests=tuple(d["repo_digests"]),
         env=dict(d["env"]), labels=dict(d["labels"]), size=int(d["size"]),
+        entrypoint=tuple(d.get("entrypoint") or ()), cmd=tuple(d.get("cmd") or ()), workdir=str(d.get("workdir") or ""),
     )
 
 

@@ -15,7 +15,6 @@ import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
-from urllib.parse import urlsplit
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -23,17 +22,13 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from composer.errors import UsageError
 from composer.files import check_nodes, path_problem, printable, read_text
 from composer.spec import (
-    ENV_NAME_PATTERN,
     OPTIONS,
     REFUSED_KEYS,
     CompositionSpec,
     Flag,
-    FromEnvironment,
     Invalid,
     Named,
     Option,
-    check_release,
-    check_url,
     problems,
 )
 
@@ -45,6 +40,8 @@ MAX_DEPTH = 8
 _STR = "tag:yaml.org,2002:str"
 _BOOL = "tag:yaml.org,2002:bool"
 _NULL = "tag:yaml.org,2002:null"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
 
 
 def _keys() -> tuple[list[str], dict[str, list[str]]]:
@@ -243,49 +240,32 @@ class _Reader:
         return spec
 
     def value(self, option: Option, node: Node) -> Any:
-        """One option's value from its node, read and checked as its kind says."""
+        """One option's value from its node, in the YAML shape its kind takes, read by the kind."""
         kind, key = option.kind, option.key
         try:
             if isinstance(kind, Flag):
                 return self.boolean(node, key)
-            if isinstance(kind, FromEnvironment):
-                return self.from_environment(node, key, kind.what)
             if isinstance(kind, Named):
                 pairs = []
                 for value_node, name, text in self.named_values(node, key, kind):
                     try:
-                        pairs.append((name, kind.value.read(text, self.folder)))
+                        pairs.append((name, kind.value.read_set(text, self.folder, self.environ)))
                     except Invalid as problem:
                         raise self.fail(value_node, f"{key}.{name}", str(problem)) from None
                 return tuple(sorted(pairs))
             if kind.yaml_shape == "list":
                 items = self.strings(node, key, getattr(kind, "what", "a list of strings"))
-                if option.field == "packages.extra_index_urls":
-                    for item, url in items:
-                        if urlsplit(url).password or urlsplit(url).username:
-                            raise self.fail(item, key, "a URL in a set must not carry credentials: use an index "
-                                                       "without them, or index_url_env for one that needs them")
-                return kind.read([text for _item, text in items], self.folder)
-            if getattr(kind, "check", None) is check_release and isinstance(node, ScalarNode) \
-                    and node.tag not in (_STR, _NULL):
-                raise self.fail(node, key, f"quote the release, as in {key}: \"{node.value}\" (unquoted, YAML "
-                                           "reads a number and 24.10 would become 24.1)")
-            return kind.read(self.string(node, key, getattr(kind, "what", "a string")), self.folder)
+                try:
+                    return kind.read_set([text for _item, text in items], self.folder, self.environ)
+                except Invalid as problem:  # at the line of the item at fault
+                    raise self.fail(items[problem.item][0] if problem.item is not None else node, key,
+                                    str(problem)) from None
+            if isinstance(node, ScalarNode) and node.tag in (_INT, _FLOAT):
+                raise self.fail(node, key, f"quote it, as in {key}: \"{node.value}\" (unquoted, YAML reads a "
+                                           "number, and 24.10 would become 24.1)")
+            return kind.read_set(self.string(node, key, getattr(kind, "what", "a string")), self.folder, self.environ)
         except Invalid as problem:
             raise self.fail(node, key, str(problem)) from None
-
-    def from_environment(self, node: Node, key: str, what: str) -> str:
-        name = self.string(node, key, "the name of an environment variable")
-        if not ENV_NAME_PATTERN.match(name):
-            raise self.fail(node, key, "name the environment variable that holds the index URL, not the URL itself"
-                            if "://" in name else f"'{name}' is not an environment variable name")
-        value = self.environ.get(name)
-        if not value:
-            raise self.fail(node, key, f"environment variable {name} is not set (it should hold {what})")
-        problem = check_url(value.strip())
-        if problem:
-            raise self.fail(node, key, f"environment variable {name}: {problem}")
-        return value.strip()
 
 
 def _stem(path: Path) -> str:
@@ -302,8 +282,8 @@ def _kind(node: Node | None) -> str:
             _STR: "a string",
             _BOOL: f"a boolean ({node.value})",
             _NULL: "nothing",
-            "tag:yaml.org,2002:int": f"a number ({node.value})",
-            "tag:yaml.org,2002:float": f"a number ({node.value})",
+            _INT: f"a number ({node.value})",
+            _FLOAT: f"a number ({node.value})",
         }.get(node.tag, f"'{node.value}'")
     return "nothing"
 

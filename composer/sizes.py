@@ -11,7 +11,7 @@ the server's user, the composition record) is the overhead over the lower bound.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from composer.engine import Engine, Layer
 from composer.output import human_size
@@ -22,14 +22,15 @@ from composer.sbom import SBOM_PATH
 # Podman alike); BuildKit records "COPY <src> <dest> # buildkit".
 _COPY_DEST = re.compile(r"#\(nop\)\s+(?:COPY|ADD)\s+\S+\s+in\s+(\S+)")
 _BUILDKIT_COPY = re.compile(r"^(?:COPY|ADD)\b.*\s(\S+)\s+# buildkit$")
-FOLDER_KINDS = {"backends": "backend", "repoagents": "repoagent", "caches": "cache"}
+FOLDER_KINDS = {"backends": "backend", "repoagents": "repoagent", "caches": "cache", "model_envs": "model env"}
 SERVER_ENTRY = ("/opt/nvidia/", "/usr/bin/serve")
 ROOT_TREES = (("libraries", "collected libraries"), ("python", "python runtime"))  # in the template's order
+PRUNED_BASE = ("base", "pruned base")  # the first tree copied to / on a pruned base
 
 
 @dataclass(frozen=True)
 class Part:
-    kind: str  # min-image, server, backend, repoagent, cache, libraries, python, packages, models
+    kind: str  # min-image, server, backend, repoagent, cache, model env, libraries, python, packages, models
     name: str
     size: int
 
@@ -42,8 +43,15 @@ class SizeReport:
     """The image's size, its parts, and how far it is above the sum of them."""
 
     total: int
-    min_image: int
+    min_image: int  # 0 on a pruned base: the image shares no layer with the min image
     parts: tuple[Part, ...]  # the selected parts, each measured from the layers that added it
+    pruned_from: int = 0  # on a pruned base: the min image's size, of which the base is a part
+
+    @property
+    def pruning_saved(self) -> int:
+        """What the pruned base saves over the min image (0 on the min base)."""
+        base = sum(p.size for p in self.parts if p.kind == "base")
+        return self.pruned_from - base if self.pruned_from else 0
 
     @property
     def lower_bound(self) -> int:
@@ -62,12 +70,16 @@ class SizeReport:
             "lower_bound": self.lower_bound,
             "overhead": self.overhead,
             "overhead_percent": round(100.0 * self.overhead / self.lower_bound, 2) if self.lower_bound else 0.0,
+            "pruned_from": self.pruned_from,
+            "pruning_saved": self.pruning_saved,
         }
 
     def table(self) -> str:
-        rows = [("min image", self.min_image)]
+        rows = [("min image", self.min_image)] if not self.pruned_from else []
         rows += [(f"{p.kind} {p.name}" if p.kind in FOLDER_KINDS.values() else p.name, p.size) for p in self.parts]
         rows += [("lower bound", self.lower_bound), ("overhead", self.overhead), ("total", self.total)]
+        if self.pruned_from:
+            rows += [("min image (pruned from)", self.pruned_from), ("pruning saved", self.pruning_saved)]
         width = max(len(label) for label, _ in rows)
         return "\n".join(f"{label.ljust(width)}  {human_size(size).rjust(9)}" for label, size in rows)
 
@@ -85,16 +97,20 @@ def measure(engine: Engine, image: str, plan: CompositionPlan) -> SizeReport:
     base = engine.layers(plan.min.id or plan.min.ref)
     shared = len(base)
     if [l.created_by for l in layers[:shared]] != [l.created_by for l in base]:
-        shared = 0  # not built on this min image: every layer counts as added
-    return report_from(layers, shared, plan)
+        shared = 0  # not built on this min image (or on a pruned base): every layer counts as added
+    report = report_from(layers, shared, plan)
+    if plan.pruning:
+        report = replace(report, pruned_from=sum(l.size for l in base))
+    return report
 
 
 def report_from(layers: list[Layer], shared: int, plan: CompositionPlan) -> SizeReport:
     """The report from an image's layers (oldest first), the first `shared` being the min image's."""
     sizes: dict[tuple[str, str], int] = {("server", "server core"): 0}
-    for kind, names in (("backend", plan.all_backends), ("repoagent", plan.repoagents), ("cache", plan.caches)):
+    for kind, names in (("backend", plan.all_backends), ("repoagent", plan.repoagents), ("cache", plan.caches),
+                        ("model env", [e.model for e in plan.model_envs])):
         sizes.update({(kind, n): 0 for n in names})
-    trees = iter(ROOT_TREES)
+    trees = iter(((PRUNED_BASE,) if plan.pruning else ()) + ROOT_TREES)
     for layer in layers[shared:]:
         where = destination(layer.created_by)
         key = _part_of(where, plan, trees) if where else None

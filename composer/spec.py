@@ -48,6 +48,9 @@ class Selection:
     backend_images: tuple[tuple[str, str], ...] = ()  # name -> the full image to take it from
     with_headers: bool = False
     bake_models: Path | None = None  # a model repository copied into the image at /models
+    model_envs: tuple[tuple[str, Path], ...] = ()  # model -> its requirements file (composer.model_envs)
+    base: str = "min"  # "min": NGC's min image as it is; "pruned": only what the selection needs of it
+    keep_tensorrt_builder: bool = False  # a pruned base keeps TensorRT's builder resource library
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,8 @@ class Kind:
     """How an option's values are read (command line, set file) and checked.
 
     `read` turns what the command line or YAML gave (strings, lists, mappings) into the typed
-    value, raising Invalid; `cli_type` is what the typer parameter holds; `repeatable` makes
+    value, raising Invalid; `read_set` is the same for a set file, where a kind may ask more
+    (a set holds no secret); `cli_type` is what the typer parameter holds; `repeatable` makes
     the flag repeatable; `plain`/`typed` convert for JSON (bundle manifests).
     """
 
@@ -155,6 +159,9 @@ class Kind:
 
     def read(self, raw: Any, base: Path) -> Any:
         return raw
+
+    def read_set(self, raw: Any, base: Path, environ: Mapping[str, str]) -> Any:
+        return self.read(raw, base)
 
     def plain(self, value: Any) -> Any:
         return value
@@ -193,18 +200,25 @@ class Strings(Kind):
     yaml_shape = "list"
 
     def __init__(self, check: Callable[[str], str | None] = lambda v: None, what: str = "a list of strings",
-                 unique: bool = False):
-        self.check, self.what, self.unique = check, what, unique
+                 unique: bool = False, set_check: Callable[[str], str | None] = lambda v: None):
+        self.check, self.what, self.unique, self.set_check = check, what, unique, set_check
+
+    def read_set(self, raw: Sequence[str], base: Path, environ: Mapping[str, str]) -> tuple[str, ...]:
+        for index, item in enumerate(raw):
+            problem = self.set_check(item)
+            if problem:
+                raise Invalid(problem, item=index)
+        return self.read(raw, base)
 
     def read(self, raw: Sequence[str], base: Path) -> tuple[str, ...]:
         values = []
-        for item in raw:
+        for index, item in enumerate(raw):
             item = _text(item, self.what)
             problem = self.check(item)
             if problem:
-                raise Invalid(problem)
+                raise Invalid(problem, item=index)
             if self.unique and item in values:
-                raise Invalid(f"'{item}' is listed twice")
+                raise Invalid(f"'{item}' is listed twice", item=index)
             values.append(item)
         return tuple(values)
 
@@ -224,8 +238,11 @@ class RequirementFiles(Kind):
 
     def read(self, raw: Sequence[Any], base: Path) -> tuple[str, ...]:
         lines: list[str] = []
-        for item in raw:
-            lines += read_requirement_file(LocalPath("file").read(item, base))
+        for index, item in enumerate(raw):
+            try:
+                lines += read_requirement_file(LocalPath("file").read(item, base))
+            except Invalid as problem:
+                raise Invalid(str(problem), item=index) from None
         return tuple(lines)
 
     plain = Strings.plain
@@ -311,6 +328,20 @@ class ModelRepository(Tree):
         problem = repository_problem(path)
         if problem:
             raise Invalid(problem)
+        for requirements in sorted(path.glob("*/requirements.txt")):  # a model's own environment
+            read_requirement_file(requirements)
+        return path
+
+
+class RequirementsFile(LocalPath):
+    """A requirements file, its lines checked before any work starts (the value is its path)."""
+
+    def __init__(self):
+        super().__init__("file")
+
+    def read(self, raw: Any, base: Path) -> Path:
+        path = super().read(raw, base)
+        read_requirement_file(path)
         return path
 
 
@@ -370,6 +401,19 @@ class FromEnvironment(Kind):
         if problem:
             raise Invalid(problem)
         return value
+
+    def read_set(self, raw: str, base: Path, environ: Mapping[str, str]) -> str:
+        name = _text(raw, "the name of an environment variable")
+        if not ENV_NAME_PATTERN.match(name):
+            raise Invalid("name the environment variable that holds the index URL, not the URL itself"
+                          if "://" in name else f"'{printable(name)}' is not an environment variable name")
+        value = environ.get(name, "").strip()
+        if not value:
+            raise Invalid(f"environment variable {name} is not set (it should hold {self.what})")
+        try:
+            return self.read(value, base)
+        except Invalid as problem:
+            raise Invalid(f"environment variable {name}: {problem}") from None
 
 
 # -- checks shared by every input -------------------------------------------------
@@ -451,6 +495,15 @@ def check_host(value: str) -> str | None:
 
 
 MAX_GPUS = 1024
+
+
+BASES = ("min", "pruned")
+
+
+def check_base(value: str) -> str | None:
+    if value not in BASES:
+        return f"'{printable(value[:40])}' is not a base: give min (NGC's min image) or pruned (only what the selection needs of it)"
+    return None
 
 
 def check_gpus(value: str) -> str | None:
@@ -554,6 +607,15 @@ class Option:
 
 
 _NAMES = Strings(check_name, "a list of names", unique=True)
+
+
+def _no_credentials(url: str) -> str | None:
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        return ("a URL in a set must not carry credentials: use an index without them, or index_url_env "
+                "for one that needs them")
+    return None
+
 _REF = Text(check_reference, "an image reference")
 _TAG_REF = Text(check_tag_reference, "an image reference")
 
@@ -584,8 +646,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("selection.backend_images", "--backend-image", "backend_images", Named(_REF, check_name, "NAME=REF"),
            "Take a backend from another full image (another release): NAME=REF (repeatable)."),
     Option("selection.with_headers", "--with-headers", "with_headers", Flag(), "Include /opt/tritonserver/include."),
+    Option("selection.base", "--base", "base", Text(check_base, "min or pruned"),
+           "The base of the image: min (NGC's min image, as it is) or pruned (a new base made of only the packages "
+           "and files of the min image the selection needs, proven before the tag moves)."),
+    Option("selection.keep_tensorrt_builder", "--keep-tensorrt-builder", "keep_tensorrt_builder", Flag(),
+           "With --base pruned: keep TensorRT's builder resource library (needed only to build engines, not to run "
+           "them)."),
     Option("selection.bake_models", "--bake-models", "bake_models", ModelRepository(),
-           "Copy this model repository into the image at /models (a layer of its own) and serve it by default.",
+           "Copy this model repository into the image at /models (a layer of its own) and serve it by default; "
+           "wheels: fetch its models' environments' wheels.", commands=COMPOSING + (WHEELS,), portable=False),
+    Option("selection.model_envs", "--model-env", "model_envs", Named(RequirementsFile(), check_name,
+           "MODEL=REQUIREMENTS"), "Build a python environment of its own for this model (a model of a baked repository "
+           "gets one from its requirements.txt): MODEL=REQUIREMENTS (repeatable).", commands=(BUILD, RENDER, WHEELS),
            portable=False),
     # result
     Option("result.tag", "--tag", "tag", _TAG_REF, "Tag for the composed image (default names release and backends).",
@@ -623,7 +695,7 @@ OPTIONS: tuple[Option, ...] = (
            "Package index (may hold credentials: never written anywhere; env COMPOSER_PIP_INDEX_URL).",
            commands=COMPOSING + (WHEELS,), envvar="COMPOSER_PIP_INDEX_URL", portable=False),
     Option("packages.extra_index_urls", "--pip-extra-index-url", "packages.extra_index_urls",
-           Strings(check_url, "a list of URLs"), "Extra package index (repeatable).",
+           Strings(check_url, "a list of URLs", set_check=_no_credentials), "Extra package index (repeatable).",
            commands=COMPOSING + (WHEELS,), portable=False),
     Option("packages.trusted_hosts", "--pip-trusted-host", "packages.trusted_hosts",
            Strings(check_host, "a list of host names"), "Host pip may reach without valid TLS (repeatable).",
@@ -753,6 +825,14 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
     if clash:
         found.append(Problem("custom_backends", f"{clash[0]} is both a custom backend and a backend image",
                              f"{clash[0]} is given by both --custom-backend and --backend-image: keep one"))
+    if s.model_envs and "python" not in s.backends:
+        found.append(Problem(
+            "model_envs", "model_envs are python models' environments: add python to backends",
+            f"--model-env {s.model_envs[0][0]}=...: environments are for python models; select --backend python too"))
+    if s.keep_tensorrt_builder and s.base != "pruned":
+        found.append(Problem(
+            "keep_tensorrt_builder", "keep_tensorrt_builder applies to a pruned base: add base: pruned",
+            "--keep-tensorrt-builder applies to a pruned base: add --base pruned"))
     r = spec.result
     if command == BUILD and r.smoke_test and not r.samples and not (r.model_repository or s.bake_models):
         found.append(Problem(
@@ -763,7 +843,7 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
     if command in (BUILD, RENDER, BUNDLE) and p.wheelhouse is not None and not p.wheelhouse.is_dir():
         found.append(Problem("packages.wheelhouse", f"no such folder {p.wheelhouse}",
                              f"--wheelhouse {p.wheelhouse}: no such folder (composer wheels -o DIR fills one)"))
-    if (p.wheelhouse or p.index_url or p.extra_index_urls or p.ca_cert) and not p.specs:
+    if (p.wheelhouse or p.index_url or p.extra_index_urls or p.ca_cert) and not (p.specs or s.model_envs or s.bake_models):
         found.append(Problem(
             "packages", "package sources are given but no package: add pip: [SPEC] or requirements: [FILE]",
             "package sources were given but no package: add --pip SPEC or --requirements FILE"))
@@ -779,7 +859,18 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
     if spec.images.version:
         from composer.catalog import Catalog
 
-        Catalog.load().release(spec.images.version)  # unknown: refused before any work
+        catalog = Catalog.load()
+        catalog.release(spec.images.version)  # unknown: refused before any work
+        if spec.selection.base == "pruned":
+            catalog.pruning_list(spec.images.version)  # none for the release: refused as early
+    if command in (BUILD, RENDER, BUNDLE, WHEELS):
+        from composer.model_envs import requested
+
+        envs = requested(spec.selection.bake_models, spec.selection.model_envs)  # a model named twice, a config naming one
+        if envs and command == BUNDLE:
+            raise UsageError(f"model {envs[0].model} has its own python environment, which bundles do not carry yet: "
+                             "build it where the index is reachable (or leave out --model-env and the models' "
+                             "requirements.txt)")
     return spec
 
 

@@ -9,6 +9,7 @@ _FIELDS = {
     "full_image": "images.full", "min_image": "images.min", "tag": "result.tag", "push": "result.push",
     "labels": "result.labels", "smoke_test": "result.smoke_test", "model_repository": "result.model_repository",
     "bake_models": "selection.bake_models", "smoke_cases": "result.smoke_cases", "samples": "result.samples",
+    "base": "selection.base", "keep_tensorrt_builder": "selection.keep_tensorrt_builder",
 }
 
 

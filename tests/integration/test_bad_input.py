@@ -55,6 +55,13 @@ def _cases(tmp: Path) -> list[Case]:
     (tmp / "two.yaml").write_text('version: "24.09"\nbackends: [python]\n')
     (tmp / "nover.yaml").write_text('backends: [python]\n')
     (tmp / "badkey.yaml").write_text('version: "24.09"\nbackends: [python]\nlabels: {"bad key": x}\n')
+    (tmp / "req.txt").write_text("six\n")
+    (tmp / "req-bad-line.txt").write_text("six\nnot a requirement!\n")
+    for name, config, requirements in (("named", "", "six\n"), ("pointed", 'parameters: { key: "EXECUTION_ENV_PATH" }\n', "six\n"),
+                                       ("badreq", "", "six==\n")):
+        (tmp / f"repo-{name}" / "m").mkdir(parents=True)
+        (tmp / f"repo-{name}" / "m" / "config.pbtxt").write_text('backend: "python"\n' + config)
+        (tmp / f"repo-{name}" / "m" / "requirements.txt").write_text(requirements)
     one, two = str(tmp / "one.yaml"), str(tmp / "two.yaml")
     files = _files(tmp)
     return _new_cases(tmp, files, one) + [
@@ -96,9 +103,27 @@ def _cases(tmp: Path) -> list[Case]:
         C(("build", *V, *B, "--model-repository", "/nonexistent"), "--model-repository /nonexistent: no such folder"),
         C(("build", *V, *B, "--model-repository", str(tmp / "afile")), "not a folder"),
         C(("build", *V, *B, "--gpus", "lots"), "--gpus lots: 'lots' is not a GPU request"),
+        C(("build", *V, *B, "--base", "slim"), "--base slim: 'slim' is not a base: give min"),
+        C(("build", *V, *B, "--keep-tensorrt-builder"), "--keep-tensorrt-builder applies to a pruned base"),
+        C(("build", *V, *B, "--explain"), "--explain lists what a pruned base keeps and drops: add --base pruned"),
+        C(("build", "--version", "25.01", *B, "--base", "pruned"), "no run-time loaded libraries for release 25.01"),
         C(("build", *V, *B, "--gpus", "0"), "is not a GPU request"),
         C(("build", *V, *B, "--junit", "/proc/x.xml"), "--junit /proc/x.xml: cannot be written"),
         C(("build", *V, *B, "--junit", str(tmp)), "is a folder"),
+        # model environments
+        C(("build", *V, *B, "--model-env", "m"), "--model-env m: takes NAME=VALUE"),
+        C(("build", *V, *B, "--model-env", "m=/nonexistent.txt"), "no such file /nonexistent.txt"),
+        C(("build", *V, *B, "--model-env", f"bad name={tmp / 'req.txt'}"), "'bad name' is not a name"),
+        C(("build", *V, *B, "--model-env", f"m={tmp / 'req-with-option.txt'}"), "pip options (--index-url) go on the command line"),
+        C(("build", *V, *B, "--model-env", f"m={tmp / 'req-bad-line.txt'}"), "req-bad-line.txt:2: 'not a requirement!' is not a pip requirement"),
+        C(("build", *V, *B, "--model-env", f"m={tmp / 'req.txt'}", "--model-env", f"m={tmp / 'req.txt'}"), "'m' is given twice"),
+        C(("build", *V, "-b", "onnxruntime", "--model-env", f"m={tmp / 'req.txt'}"), "select --backend python too"),
+        C(("build", *V, *B, "--bake-models", str(tmp / "repo-named"), "--model-env", f"m={tmp / 'req.txt'}"),
+          "the baked model m carries its own requirements.txt"),
+        C(("build", *V, *B, "--bake-models", str(tmp / "repo-pointed")), "its config.pbtxt already sets EXECUTION_ENV_PATH"),
+        C(("build", *V, *B, "--bake-models", str(tmp / "repo-badreq")), "requirements.txt:1: 'six==' is not a pip requirement"),
+        C(("bundle", "-o", str(tmp / "envs.tar"), *V, *B, "--bake-models", str(tmp / "repo-named")),
+          "bundles do not carry yet"),
         # packages
         C(("build", *V, *B, "--pip", "--extra-index-url=https://u:tok@x.example"), "are not packages"),
         C(("build", *V, *B, "--pip", "-r other.txt"), "pip options (-r) are not packages"),

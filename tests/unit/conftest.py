@@ -3,12 +3,15 @@
 import pytest
 
 from composer.catalog import Catalog
-from composer.plan import BaseImage, Offer, make_plan
+from composer.plan import BaseConfig, BaseImage, Offer, make_plan
 from tests.specs import spec
 
 FULL_DIGEST = "sha256:" + "f" * 64
 MIN_DIGEST = "sha256:" + "a" * 64
 CREATED = "2024-09-01T00:00:00Z"  # fixed, as SOURCE_DATE_EPOCH makes it
+# The min image's configuration, as NGC's (restated by an image on a pruned base).
+MIN_CONFIG = BaseConfig(env=(("PATH", "/usr/local/cuda/bin:/usr/bin:/bin"), ("NVIDIA_REQUIRE_CUDA", "cuda>=9.0")),
+                        entrypoint=("/opt/nvidia/nvidia_entrypoint.sh",), workdir="/opt/tritonserver")
 
 
 @pytest.fixture(scope="session")
@@ -20,12 +23,13 @@ def catalog():
 def ngc_plan(catalog):
     """A plan for NGC images (24.09 unless release= says) pinned by (made-up, fixed) digests."""
 
-    def make(*backends, release="24.09", **options):
+    def make(*backends, release="24.09", model_envs=(), **options):
         release = catalog.release(release)
         opts = spec(backends=tuple(backends), version=release.name, **options)
         offer = Offer.from_layout(catalog, release)
         full = BaseImage("full", release.full_ref(opts.images.registry), "sha256:" + "1" * 64, FULL_DIGEST)
         minimal = BaseImage("min", release.min_ref(opts.images.registry), "sha256:" + "2" * 64, MIN_DIGEST)
-        return make_plan(opts, release, offer, catalog, full, minimal, created=CREATED)
+        return make_plan(opts, release, offer, catalog, full, minimal, created=CREATED, model_envs=model_envs,
+                         min_config=MIN_CONFIG)
 
     return make

@@ -78,3 +78,39 @@ def test_render_starts_one_full_image_container(engine, tmp_path):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "ctx" / "Dockerfile").is_file()
     assert sum(1 for run in engine.runs + engine.starts if run["image"] == FULL) == 1
+
+
+def _unavailable():
+    from composer.errors import EngineUnavailable
+
+    raise EngineUnavailable("no engine answers")
+
+
+def test_render_without_an_engine_plans_from_the_catalog_when_a_release_is_named(tmp_path):
+    from composer.catalog import Catalog
+    from composer.errors import EngineUnavailable
+    from composer.spec import CompositionSpec
+
+    catalog = Catalog.load()
+    spec = CompositionSpec().with_fields({"images.version": "24.09", "selection.backends": ("python",)})
+    lines: list[str] = []
+    resolved = resolve.resolve_for_render(_unavailable, spec, catalog, wheels=tmp_path, on_line=lines.append)
+    assert resolved.inspection is None and "python" in resolved.plan.all_backends
+    assert "no Docker engine answers" in lines[0]
+    without_release = CompositionSpec().with_fields({"images.full": "x/full:1", "images.min": "x/min:1",
+                                                     "selection.backends": ("python",)})
+    with pytest.raises(EngineUnavailable):  # nothing to plan from: the engine's absence is the answer
+        resolve.resolve_for_render(_unavailable, without_release, catalog, wheels=tmp_path)
+
+
+def test_render_with_missing_images_falls_back_to_the_catalog(engine, tmp_path):
+    from composer.catalog import Catalog
+    from composer.spec import CompositionSpec
+
+    spec = CompositionSpec().with_fields({"images.version": "24.09", "images.registry": "localhost/elsewhere",
+                                          "selection.backends": ("python",)})
+    lines: list[str] = []
+    resolved = resolve.resolve_for_render(lambda: engine, spec, Catalog.load(), wheels=tmp_path,
+                                          on_line=lines.append)
+    assert resolved.inspection is None and "catalogued layout instead" in lines[-1]
+    assert not engine.runs and not engine.starts  # no container for an image that is not there

@@ -116,7 +116,7 @@ def test_relative_paths_resolve_against_the_set_folder(tmp_path, monkeypatch):
     [
         ('version: "24.09"\nbackends: onnxruntime\n', "x.yaml:2: backends: expected a list of names, got a string"),
         ('version: "24.09"\nbackend: [python]\n', "x.yaml:2: backend: unknown key (did you mean 'backends'?)"),
-        ('version: 24.09\nbackends: [python]\n', "x.yaml:1: version: quote the release"),
+        ('version: 24.09\nbackends: [python]\n', "x.yaml:1: version: quote it, as in version: \"24.09\""),
         ('version: "2409"\nbackends: [python]\n', "x.yaml:1: version: '2409' is not a release"),
         ('backends: [python]\n', "x.yaml:1: version: missing"),
         ('version: "24.09"\n', "x.yaml:1: backends: select at least one backend"),

@@ -1,0 +1,49 @@
+#!/bin/sh
+# Runs inside a composed image on a pruned base, before its tag moves (the proof stage): the
+# image's own loader must resolve every NEEDED entry of every ELF file in the loader's folders
+# (ld.so.conf, LD_LIBRARY_PATH) and in /opt/tritonserver, and every library the catalog says the
+# selection loads by name at run time (required.txt, from prune.py) must be there. Driver
+# libraries come from the host at run time (the NVIDIA container runtime), never the image.
+# The first miss is one line, naming the file and the library, and the build fails.
+# Usage: prove.sh REQUIRED_TXT
+set -u
+required="$1"
+folders="$(ldconfig -v 2>/dev/null | sed -n 's|^\(/[^:]*\):.*|\1|p') $(echo "${LD_LIBRARY_PATH:-}" | tr ':' ' ')"
+existing=""
+for folder in $folders; do
+  [ -d "$folder" ] && existing="$existing $folder"
+done
+checked=0
+# shellcheck disable=SC2086
+{  # the loader's folders as the loader reads them (flat); the Triton tree with all its folders
+  find $existing -maxdepth 1 -type f \( -name '*.so' -o -name '*.so.*' \)
+  find /opt/tritonserver -type f \( -name '*.so' -o -name '*.so.*' -o -perm -u+x \)
+} 2>/dev/null | sort -u > /tmp/proof-files
+while IFS= read -r file; do
+  search="${LD_LIBRARY_PATH:-}"
+  case "$file" in  # Triton's libraries lean on those the server (RUNPATH ../lib) or their folder loaded
+    /opt/tritonserver/*) search="$(dirname "$file"):/opt/tritonserver/lib${search:+:$search}" ;;
+  esac
+  out=$(LD_LIBRARY_PATH="$search" ldd "$file" 2>/dev/null) || continue
+  checked=$((checked + 1))
+  for lib in $(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*\([^[:space:]]*\) => not found.*/\1/p'); do
+    case "$lib" in  # the driver's
+      libcuda.so*|libcudadebugger.so*|libnvidia-*|libnvcuvid.so*|libnvoptix.so*|lib*_nvidia*) ;;
+      *) echo "proof failed: $file needs $lib, which the image lacks" >&2; exit 1 ;;
+    esac
+  done
+done < /tmp/proof-files
+cache=$(ldconfig -p)
+while IFS="$(printf '\t')" read -r lib why; do
+  [ -n "$lib" ] || continue
+  case "$lib" in
+    /*) [ -e "$lib" ] && continue ;;
+    *) printf '%s\n' "$cache" | grep -q "^[[:space:]]*$lib " && continue
+       for folder in $(echo "${LD_LIBRARY_PATH:-}" | tr ':' ' '); do
+         [ -e "$folder/$lib" ] && continue 2
+       done ;;
+  esac
+  echo "proof failed: $lib is missing ($why)" >&2
+  exit 1
+done < "$required"
+echo "proof: $checked ELF files resolve every NEEDED entry; $(grep -c . "$required") run-time loaded libraries present"

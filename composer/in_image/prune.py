@@ -1,0 +1,357 @@
+"""Runs inside the full image during a `--base pruned` build (collect stage); stdlib only.
+
+Decides what of the min image a pruned base keeps, from the min image's dpkg database (copied
+in) and the files of the full image, which holds every file of the min image:
+- kept packages: the distribution's required ones; each package owning a library in the NEEDED
+  closure of the selected parts (searched as the loader searches); each package owning a library
+  the catalog says a reached library loads by name at run time (cuDNN's sub-libraries, NVRTC's
+  builtins, ...); and, until nothing changes, what kept packages depend on and what their own
+  ELF files need. A -dev package is never kept.
+- dropped files of kept packages: documentation (copyright files stay), headers, static
+  archives, and TensorRT's builder resource library (unless --keep-tensorrt-builder).
+- files no package owns stay (configuration, the CUDA compat folder, the entrypoint), except
+  apt's caches.
+
+It writes into --out: drop.txt (paths relative to /, for tar --exclude-from), the new dpkg
+database (status, and the lists of kept packages that lost files), required.txt (the run-time
+loaded libraries the proof requires: NAME<TAB>why) and pruned.json (each kept package with why,
+each dropped package with its size).
+
+Usage: prune.py --root /opt/tritonserver --min-dpkg DIR --loaded FILE --out DIR [--keep-tensorrt-builder] PATH...
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import collect  # noqa: E402  (copied beside this script)
+import probe  # noqa: E402
+
+DOCUMENTATION = re.compile(r"/share/(doc|man|info|doc-base|lintian)/")
+DEV_PACKAGE = re.compile(r"-(dev|dbg)(-|$)")  # libfoo-dev, NVIDIA's libcudnn9-dev-cuda-12
+HEADER = re.compile(r"(^/usr/include/|/include/|\.(h|hpp|hxx|cuh|inl)$)")
+BUILDER_RESOURCE = re.compile(r"^libnvinfer_builder_resource\.so")
+# Unowned files a base never needs: apt's caches, dpkg's previous status.
+UNOWNED_DROPS = ("var/cache/apt/pkgcache.bin", "var/cache/apt/srcpkgcache.bin", "var/lib/dpkg/status-old")
+
+
+def is_dev(package):
+    return bool(DEV_PACKAGE.search(package.split(":")[0]))
+
+
+def dropped_file(path, keep_builder):
+    """Why a file of a kept package goes, or None: it stays."""
+    if DOCUMENTATION.search(path) and not path.endswith("/copyright"):
+        return "documentation"
+    if HEADER.search(path):
+        return "header"
+    if path.endswith(".a"):
+        return "static archive"
+    if not keep_builder and BUILDER_RESOURCE.match(os.path.basename(path)):
+        return "TensorRT builder resource"
+    return None
+
+
+class Database(object):
+    """A dpkg database (status + info/*.list): the installed packages, their fields and files."""
+
+    def __init__(self, root):
+        self.root = root
+        self.stanzas = {}  # package -> its status text
+        self.fields = {}  # package -> {field: value}
+        with open(os.path.join(root, "status"), errors="replace") as fh:
+            for text in fh.read().split("\n\n"):
+                fields = parse_stanza(text)
+                if "Package" in fields and fields.get("Status", "").endswith(" installed"):
+                    name = fields["Package"]
+                    self.stanzas[name] = text.strip("\n")
+                    self.fields[name] = fields
+        self.provides = {}
+        for name, fields in self.fields.items():
+            for group in parse_relations(fields.get("Provides", "")):
+                for virtual in group:
+                    self.provides.setdefault(virtual, []).append(name)
+        self.files = {name: self._listed(name) for name in self.fields}
+        self.owner = {}
+        for name, paths in sorted(self.files.items()):
+            for path in paths:
+                self.owner.setdefault(collect.placed(path), name)
+
+    def info_name(self, package):
+        """The stem of the package's info files: name, or name:arch for Multi-Arch: same."""
+        fields = self.fields[package]
+        if fields.get("Multi-Arch") == "same":
+            return "%s:%s" % (package, fields.get("Architecture", ""))
+        return package
+
+    def _listed(self, package):
+        try:
+            with open(os.path.join(self.root, "info", self.info_name(package) + ".list"), errors="replace") as fh:
+                return [line.rstrip("\n") for line in fh if line.startswith("/")]
+        except OSError:
+            return []
+
+    def package_of(self, path):
+        for candidate in (collect.placed(path), os.path.realpath(path)):
+            if candidate in self.owner:
+                return self.owner[candidate]
+        return None
+
+    def size(self, package):
+        try:
+            return int(self.fields[package].get("Installed-Size", "0")) * 1024
+        except ValueError:
+            return 0
+
+    def depends(self, package):
+        """Installed packages `package` depends on: the first installed one of each alternative."""
+        fields = self.fields[package]
+        found = []
+        for group in parse_relations(fields.get("Pre-Depends", "") + "," + fields.get("Depends", "")):
+            for name in group:
+                installed = [name] if name in self.fields else self.provides.get(name, [])
+                if installed:
+                    found.append(installed[0])
+                    break
+        return found
+
+
+def parse_stanza(text):
+    fields, last = {}, None
+    for line in text.splitlines():
+        if line[:1] in (" ", "\t") and last:
+            fields[last] += "\n" + line
+        elif ":" in line:
+            last, _, value = line.partition(":")
+            fields[last] = value.strip()
+    return fields
+
+
+def parse_relations(text):
+    """'a (>= 1) | b, c:any' -> [['a', 'b'], ['c']]"""
+    groups = []
+    for group in text.split(","):
+        names = [re.split(r"[\s(\[<]", alt.strip(), 1)[0].split(":")[0] for alt in group.split("|")]
+        names = [n for n in names if n]
+        if names:
+            groups.append(names)
+    return groups
+
+
+class Keeper(object):
+    """The keep decision: which packages stay and why, following needs until nothing changes."""
+
+    def __init__(self, db, resolver, root, loaded, keep_builder):
+        self.db, self.resolver, self.root = db, resolver, root
+        self.loaded = loaded  # soname -> [libraries it loads by name] (the catalog's, for the release)
+        self.keep_builder = keep_builder
+        self.why = {}  # package -> why it stays
+        self.required = []  # (library, why): run-time loaded libraries the proof requires
+        self.reached = set()  # real paths of ELF files walked
+        self.triggered = set()
+
+    def keep(self, package, why):
+        if package is None or package in self.why or is_dev(package):
+            return False
+        self.why[package] = why
+        return True
+
+    def walk(self, seeds, part):
+        """Follow NEEDED from `seeds` (files of `part`); keep the package of each library reached."""
+        stack = [(path, os.path.relpath(path, self.root) if probe.is_under(path, self.root) else path)
+                 for path in seeds]
+        while stack:
+            path, chain = stack.pop()
+            real = os.path.realpath(path)
+            if real in self.reached:
+                continue
+            self.reached.add(real)
+            self.trigger(os.path.basename(path), part, chain, stack)
+            info = self.resolver.elf(path)
+            if info is not None and info.soname:
+                self.trigger(info.soname, part, chain, stack)
+            for soname, resolved in self.resolver.deps(path):
+                if resolved is None:
+                    continue
+                step = "%s -> %s" % (chain, soname)
+                self.keep(self.db.package_of(resolved), "%s: %s" % (part, step))
+                stack.append((resolved, step))
+
+    def trigger(self, name, part, chain, stack):
+        """The catalog's run-time loads of library `name`, when reached: required, kept, walked."""
+        if name not in self.loaded or name in self.triggered:
+            return
+        self.triggered.add(name)
+        for library in self.loaded[name]:
+            why = "%s: %s loads %s at run time (catalog)" % (part, chain, library)
+            self.required.append((library, why))
+            path = self.locate(library)
+            if path is not None:
+                self.keep(self.db.package_of(path), why)
+                stack.append((path, "%s -> %s (loaded by name)" % (chain, library)))
+
+    def locate(self, library):
+        if library.startswith("/"):
+            return library if os.path.lexists(library) else None
+        for directory in self.resolver.ld_library_path + self.resolver.system_dirs:
+            if os.path.exists(os.path.join(directory, library)):
+                return os.path.join(os.path.realpath(directory), library)
+        return None
+
+    def settle(self):
+        """Until nothing changes: what kept packages depend on, and what their ELF files need."""
+        done = set()
+        while True:
+            todo = sorted(set(self.why) - done)
+            if not todo:
+                return
+            for package in todo:
+                done.add(package)
+                for dependency in self.db.depends(package):
+                    self.keep(dependency, "%s depends on it" % package)
+                files = [p for p in self.db.files[package] if dropped_file(p, self.keep_builder) is None
+                         and os.path.isfile(p) and not os.path.islink(p) and os.path.getsize(p) >= 64]
+                self.walk([p for p in files if self.resolver.elf(p) is not None], "package " + package)
+
+
+def selected_seeds(report, resolver, root, paths):
+    """(part, ELF files) of each selected part, and the python runtime's when it is selected."""
+    parts = []
+    core = [os.path.join(root, p) for p in paths if p.partition("/")[0] in ("bin", "lib")]
+    if core:
+        parts.append(("the server", probe.elf_files(resolver, core)))
+    for path in paths:
+        head, _, name = path.partition("/")
+        if head in collect.FOLDER_KINDS and name:
+            parts.append(("%s %s" % (collect.FOLDER_KINDS[head], name),
+                          probe.elf_files(resolver, [os.path.join(root, path)])))
+    _, _, with_python, _ = collect.selected_needs(report, paths)
+    runtime = report.get("python") if with_python else None
+    if runtime:
+        dynload = os.path.join(os.path.realpath(runtime["stdlib"]), "lib-dynload")
+        parts.append(("python %s" % runtime["version"],
+                      [runtime["executable_realpath"]] + probe.elf_files(resolver, [dynload])))
+    return parts
+
+
+def decide(db, resolver, root, parts, loaded, keep_builder):
+    """The Keeper after every seed: the distribution's required packages, then each part."""
+    keeper = Keeper(db, resolver, root, loaded, keep_builder)
+    for package, fields in sorted(db.fields.items()):
+        if fields.get("Essential") == "yes" or fields.get("Priority") == "required":
+            keeper.keep(package, "required by the distribution (Priority: %s)" % fields.get("Priority", "?"))
+    for part, files in parts:
+        keeper.walk(files, part)
+    keeper.settle()
+    return keeper
+
+
+def write_outputs(out, db, keeper, keep_builder, info_dir):
+    """drop.txt, the new dpkg database, required.txt and pruned.json into `out`."""
+    kept = set(keeper.why)
+    kept_paths = set()
+    drops, changed_lists = set(), {}
+    dropped_bytes = 0
+    for package in sorted(kept):
+        stays = []
+        for path in db.files[package]:
+            reason = dropped_file(path, keep_builder)
+            if reason is None or os.path.isdir(path) and not os.path.islink(path):
+                stays.append(path)
+                kept_paths.add(collect.placed(path))
+            else:
+                drops.add(collect.placed(path))
+                dropped_bytes += _size(path)
+        if len(stays) != len(db.files[package]):
+            changed_lists[package] = stays
+    dropped = sorted(set(db.fields) - kept)
+    for package in dropped:
+        for path in db.files[package]:
+            placed = collect.placed(path)
+            if placed not in kept_paths and not (os.path.isdir(path) and not os.path.islink(path)):
+                drops.add(placed)
+        stem = db.info_name(package) + "."
+        drops.update(os.path.join("/var/lib/dpkg/info", n) for n in os.listdir(info_dir) if n.startswith(stem))
+    drops.update("/" + p for p in UNOWNED_DROPS)
+
+    os.makedirs(os.path.join(out, "dpkg", "info"), exist_ok=True)
+    with open(os.path.join(out, "drop.txt"), "w") as fh:
+        fh.writelines(p.lstrip("/") + "\n" for p in sorted(drops))
+    with open(os.path.join(out, "dpkg", "status"), "w") as fh:
+        fh.write("\n\n".join(db.stanzas[p] for p in sorted(kept)) + "\n\n")
+    for package, stays in changed_lists.items():
+        stem = os.path.join(out, "dpkg", "info", db.info_name(package))
+        with open(stem + ".list", "w") as fh:
+            fh.writelines(p + "\n" for p in stays)
+        _filter_md5sums(os.path.join(info_dir, db.info_name(package) + ".md5sums"), stem + ".md5sums", set(stays))
+    with open(os.path.join(out, "required.txt"), "w") as fh:
+        fh.writelines("%s\t%s\n" % (library, why) for library, why in keeper.required)
+    report = {
+        "kept": [{"package": p, "size": db.size(p), "why": keeper.why[p]} for p in sorted(kept)],
+        "dropped": [{"package": p, "size": db.size(p)} for p in dropped],
+        "dropped_files_of_kept_packages": {"count": sum(len(db.files[p]) - len(s) for p, s in changed_lists.items()),
+                                           "bytes": dropped_bytes},
+        "loaded_at_run_time": [{"library": library, "why": why} for library, why in keeper.required],
+        "keep_tensorrt_builder": keep_builder,
+    }
+    with open(os.path.join(out, "pruned.json"), "w") as fh:
+        json.dump(report, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    return report
+
+
+def _size(path):
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
+
+
+def _filter_md5sums(source, target, stays):
+    """The package's md5sums without the lines of files that went (paths there have no leading /)."""
+    try:
+        with open(source, errors="replace") as fh:
+            lines = fh.readlines()
+    except OSError:
+        return
+    with open(target, "w") as fh:
+        fh.writelines(line for line in lines if "/" + line.rstrip("\n").split("  ", 1)[-1] in stays)
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", default="/opt/tritonserver")
+    parser.add_argument("--min-dpkg", required=True)
+    parser.add_argument("--loaded", required=True, help="JSON: soname -> libraries it loads by name")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--keep-tensorrt-builder", action="store_true")
+    parser.add_argument("paths", nargs="+")
+    args = parser.parse_args(argv[1:])
+
+    root = os.path.normpath(args.root)
+    report = probe.probe(root)
+    if "error" in report:
+        print("prune: " + report["error"], file=sys.stderr)
+        return 2
+    with open(args.loaded) as fh:
+        loaded = json.load(fh)
+    db = Database(args.min_dpkg)
+    resolver = probe.Resolver(root, report["system_dirs"], report["ld_library_path"])
+    parts = selected_seeds(report, resolver, root, args.paths)
+    keeper = decide(db, resolver, root, parts, loaded, args.keep_tensorrt_builder)
+    result = write_outputs(args.out, db, keeper, args.keep_tensorrt_builder, os.path.join(args.min_dpkg, "info"))
+    kept = sum(item["size"] for item in result["kept"])
+    gone = sum(item["size"] for item in result["dropped"])
+    print("prune: keeps %d packages (%.2f GB), drops %d (%.2f GB) and %.2f GB of files of kept packages" % (
+        len(result["kept"]), kept / 1e9, len(result["dropped"]), gone / 1e9,
+        result["dropped_files_of_kept_packages"]["bytes"] / 1e9))
+    for item in result["kept"]:
+        print("prune:   keep %-32s %s" % (item["package"], item["why"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,144 @@
+"""A pruned base (--base pruned) at NGC's scale: the four-backend selection composed once on a base
+made of only what it needs of the NGC-scale 24.09 min stand-in, serving every NGC-scale test model
+with the host's answers; its dpkg database, what it dropped, its report; and the proof, which fails
+the build naming the library when one the catalog lists is missing (a min image with one removed),
+leaving the tag where it was; and the small stand-ins on a pruned base."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+
+from composer.catalog import Catalog
+from composer.errors import BuildFailed
+from composer.pipeline import build_image
+from composer.pruning import BuildStages
+from composer.resolve import resolve
+from composer.standin import ngc
+from tests.conftest import TEST_LABEL
+from tests.integration.test_ngc_scale import BACKENDS, SERVED, _cases, _repository
+from tests.specs import spec
+
+pytestmark = pytest.mark.integration
+
+MIN = f"{ngc.REGISTRY}/tritonserver:24.09-py3-min"
+REMOVED = "libcudnn_engines_precompiled.so.9"  # loaded by name by libcudnn.so.9 (the catalog's list)
+
+
+@pytest.fixture(scope="module")
+def ngc_standins(engine):
+    return ngc.build_standins(engine, Catalog.load().release("24.09"), on_line=lambda _line: None)
+
+
+@pytest.fixture(scope="module")
+def pruned(engine, ngc_standins, tmp_path_factory):
+    """The four-backend composition on a pruned base, built and smoke-tested once, removed after."""
+    root = tmp_path_factory.mktemp("pruned")
+    tag = f"triton-composer-test/tritonserver:pruned-{uuid.uuid4().hex[:10]}"
+    plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY, tag=tag, base="pruned",
+                                model_repository=_repository(root), smoke_cases=_cases(root)), Catalog.load()).plan
+    steps = BuildStages()
+    try:
+        yield {"result": build_image(engine, plan, labels=TEST_LABEL, on_line=steps), "tag": tag}
+    finally:
+        engine.remove_image(tag, force=True)
+        steps.sweep(engine)
+
+
+def run(engine, image: str, script: str) -> str:
+    out = engine.run_once(image, ["sh", "-c", script], entrypoint=[], timeout=600)
+    assert out.exit_code == 0, out.output
+    return out.output
+
+
+def test_every_model_answers_as_on_the_host(pruned):
+    report = pruned["result"].smoke
+    assert report.passed, [(r.subject, r.model, r.detail) for r in report.failures()]
+    rows = {r.model: r for r in report.rows if r.subject == "model"}
+    for name in SERVED + ("bls_embedding",):
+        assert rows[name].status == "PASS", (name, rows[name].detail)
+    samples = {r.subject: r.status for r in report.rows if r.request == "sample"}
+    assert samples["python"] == samples["onnxruntime"] == samples["pytorch"] == "PASS"
+
+
+def test_no_dev_package_static_archive_or_header_is_left(engine, pruned):
+    packages = run(engine, pruned["tag"], "dpkg-query -W -f '${Package}\\n'").split()
+    assert "libc6" in packages and "libcudnn9-cuda-12" in packages and "libnvinfer10" in packages
+    assert [p for p in packages if re.search(r"-(dev|dbg)(-|$)", p)] == []
+    assert not {"nsight-systems-2024.5.1", "nsight-compute-2024.3.1", "gcc-12", "g++-12"} & set(packages)
+    left = run(engine, pruned["tag"], "find / -xdev \\( -type f -o -type l \\) \\( -name '*.a' -o -name '*.h' "
+               "-o -name 'libnvinfer_builder_resource*' -o -path '/usr/include/*' \\) -not -path '/usr/local/lib/python3*'")
+    assert left.strip() == ""  # (numpy's own headers come with the python runtime, not the base)
+
+
+def test_dpkg_verify_reports_no_file_the_pruning_removed(engine, pruned):
+    out = engine.run_once(pruned["tag"], ["dpkg", "--verify"], entrypoint=[], timeout=600)
+    missing = [line.split()[-1] for line in out.output.splitlines() if line.startswith("missing")]
+    if missing:  # only what the min image lacks itself may be reported
+        in_min = run(engine, MIN, "for p in " + " ".join(missing) + "; do [ -e \"$p\" ] && echo \"$p\"; done; true")
+        assert in_min.split() == [], in_min
+
+
+def test_the_report_says_why_each_package_stays_and_what_went(pruned):
+    result = pruned["result"]
+    kept = {p["package"]: p["why"] for p in result.pruning.kept}
+    assert kept["libnvinfer10"].startswith("backend ") and "libnvinfer.so.10" in kept["libnvinfer10"]
+    assert "loads libnvrtc.so.12 at run time (catalog)" in kept["cuda-nvrtc-12-6"]
+    assert kept["hpcx-2.20"].startswith("backend pytorch: ") and "at run time (catalog)" in kept["hpcx-2.20"]
+    dropped = {p["package"]: p["size"] for p in result.pruning.dropped}
+    assert dropped["nsight-systems-2024.5.1"] > 500e6 and "libcublas-dev-12-6" in dropped
+    assert "pruned base" in result.pruning.explain().splitlines()[0]
+    sizes = result.sizes
+    base = next(p.size for p in sizes.parts if p.kind == "base")
+    assert sizes.min_image == 0 and 0 < base < sizes.pruned_from and sizes.pruning_saved == sizes.pruned_from - base
+
+
+@pytest.fixture
+def min_without_a_runtime_library(engine, ngc_standins, tmp_path):
+    """The min stand-in with one library the catalog says cuDNN loads by name removed (its link
+    stays, dangling); a layer of a few bytes on it."""
+    tag = f"triton-composer-test/tritonserver:min-broken-{uuid.uuid4().hex[:10]}"
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {MIN}\nRUN rm /usr/lib/x86_64-linux-gnu/{REMOVED.replace('.so.9', '.so.9.4.0')}\n")
+    engine.build(tmp_path, tag=tag, labels=TEST_LABEL, network_mode="none")
+    try:
+        yield tag
+    finally:
+        engine.remove_image(tag, force=True)
+
+
+def test_a_missing_runtime_library_fails_the_proof_and_the_tag_stays(engine, pruned, min_without_a_runtime_library):
+    tag = f"triton-composer-test/tritonserver:proof-{uuid.uuid4().hex[:10]}"
+    engine.tag(min_without_a_runtime_library, tag)  # the tag's current image, which must stay
+    # The module's selection: its collect and decide stages come from the build cache.
+    plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY,
+                                min_image=min_without_a_runtime_library, tag=tag, base="pruned"),
+                   Catalog.load()).plan
+    steps = BuildStages()
+    try:
+        with pytest.raises(BuildFailed) as failed:
+            build_image(engine, plan, labels=TEST_LABEL, on_line=steps)
+        assert failed.value.message.startswith(f"pruned base: {REMOVED} is missing (backend "), failed.value.message
+        assert failed.value.message.endswith(f"{tag} was not moved")
+        assert engine.image(tag).id == engine.image(min_without_a_runtime_library).id
+    finally:
+        engine.remove_image(tag)
+        steps.sweep(engine)
+
+
+def test_the_small_standins_take_a_pruned_base_too(engine, standin_images):
+    """Debian minbase with no CUDA package: the required packages and what python needs stay."""
+    tag = f"triton-composer-test/tritonserver:small-pruned-{uuid.uuid4().hex[:10]}"
+    plan = resolve(engine, spec(backends=("python",), version="24.09", registry="localhost/standin", tag=tag,
+                                base="pruned"), Catalog.load()).plan
+    steps = BuildStages()
+    try:
+        result = build_image(engine, plan, labels=TEST_LABEL, on_line=steps)
+        assert result.smoke.passed, [(r.subject, r.model, r.detail) for r in result.smoke.failures()]
+        assert result.pruning.loaded_at_run_time == ()  # nothing reaches cuDNN and the like here
+        assert {p["why"].split(" (")[0] for p in result.pruning.kept} >= {"required by the distribution"}
+    finally:
+        engine.remove_image(tag, force=True)
+        steps.sweep(engine)

@@ -1,0 +1,83 @@
+"""--base pruned in the spec, the plan, the rendered Dockerfile and the size report (no engine)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from composer.errors import Invalid, UsageError
+from composer.plan import Offer, make_plan
+from composer.pruning import proof_failure
+from composer.render import render_dockerfile
+from composer.sizes import report_from
+from composer.spec import OPTIONS, check
+from tests.specs import spec
+from tests.unit.test_sizes import copy
+
+
+def test_bad_base_and_a_lonely_keep_tensorrt_builder_are_refused():
+    base = next(o for o in OPTIONS if o.field == "selection.base")
+    with pytest.raises(Invalid, match="give min .* or pruned"):
+        base.kind.read("slim", None)
+    with pytest.raises(UsageError, match="--keep-tensorrt-builder applies to a pruned base: add --base pruned"):
+        check(spec(backends=("python",), version="24.09", keep_tensorrt_builder=True))
+    check(spec(backends=("python",), version="24.09", keep_tensorrt_builder=True, base="pruned"))
+
+
+def test_a_release_without_a_run_time_list_is_refused(ngc_plan):
+    with pytest.raises(UsageError, match="no run-time loaded libraries for release 25.01 .*24.09.*use --base min"):
+        ngc_plan("python", release="25.01", base="pruned")
+
+
+def test_without_the_min_images_configuration_a_pruned_plan_is_refused(ngc_plan, catalog):
+    plan = ngc_plan("python")
+    with pytest.raises(UsageError, match="needs the min image's configuration"):
+        make_plan(spec(backends=("python",), version="24.09", base="pruned"), plan.release,
+                  Offer.from_layout(catalog, plan.release), catalog, plan.full, plan.min)
+
+
+def test_the_dockerfile_builds_from_scratch_restates_the_min_config_and_proves(ngc_plan):
+    text = render_dockerfile(ngc_plan("onnxruntime", "python", base="pruned", keep_tensorrt_builder=True))
+    assert "FROM scratch AS composed\nCOPY --from=pruned / /\n" in text
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=9.0"' in text  # literally, not JSON's \u003e
+    assert 'ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]' in text
+    assert '"--keep-tensorrt-builder", "bin", "lib"' in text and '"backends/onnxruntime", "backends/python"]' in text
+    assert text.rstrip().endswith("FROM composed")
+    assert 'RUN ["/bin/sh", "/composer-proof/prove.sh", "/composer-proof/required.txt"]' in text
+    assert "FROM scratch" not in render_dockerfile(ngc_plan("onnxruntime", "python"))
+
+
+def test_the_size_report_names_the_pruned_base_and_what_it_saved(ngc_plan):
+    plan = ngc_plan("python", base="pruned")
+    layers = [copy("/", 2_000_000_000), copy("/opt/tritonserver/bin", 4_000_000), copy("/", 7_000_000),
+              copy("/", 30_000_000), copy("/opt/tritonserver/backends/python", 3_000_000)]
+    report = report_from(layers, 0, plan)
+    parts = {(p.kind, p.name): p.size for p in report.parts}
+    assert parts[("base", "pruned base")] == 2_000_000_000 and parts[("python", "python runtime")] == 30_000_000
+    report = replace(report, pruned_from=9_000_000_000)
+    assert report.pruning_saved == 7_000_000_000 and report.to_dict()["pruning_saved"] == 7_000_000_000
+    assert "pruning saved" in report.table() and "min image  " not in report.table()
+
+
+def test_the_proofs_line_is_the_error():
+    tail = "Step 37/38 : RUN prove.sh\n\x1b[91mproof failed: /usr/lib/libx.so.1 needs liby.so.2, which the image lacks\n\x1b[0m"
+    assert proof_failure(tail) == "pruned base: /usr/lib/libx.so.1 needs liby.so.2, which the image lacks"
+    assert proof_failure("Step 3/9 : RUN false") is None
+
+
+def test_build_stages_sweeps_the_pruned_stages_and_the_last_image_only():
+    from composer.pruning import BuildStages
+    from tests.unit.fake_engine import FakeEngine
+
+    stages = BuildStages()
+    for line in ("Step 1/9 : FROM full:1 AS full", " ---> 111111111111", "Step 2/9 : FROM full AS collect",
+                 " ---> 222222222222", "Step 3/9 : FROM min:1 AS pruned", " ---> 333333333333",
+                 " ---> 444444444444", "Step 5/9 : FROM scratch AS composed", " ---> 555555555555"):
+        stages(line)
+    assert stages.ends == [("full", "111111111111"), ("collect", "222222222222"), ("pruned", "444444444444")]
+    discarded = []
+    engine = FakeEngine()
+    engine.discard_untagged = discarded.append
+    stages.sweep(engine)
+    assert discarded == ["444444444444", "555555555555"]
