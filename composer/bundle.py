@@ -176,14 +176,14 @@ def _inside_link(member: tarfile.TarInfo) -> bool:
 
 # What a build from a bundle may still choose: where the image goes and how it is tested.
 OVERRIDES = ("result.tag", "result.push", "result.smoke_test", "result.model_repository", "result.labels",
-             "result.smoke_cases", "result.samples")
+             "result.smoke_cases", "result.samples", "result.sbom")
 
 
 def check_overrides(given: dict, *, set_files: list, locked: bool) -> None:
     """build --bundle: the bundle carries its own selection; only the result's options may change."""
     if set_files or locked or set(given) - set(OVERRIDES):
         raise UsageError("--bundle carries its own selection: give only --tag, --push, --label, "
-                         "--no-smoke-test, --model-repository, --smoke-cases, --no-samples, --junit or --json "
+                         "--no-smoke-test, --model-repository, --smoke-cases, --no-samples, --sbom, --junit or --json "
                          "with it")
 
 

@@ -34,6 +34,7 @@ from composer.spec import (
     BACKENDS,
     BUILD,
     BUNDLE,
+    INSPECT,
     MIRROR,
     RENDER,
     SMOKE,
@@ -363,6 +364,39 @@ def mirror(
         result.to_dict(),
         "\n".join(f"{'moved' if i.moved else 'present'}  {i.dest}@{i.digest}" for i in result.images),
     )
+
+
+@app.command("inspect")
+@reports_errors
+@spec_options(INSPECT)
+def inspect_command(
+    given: dict,
+    images: List[str] = typer.Argument(..., metavar="REF [REF]",
+                                       help="An image; with a second one, what differs between them."),
+    remote: bool = typer.Option(False, "--remote", help="Read the registry even when the engine holds REF."),
+    registry_auth: Optional[str] = RegistryAuthOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """An image's versions, parts and SBOM without pulling it (from its registry, or the engine's copy)."""
+    from composer.inspect_image import Difference, inspect as inspect_image
+    from composer.registry_client import Registries, load_auth
+
+    out = Printer(as_json)
+    if len(images) > 2:
+        raise UsageError(f"inspect takes one image, or two to compare; got {len(images)}")
+    for ref in images:
+        problem = check_reference(ref) if not is_image_id(ref) else None
+        if problem:
+            raise UsageError(f"REF {printable(ref[:200])}: {problem}")
+    auth = load_auth(registry_auth)
+    engine = _engine()
+    registries = Registries(engine, auth, CompositionSpec().with_fields(given).images.registry_ca)
+    reports = [inspect_image(engine, registries, ref, remote=remote) for ref in images]
+    if len(reports) == 1:
+        out.result(reports[0].to_dict(), reports[0].table())
+    else:
+        difference = Difference(*reports)
+        out.result(difference.to_dict(), difference.table())
 
 
 @app.command()

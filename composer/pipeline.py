@@ -8,6 +8,7 @@ the CLI only parses, calls and prints.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from typing import Any, Mapping, Sequence
 
 from composer.catalog import Catalog
 from composer.engine import Engine
-from composer.errors import BuildFailed, ComposerError, SmokeTestFailed
+from composer.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
+from composer.files import check_output_file, write_file
 from composer.packages import explain_pip_failure, redactor, secrets_of
 from composer.plan import CompositionPlan
 from composer.progress import LineSink, quiet
@@ -24,6 +26,7 @@ from composer.pruning import PruningReport, proof_failure
 from composer.redaction import redact
 from composer.render import BuildContext, write_context
 from composer.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
+from composer.sbom import SBOM_PATH, add_sbom, is_sbom
 from composer.sizes import SizeReport, measure
 from composer.smoke import SmokeReport, smoke_test
 from composer.spec import CompositionSpec
@@ -41,6 +44,7 @@ class BuildResult:
     smoke: SmokeReport | None
     sizes: SizeReport | None = None  # what each part costs, read from the built image
     pruning: PruningReport | None = None  # on a pruned base: each package kept (why) or dropped
+    sbom: str | None = None  # the CycloneDX document the image holds at composer.sbom.SBOM_PATH
 
     def to_dict(self) -> dict:
         return {
@@ -58,6 +62,8 @@ class BuildResult:
             "sizes": self.sizes.to_dict() if self.sizes else None,
             "base": "pruned" if self.plan.pruning else "min",
             "pruning": self.pruning.to_dict() if self.pruning else None,
+            "sbom_path": SBOM_PATH if self.sbom else None,
+            "sbom": json.loads(self.sbom) if self.sbom else None,
         }
 
 
@@ -104,6 +110,11 @@ def build_image(
         if context_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     on_line(f"built {image_id[:19]}")
+    try:  # its SBOM, from what the built image holds, in a last layer of its own
+        image_id, sbom = add_sbom(engine, image_id, plan, labels=labels, on_line=on_line)
+    except BaseException:
+        engine.discard_untagged(image_id)
+        raise
     try:
         sizes = measure(engine, image_id, plan)
     except ComposerError as error:  # the image is fine; only its report is missing
@@ -131,7 +142,7 @@ def build_image(
             )
     engine.tag(image_id, plan.tag)
     info = engine.image(image_id)
-    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes, pruning)
+    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes, pruning, sbom)
 
 
 # -- one image, end to end; several in a row ------------------------------------------------
@@ -155,7 +166,7 @@ class Outcome:
 
     spec: CompositionSpec
     result: BuildResult | None = None
-    pushed: tuple[str, str] | None = None  # (ref, digest)
+    pushed: tuple[str, ...] | None = None  # (ref, digest), and where its SBOM went
     error: ComposerError | None = None
 
     @property
@@ -167,7 +178,8 @@ class Outcome:
         if self.result is not None:
             payload.update(self.result.to_dict())
         if self.pushed is not None:
-            payload["pushed"] = {"ref": self.pushed[0], "digest": self.pushed[1]}
+            payload["pushed"] = {"ref": self.pushed[0], "digest": self.pushed[1],
+                                 "sbom": self.pushed[2] if len(self.pushed) > 2 else None}
         if self.error is not None:
             payload["error"] = redact(self.error.message)
         return payload
@@ -206,6 +218,12 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
         on_line=run.on_build_line or run.on_line,
         on_smoke_line=run.on_line,
     )
+    if spec.result.sbom and result.sbom:
+        try:  # checked before any work; checked again, as something may have taken the name since
+            write_file(check_output_file(spec.result.sbom, "--sbom", is_sbom), result.sbom.encode())
+        except Invalid as problem:
+            return Outcome(spec, result, None, UsageError(str(problem)))
+        run.on_line(f"SBOM written to {spec.result.sbom}")
     pushed = None
     if spec.result.push:
         from composer.registry import push_image
@@ -217,7 +235,25 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
             return Outcome(spec, result, None, error)
         run.on_line(f"pushed {spec.result.push}@{digest}")
         pushed = (spec.result.push, digest)
+        if result.sbom:
+            try:
+                where = _push_sbom(engine, spec, run, digest, result.sbom)
+            except ComposerError as error:  # the image is pushed: say so, and that its SBOM is not
+                return Outcome(spec, result, pushed, error)
+            run.on_line(f"pushed its SBOM as {where}")
+            pushed = (spec.result.push, digest, where)
     return Outcome(spec, result, pushed)
+
+
+def _push_sbom(engine: Engine, spec: CompositionSpec, run: Run, digest: str, document: str) -> str:
+    """The SBOM next to the pushed image, with the push's credentials and the registry's trust."""
+    from composer.artifacts import push_sbom
+    from composer.refs import ImageRef
+    from composer.registry_client import Registries
+
+    target = ImageRef.parse(spec.result.push)
+    api = Registries(engine, run.registry_auth, spec.images.registry_ca).client(target.host)
+    return push_sbom(api, target.repository, digest, document)
 
 
 def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catalog, run: Run = Run(),

@@ -367,14 +367,18 @@ class RegistryApi:
             return http
 
     def _get(self, path: str, name: str, what: str) -> requests.Response:
-        headers = {"Accept": ", ".join(MANIFEST_TYPES)}
+        return self._request("GET", path, name, what, {"Accept": ", ".join(MANIFEST_TYPES)})
+
+    def _request(self, method: str, path: str, name: str, what: str, headers: dict[str, str], *,
+                 data: bytes | None = None, scope: str = "pull") -> requests.Response:
+        """One request (a path on the registry, or a URL it gave), with its credentials."""
         try:
-            url = self.base_url() + path
-            response = self._send(url, headers)
+            url = path if "://" in path else self.base_url() + path
+            response = self._send(url, headers, method, data)
             if response.status_code == 401:
                 challenge = response.headers.get("WWW-Authenticate", "")
-                if challenge.lower().startswith("bearer") and self._fetch_token(challenge, name):
-                    response = self._send(url, headers)
+                if challenge.lower().startswith("bearer") and self._fetch_token(challenge, name, scope):
+                    response = self._send(url, headers, method, data)
         except requests.exceptions.SSLError:
             raise RegistryError(self._untrusted()) from None
         except (requests.ConnectionError, requests.Timeout):
@@ -383,20 +387,98 @@ class RegistryApi:
             raise RegistryError(f"cannot read {what}: {type(exc).__name__} from registry {self.host}") from None
         return response
 
-    def _send(self, url: str, headers: dict[str, str]) -> requests.Response:
+    def _send(self, url: str, headers: dict[str, str], method: str = "GET", data: bytes | None = None) -> requests.Response:
         if self._token:
-            return self.session.get(
-                url, headers={**headers, "Authorization": f"Bearer {self._token}"}, timeout=self.timeout
-            )
-        basic = (self.auth.username, self.auth.password) if self.auth else None
-        return self.session.get(url, headers=headers, auth=basic, timeout=self.timeout)
+            headers = {**headers, "Authorization": f"Bearer {self._token}"}
+        basic = (self.auth.username, self.auth.password) if self.auth and not self._token else None
+        if method == "GET":
+            return self.session.get(url, headers=headers, auth=basic, timeout=self.timeout)
+        return self.session.request(method, url, headers=headers, auth=basic, data=data, timeout=self.timeout,
+                                    allow_redirects=False)
 
-    def _fetch_token(self, challenge: str, name: str) -> bool:
+    # -- whole documents, blobs, and writes (SBOMs, inspect) -------------------------
+
+    def document(self, name: str, reference: str) -> tuple[str, str, dict, int] | None:
+        """The manifest `name:reference` as (digest, media type, JSON, size), or None."""
+        sep = "@" if reference.startswith("sha256:") else ":"
+        what = f"{self.host}/{name}{sep}{reference}"
+        response = self._get(f"/v2/{name}/manifests/{reference}", name, what)
+        if response.status_code == 404:
+            return None
+        self._check(response, what)
+        body = response.content
+        digest = response.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise RegistryError(f"cannot read {what}: the registry's manifest is not JSON") from None
+        media_type = data.get("mediaType") or response.headers.get("Content-Type", "").split(";")[0]
+        return digest, media_type, data, len(body)
+
+    def blob(self, name: str, digest: str, limit: int = 64 << 20) -> bytes:
+        """A blob (a config, an SBOM) of at most `limit` bytes, checked against its digest."""
+        what = f"{self.host}/{name}@{digest}"
+        response = self._request("GET", f"/v2/{name}/blobs/{digest}", name, what, {})
+        self._check(response, what)
+        body = response.content[: limit + 1]
+        if len(body) > limit or "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise RegistryError(f"cannot read {what}: the registry's answer is not that blob")
+        return body
+
+    def referrers(self, name: str, digest: str) -> list[dict] | None:
+        """The referrers of `digest` (OCI 1.1 API), or None where the registry has no such API."""
+        what = f"{self.host}/{name}@{digest}"
+        response = self._request("GET", f"/v2/{name}/referrers/{digest}", name, what,
+                                 {"Accept": "application/vnd.oci.image.index.v1+json"})
+        if response.status_code != 200 or "json" not in response.headers.get("Content-Type", ""):
+            if response.status_code in (401, 403):
+                self._check(response, what)
+            return None
+        try:
+            return list(response.json().get("manifests") or [])
+        except (ValueError, AttributeError):
+            return None
+
+    def upload_blob(self, name: str, data: bytes) -> str:
+        """Upload `data` as a blob of repository `name` (one monolithic upload); its digest."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        what = f"{self.host}/{name}@{digest}"
+        started = self._request("POST", f"/v2/{name}/blobs/uploads/", name, what, {}, scope="pull,push")
+        self._check(started, what, 202, "write")
+        location = started.headers.get("Location", "")
+        url = location if "://" in location else self.base_url() + location
+        url += ("&" if "?" in url else "?") + f"digest={digest}"
+        done = self._request("PUT", url, name, what, {"Content-Type": "application/octet-stream"}, data=data,
+                             scope="pull,push")
+        self._check(done, what, 201, "write")
+        return digest
+
+    def put_manifest(self, name: str, reference: str, body: bytes, media_type: str) -> str:
+        """Store a manifest under `reference` (a tag or its digest); the digest the registry gives."""
+        what = f"{self.host}/{name}:{reference}"
+        done = self._request("PUT", f"/v2/{name}/manifests/{reference}", name, what, {"Content-Type": media_type},
+                             data=body, scope="pull,push")
+        self._check(done, what, 201, "write")
+        return done.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+
+    def _check(self, response: requests.Response, what: str, expected: int = 200, verb: str = "read") -> None:
+        if response.status_code in (401, 403):
+            raise RegistryError(f"cannot {verb} {what}: {self._refusal()}")
+        if response.status_code != expected and response.status_code >= 300:
+            detail = ""
+            try:
+                errors = response.json().get("errors") or []
+                detail = ": " + "; ".join(str(e.get("message", e.get("code", ""))) for e in errors[:2])
+            except (ValueError, AttributeError):
+                pass
+            raise RegistryError(f"cannot {verb} {what}: the registry answered HTTP {response.status_code}{detail}")
+
+    def _fetch_token(self, challenge: str, name: str, scope: str = "pull") -> bool:
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         realm = params.pop("realm", None)
         if not realm or urlsplit(realm).scheme not in ("http", "https"):
             return False
-        params.setdefault("scope", f"repository:{name}:pull")
+        params.setdefault("scope", f"repository:{name}:{scope}")
         basic = None
         if self.auth is not None:
             if may_send_credentials(realm, self.api_host):

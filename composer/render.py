@@ -69,6 +69,13 @@ def render_dockerfile(plan: CompositionPlan) -> str:
     return text.rstrip("\n") + "\n"
 
 
+def render_sbom_layer(image_id: str, path: str, labels: dict[str, str]) -> str:
+    """The last layer of a composed image: its SBOM, and labels stating the versions inside."""
+    text = templates().get_template("sbom.Dockerfile.j2").render(
+        image=image_id, path=path, labels=sorted(labels.items()))
+    return text.rstrip("\n") + "\n"
+
+
 def composition_record(plan: CompositionPlan) -> str:
     return json.dumps(plan.record(), indent=2, sort_keys=True) + "\n"
 

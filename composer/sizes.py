@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from composer.engine import Engine, Layer
 from composer.output import human_size
 from composer.plan import MODELS_ROOT, ROOT, CompositionPlan
+from composer.sbom import SBOM_PATH
 
 # "/bin/sh -c #(nop) COPY dir:<hash> in /opt/tritonserver/backends/python " (the classic builder,
 # Podman alike); BuildKit records "COPY <src> <dest> # buildkit".
@@ -136,7 +137,7 @@ def _part_of(where: str, plan: CompositionPlan, trees) -> tuple[str, str] | None
         return ("models", "baked models")
     if where.startswith(SERVER_ENTRY):
         return ("server", "server core")  # the entrypoint's scripts and SageMaker's serve, as NGC's
-    if where == f"{ROOT}/composition.json" or not where.startswith(ROOT + "/"):
+    if where in (f"{ROOT}/composition.json", SBOM_PATH) or not where.startswith(ROOT + "/"):
         return None  # the record and anything else the build adds: overhead
     head, _, name = where[len(ROOT) + 1:].partition("/")
     if head in FOLDER_KINDS and name:

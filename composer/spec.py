@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from composer.catalog import RELEASE_PATTERN
 from composer.errors import Invalid, UsageError
-from composer.files import path_problem, printable, read_text, tree_problem
+from composer.files import check_output_file, path_problem, printable, read_text, tree_problem
 from composer.redaction import redact_url
 from composer.refs import SHAPE, prefix_problem, reference_problem
 
@@ -96,6 +96,7 @@ class Result:
     strict: bool = False  # every SKIP of the smoke test is a failure
     smoke_cases: Path | None = None  # a file of test cases for the served models
     samples: bool = True  # serve the samples beside the user's models in the smoke test
+    sbom: Path | None = None  # a copy of the image's SBOM, written here after the build
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,30 @@ class LocalPath(Kind):
 
     def typed(self, value):
         return Path(value) if value is not None else None
+
+
+class OutputFile(LocalPath):
+    """A file the composer writes (--sbom), checked up front: no link, no folder, an existing
+    file only when `ours(path)` says the composer wrote it."""
+
+    def __init__(self, ours: Callable[[Path], bool]):
+        super().__init__("file", must_exist=False)
+        self.ours = ours
+
+    def read(self, raw: Any, base: Path) -> Path:
+        text = _text(raw, "a file")
+        try:
+            return check_output_file(_local(base, text), "", self.ours)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise Invalid(f"{text}: {exc}") from None
+        except Invalid as problem:
+            raise Invalid(str(problem).partition(": ")[2]) from None
+
+
+def _is_sbom(path: Path) -> bool:
+    from composer.sbom import is_sbom
+
+    return is_sbom(path)
 
 
 class Tree(LocalPath):
@@ -553,8 +578,8 @@ def read_requirement_file(path: Path) -> list[str]:
 
 # -- the declarations -------------------------------------------------------------
 
-BUILD, RENDER, BUNDLE, WHEELS, BACKENDS, SMOKE, MIRROR = (
-    "build", "render", "bundle", "wheels", "backends", "smoke-test", "mirror")
+BUILD, RENDER, BUNDLE, WHEELS, BACKENDS, SMOKE, MIRROR, INSPECT = (
+    "build", "render", "bundle", "wheels", "backends", "smoke-test", "mirror", "inspect")
 COMPOSING = (BUILD, RENDER, BUNDLE)
 
 
@@ -607,7 +632,7 @@ OPTIONS: tuple[Option, ...] = (
            commands=COMPOSING + (WHEELS, BACKENDS), flag_key="min"),
     Option("images.registry_ca", "--registry-ca", "registry_ca", LocalPath("file"),
            "CA certificate for registries with their own CA (beyond /etc/docker/certs.d), used by the composer's "
-           "registry client.", commands=(BUILD, BUNDLE, MIRROR), portable=False),
+           "registry client.", commands=(BUILD, BUNDLE, MIRROR, INSPECT), portable=False),
     # selection
     Option("selection.backends", "--backend", "backends", _NAMES,
            "A backend to include (repeatable); smoke-test: a backend the image must hold (default: those its "
@@ -651,6 +676,9 @@ OPTIONS: tuple[Option, ...] = (
            "Serve only your models in the smoke test, not the samples.", commands=(BUILD, SMOKE)),
     Option("result.push", "--push", "push", _TAG_REF, "Push the image as REF once its smoke test passed.",
            commands=(BUILD,)),
+    Option("result.sbom", "--sbom", "sbom", OutputFile(_is_sbom),
+           "Write the image's SBOM (CycloneDX JSON, as the image holds it) to this file too.", commands=(BUILD,),
+           portable=False),
     Option("result.gpus", "--gpus", "gpus", Text(check_gpus, "auto, all, none or a number"),
            "GPUs for the smoke test: auto (all when the engine offers the NVIDIA runtime), all, none or N.",
            commands=(BUILD, SMOKE)),

@@ -334,6 +334,15 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("build", *V, *B, "--pip", "six", "--pip-extra-index-url", f"https://h:x/s?token={TOKEN}"), "?***"),
         C(("build", *V, *B, "--pip", f"six @ https://u:{TOKEN}@h/x y.whl"), "***@h"),
         C(("build", *V, *B, "--pip", f"--find-links=https://u:{TOKEN}@h/"), "are not packages"),
+        # --sbom and composer inspect (unreachable registries and images not Triton's: tests/integration/test_sbom.py)
+        C(("build", *V, *B, "--sbom", f"{t}/afile"), "--sbom"),
+        C(("build", *V, *B, "--sbom", t), "is a folder"),
+        C(("build", *V, *B, "--sbom", "/proc/sbom.json"), "cannot be written"),
+        C(("inspect", "Not A/ref"), "REF Not A/ref: not a valid image reference"),
+        C(("inspect", "h.example/Team/triton:1"), "not a valid image reference"),
+        C(("inspect", "h.example/t:1", "h.example/t:2", "h.example/t:3"), "one image, or two to compare"),
+        C(("inspect", "h.example/t:1", "--registry-ca", f"{t}/absent.crt"), "--registry-ca"),
+        C(("inspect",), "Missing argument"),
     ]
 
 

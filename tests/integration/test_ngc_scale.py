@@ -162,3 +162,18 @@ def test_the_collector_names_the_nvidia_libraries_per_backend(engine, composed):
     ort = by["backend onnxruntime"]
     assert ort["libcublasLt.so.12"]["from"] == "min image"  # through the CUDA provider, in its folder
     assert all(item["from"] != "full image" for items in by.values() for item in items.values())
+
+
+def test_inspect_shows_ngcs_versions_and_the_sbom_its_cuda_packages(engine, ngc_standins, composed):
+    from tests.cli import composer
+
+    run = composer("inspect", composed["tag"], "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    facts = json.loads(run.stdout)
+    min_env = engine.image(ngc_standins.min_ref).env
+    assert {k: facts["versions"][k] for k in ("cuda", "cudnn", "tensorrt", "nccl")} == {
+        "cuda": min_env["CUDA_VERSION"], "cudnn": min_env["CUDNN_VERSION"], "tensorrt": min_env["TRT_VERSION"],
+        "nccl": min_env["NCCL_VERSION"]}  # the composed image states them, inherited from the min image
+    assert facts["backends"] == sorted(BACKENDS) and facts["source"] == "engine"
+    debs = {c["name"] for c in facts["sbom"]["components"] if c.get("purl", "").startswith("pkg:deb/")}
+    assert {"libcudnn9-cuda-12", "libnccl2", "libnvinfer10"} <= debs

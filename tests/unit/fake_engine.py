@@ -14,6 +14,12 @@ from composer.engine import Container, ContainerEngine, Gpus, ImageInfo, Layer, 
 from composer.errors import ImageNotFound, RegistryError
 
 PUSHED_DIGEST = "sha256:" + "d" * 64
+FACTS_COMMAND = ["/bin/sh", "/composer-facts.sh"]  # composer.sbom.read_facts, in a built image
+
+
+def recorded_facts() -> str:
+    """What in_image/facts.sh printed in a real 24.09 onnxruntime+python image (stand-ins)."""
+    return (Path(__file__).parent / "data" / "facts-24.09-onnxruntime-python.txt").read_text()
 
 # run_once's answer: one result (or error) for every command, or a function of (image, command).
 Answer = RunResult | Exception | Callable[[str, list[str]], RunResult]

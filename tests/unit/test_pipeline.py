@@ -10,14 +10,14 @@ import pytest
 from composer import pipeline
 from composer.catalog import Catalog
 from composer.contents import Component, FullImageContents
-from composer.engine import ImageInfo
+from composer.engine import ImageInfo, RunResult
 from composer.errors import RegistryError, UsageError
 from composer import resolve as resolving
 from composer.pipeline import Run, build_image, compose
 from composer.resolve import Inspection, plan_from_inspection, resolve_targets
 from composer.smoke import SmokeReport, SmokeRow
 from tests.specs import spec
-from tests.unit.fake_engine import FakeEngine
+from tests.unit.fake_engine import FakeEngine, recorded_facts
 
 BUILT = "sha256:" + "b" * 64
 OLD = "sha256:" + "0" * 64
@@ -40,7 +40,9 @@ def _report(passed: bool) -> SmokeReport:
 
 @pytest.fixture
 def engine():
-    return BuildingEngine.with_images("team/triton:1")  # an existing tag, which must not move on failure
+    # An existing tag, which must not move on failure; the built image's contents as recorded from a
+    # real build (for its SBOM).
+    return BuildingEngine.with_images("team/triton:1", answer=RunResult(0, recorded_facts()))
 
 
 def test_the_tag_moves_only_after_the_smoke_test_passed(engine, ngc_plan, monkeypatch):

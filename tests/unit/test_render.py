@@ -3,7 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from composer.render import render_dockerfile, write_context
+from composer.render import render_dockerfile, render_sbom_layer, write_context
+from composer.sbom import SBOM_PATH, parse_facts, version_labels
+from tests.unit.fake_engine import recorded_facts
 
 GOLDEN = Path(__file__).parent / "golden"
 # One release of each generation of NGC's final stage (../shared/TRITON-FACTS.md section 7).
@@ -25,7 +27,17 @@ def test_golden_dockerfiles(ngc_plan, release, name):
     selection = SELECTIONS[name.removesuffix("-baked")]
     options = {"bake_models": Path("/srv/models")} if name.endswith("-baked") else {}
     text = render_dockerfile(ngc_plan(*selection, release=release, **options))
-    golden = GOLDEN / f"ngc-{release}-{name}.Dockerfile"
+    _matches_golden(text, GOLDEN / f"ngc-{release}-{name}.Dockerfile")
+
+
+def test_golden_sbom_layer():
+    """The last layer: the SBOM and the version labels, as read from a recorded image."""
+    facts = parse_facts(recorded_facts())
+    _matches_golden(render_sbom_layer("sha256:" + "b" * 64, SBOM_PATH, version_labels(facts)),
+                    GOLDEN / "sbom-layer.Dockerfile")
+
+
+def _matches_golden(text: str, golden: Path) -> None:
     if os.environ.get("COMPOSER_UPDATE_GOLDEN") == "1":
         golden.write_text(text)
         pytest.fail(f"rewrote {golden.name} (COMPOSER_UPDATE_GOLDEN=1): review the diff, then rerun without it")

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from composer import cli, resolve
 from composer.engine import ImageInfo, RunResult
-from tests.unit.fake_engine import FakeEngine
+from tests.unit.fake_engine import FACTS_COMMAND, FakeEngine, recorded_facts
 from tests.unit.test_contents import PROBE_DOC
 
 FULL = "localhost/standin/tritonserver:24.09-py3"
@@ -35,6 +35,8 @@ class CountingEngine(FakeEngine):
 def _probe(image: str, command: list[str]) -> RunResult:
     if command[:2] == ["python3", "/tmp/composer_probe.py"]:
         return RunResult(0, json.dumps(PROBE_DOC))
+    if command == FACTS_COMMAND:
+        return RunResult(0, recorded_facts())
     return RunResult(0, "")
 
 

@@ -1,0 +1,88 @@
+"""The SBOM's assembly, on what facts.sh printed in a real composed image (recorded), against the
+CycloneDX schema with the library's own validator."""
+
+from __future__ import annotations
+
+import json
+
+from composer.sbom import SBOM_PATH, is_sbom, make_sbom, parse_facts, validate, version_labels
+from tests.unit.fake_engine import recorded_facts
+
+
+def _sbom(ngc_plan, *backends, **options):
+    facts = parse_facts(recorded_facts())
+    plan = ngc_plan(*backends, **options)
+    return facts, plan, make_sbom(plan, facts)
+
+
+def test_the_facts_of_a_built_image():
+    facts = parse_facts(recorded_facts())
+    assert facts.os == "debian 12"
+    names = {d.name for d in facts.debs}
+    assert {"libc6", "dpkg", "base-files"} <= names
+    assert all(d.arch and d.version for d in facts.debs)
+    assert facts.python_version("numpy") == "1.26.4" and facts.python_version("NumPy") == "1.26.4"
+    assert facts.collected["python"] == "3.11" and facts.composition["release"] == "24.09"
+    assert version_labels(facts) == {"org.triton-composer.sbom": SBOM_PATH, "org.triton-composer.os": "debian 12",
+                                     "org.triton-composer.numpy.version": "1.26.4",
+                                     "org.triton-composer.python.version": "3.11"}
+
+
+def test_the_document_validates_and_names_what_the_image_holds(ngc_plan):
+    facts, plan, text = _sbom(ngc_plan, "onnxruntime", "python", labels=(("team", "ml"),))
+    assert validate(text) is None
+    document = json.loads(text)
+    components = {c["bom-ref"]: c for c in document["components"]}
+    debs = {c["name"]: c for c in components.values() if c.get("purl", "").startswith("pkg:deb/")}
+    assert set(debs) == {d.name for d in facts.debs}
+    libc = next(d for d in facts.debs if d.name == "libc6")
+    assert debs["libc6"]["purl"] == f"pkg:deb/debian/libc6@{libc.version.replace('+', '%2B')}?arch=amd64&distro=debian-12"
+    numpy = [c for c in components.values() if c.get("purl", "").startswith("pkg:pypi/numpy@")]
+    assert [c["version"] for c in numpy] == ["1.26.4"]
+    backends = {c["name"]: c for c in components.values() if c.get("group") == "triton.backend"}
+    assert set(backends) == {"onnxruntime", "python"}
+    assert all(b["version"] == plan.server_version for b in backends.values())
+    full = next(p["value"] for p in backends["python"]["properties"] if p["name"] == "triton-composer:image")
+    assert full == f"{plan.full.ref.rsplit(':', 1)[0]}@{plan.full.digest}"
+    assert components["image:min"]["version"] == plan.min.digest
+    libssl = components["file:/usr/lib/x86_64-linux-gnu/libcrypto.so.3"]
+    assert {"name": "triton-composer:package", "value": "libssl3:amd64"} in libssl["properties"]
+    needs = {d["ref"]: set(d.get("dependsOn", [])) for d in document["dependencies"]}
+    assert any(r.endswith("libonnxruntime.so.1.20.1") for r in needs["triton:backend:onnxruntime"])
+    assert any(r.startswith("pkg:pypi/numpy@1.26.4") for r in needs["triton:backend:python"])
+    assert needs["triton:server"] == {"triton:backend:onnxruntime", "triton:backend:python"}
+    properties = {p["name"]: p["value"] for p in document["metadata"]["properties"]}
+    assert properties["triton-composer:backends"] == "onnxruntime,python"
+    assert properties["triton-composer:label:team"] == "ml"
+    assert document["metadata"]["timestamp"].startswith(dict(plan.labels)["org.opencontainers.image.created"][:19])
+
+
+def test_one_composition_gives_one_document_and_another_a_different_one(ngc_plan):
+    _, _, first = _sbom(ngc_plan, "onnxruntime", "python")
+    _, _, again = _sbom(ngc_plan, "onnxruntime", "python")
+    _, _, other = _sbom(ngc_plan, "python")
+    assert first == again
+    assert json.loads(first)["serialNumber"] != json.loads(other)["serialNumber"]
+    assert "onnxruntime" not in {c["name"] for c in json.loads(other)["components"] if c.get("group")}
+
+
+def test_only_a_document_the_composer_wrote_may_be_replaced(ngc_plan, tmp_path):
+    _, _, text = _sbom(ngc_plan, "python")
+    ours, theirs = tmp_path / "ours.json", tmp_path / "theirs.json"
+    ours.write_text(text)
+    theirs.write_text(json.dumps({"bomFormat": "CycloneDX", "metadata": {}}))
+    assert is_sbom(ours) and not is_sbom(theirs) and not is_sbom(tmp_path / "absent.json")
+
+
+def test_base_images_pinned_by_id_or_digest_are_named_so(ngc_plan):
+    import dataclasses
+
+    facts = parse_facts(recorded_facts())
+    plan = ngc_plan("python")
+    by_id = dataclasses.replace(plan, full=dataclasses.replace(plan.full, ref=plan.full.id, digest=None),
+                                min=dataclasses.replace(plan.min, ref=plan.min.ref + "@" + plan.min.digest))
+    text = make_sbom(by_id, facts)
+    assert validate(text) is None
+    components = {c["bom-ref"]: c for c in json.loads(text)["components"]}
+    assert components["image:full"]["name"] == plan.full.id and "purl" not in components["image:full"]
+    assert components["image:min"]["version"] == plan.min.digest
