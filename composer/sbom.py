@@ -22,6 +22,7 @@ from typing import Any, Mapping
 
 from composer import __version__
 from composer.errors import BuildFailed
+from composer.model_envs import ENVS_ROOT
 from composer.plan import ROOT, BaseImage, CompositionPlan
 from composer.progress import LineSink, quiet
 from composer.refs import ImageRef, is_image_id
@@ -66,8 +67,10 @@ class ImageFacts:
         return f"{self.os_id} {self.os_version}".strip()
 
     def python_version(self, name: str) -> str | None:
+        """The version of a package as the image's python has it (not a model environment's)."""
         wanted = _normal(name)
-        return next((p.version for p in self.python if _normal(p.name) == wanted), None)
+        return next((p.version for p in self.python if _normal(p.name) == wanted and _model_env(p.path) is None),
+                    None)
 
 
 def facts_script() -> bytes:
@@ -155,6 +158,13 @@ def _normal(name: str) -> str:
     return "-".join(name.replace("_", "-").replace(".", "-").lower().split("-"))
 
 
+def _model_env(path: str) -> str | None:
+    """The model whose environment holds this path, if any."""
+    if not path.startswith(ENVS_ROOT + "/"):
+        return None
+    return path[len(ENVS_ROOT) + 1:].split("/", 1)[0]
+
+
 # -- the document --------------------------------------------------------------------
 
 
@@ -186,6 +196,7 @@ def make_sbom(plan: CompositionPlan, facts: ImageFacts) -> str:
 
     components = _Components()
     debs, pythons = _packages(facts, components)
+    envs = _model_envs(plan, facts)
     images = {"full": plan.full, "min": plan.min, **{f"backend:{f.name}": f.image for f in plan.foreign_backends}}
     for role, image in sorted(images.items()):
         components.add(f"image:{role}", **_image_component(role, image))
@@ -198,6 +209,8 @@ def make_sbom(plan: CompositionPlan, facts: ImageFacts) -> str:
     libraries = _libraries(plan, collected, components)
     depends = _dependencies(collected, components, parts, libraries, debs, pythons)
     depends[server] |= set(parts.values())
+    if "backend python" in parts:  # the python backend runs each model in its environment
+        depends[parts["backend python"]] |= {env.bom_ref.value for env in envs}
 
     tag = ImageRef.parse(plan.tag)
     root = Component(bom_ref="image", type=ComponentType.CONTAINER, name=str(tag.without_tag()), version=tag.tag,
@@ -211,12 +224,12 @@ def make_sbom(plan: CompositionPlan, facts: ImageFacts) -> str:
                             requested_packages=",".join(plan.record()["requested_packages"]))
     metadata_props += [Property(name=f"{PROPERTY}:label:{k}", value=v) for k, v in plan.labels]
 
-    bom = Bom(components=components.values(), serial_number=uuid.UUID(int=0))
+    bom = Bom(components=[*components.values(), *envs], serial_number=uuid.UUID(int=0))
     bom.metadata.component = root
     bom.metadata.tools.components.add(composer_tool)
     bom.metadata.timestamp = _created(plan)
     bom.metadata.properties = metadata_props
-    by_ref = {**components, "image": root}
+    by_ref = {**components, "image": root, **{env.bom_ref.value: env for env in envs}}
     for ref, needs in depends.items():
         if needs:
             bom.register_dependency(by_ref[ref], [by_ref[n] for n in sorted(needs)])
@@ -242,11 +255,36 @@ def _packages(facts: ImageFacts, components: _Components) -> tuple[dict[str, str
             properties=_props(kind="deb", architecture=deb.arch, source_package=deb.source))
     pythons: dict[str, str] = {}
     for package in facts.python:
+        if _model_env(package.path) is not None:
+            continue  # listed under its model's environment
         purl = PackageURL("pypi", None, _normal(package.name), package.version)
         pythons[package.path] = components.add(
             f"{purl.to_string()}#{package.path}", type=ComponentType.LIBRARY, name=package.name,
             version=package.version, purl=purl, properties=_props(kind="python", location=package.path))
     return debs, pythons
+
+
+def _model_envs(plan: CompositionPlan, facts: ImageFacts) -> list:
+    """A component per python model's own environment, holding the packages installed in it."""
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
+
+    envs = []
+    for env in plan.model_envs:
+        inside = []
+        for package in facts.python:
+            if _model_env(package.path) == env.model:
+                purl = PackageURL("pypi", None, _normal(package.name), package.version)
+                inside.append(Component(
+                    bom_ref=f"{purl.to_string()}#{package.path}", type=ComponentType.LIBRARY, name=package.name,
+                    version=package.version, purl=purl, properties=_props(kind="python", location=package.path,
+                                                                          model=env.model)))
+        envs.append(Component(
+            bom_ref=f"model-env:{env.model}", type=ComponentType.APPLICATION, name=env.model,
+            group="triton.model-env", components=inside,
+            properties=_props(kind="model-env", model=env.model, location=env.path, form=env.record()["form"],
+                              requirements=",".join(env.record()["requirements"]))))
+    return envs
 
 
 def _parts(plan: CompositionPlan, components: _Components) -> dict[str, str]:

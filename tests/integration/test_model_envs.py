@@ -97,6 +97,11 @@ def test_environments_are_recorded_pointed_at_and_measured(engine, composed):
     assert listing == ["extra", "tabulate_new", "tabulate_old", "activate"]  # unpacked, no wheel left behind
     sizes = {p.name: p.size for p in result.sizes.parts if p.kind == "model env"}
     assert set(sizes) == {"tabulate_old", "tabulate_new", "extra"} and all(s > 10_000 for s in sizes.values())
+    sbom = json.loads(result.sbom)  # each environment's packages under its model, as installed in it
+    envs = {c["name"]: c for c in sbom["components"] if c.get("group") == "triton.model-env"}
+    assert set(envs) == {"tabulate_old", "tabulate_new", "extra"}
+    for model, version in {**PINS, "extra": EXTRA_PIN}.items():
+        assert ("tabulate", version) in {(c["name"].lower(), c["version"]) for c in envs[model]["components"]}
 
 
 def test_a_mounted_model_runs_in_its_env_by_the_printed_line_and_a_broken_one_names_its_error(

@@ -86,3 +86,27 @@ def test_base_images_pinned_by_id_or_digest_are_named_so(ngc_plan):
     components = {c["bom-ref"]: c for c in json.loads(text)["components"]}
     assert components["image:full"]["name"] == plan.full.id and "purl" not in components["image:full"]
     assert components["image:min"]["version"] == plan.min.digest
+
+
+def test_each_model_environment_lists_its_own_packages_under_its_model(ngc_plan, tmp_path):
+    from composer.model_envs import ENVS_ROOT, ModelEnv
+
+    site = f"{ENVS_ROOT}/tok/lib/python3.10/site-packages"
+    in_env = "".join(f"@@triton-composer-facts@@ python {site}/{name}-{version}.dist-info/METADATA\n"
+                     f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n"
+                     for name, version in (("tabulate", "0.8.10"), ("numpy", "1.25.0")))
+    facts = parse_facts(recorded_facts().replace("@@triton-composer-facts@@ collected", in_env
+                                                 + "@@triton-composer-facts@@ collected", 1))
+    assert facts.python_version("numpy") == "1.26.4"  # the image's numpy, not the environment's pin
+    plan = ngc_plan("python", model_envs=(ModelEnv("tok", ("tabulate==0.8.10", "numpy==1.25.0"), False, tmp_path),))
+    text = make_sbom(plan, facts)
+    assert validate(text) is None
+    document = json.loads(text)
+    top = {c["bom-ref"]: c for c in document["components"]}
+    env = top["model-env:tok"]
+    assert env["group"] == "triton.model-env"
+    assert {(c["name"], c["version"]) for c in env["components"]} == {("tabulate", "0.8.10"), ("numpy", "1.25.0")}
+    assert not any(c.get("name") == "tabulate" for c in top.values())  # only under its model
+    assert [c["version"] for c in top.values() if c.get("purl", "").startswith("pkg:pypi/numpy@")] == ["1.26.4"]
+    needs = {d["ref"]: set(d.get("dependsOn", [])) for d in document["dependencies"]}
+    assert "model-env:tok" in needs["triton:backend:python"]
