@@ -57,6 +57,14 @@ def standin_images(engine: Engine):
     return build_standins(engine, Catalog.load().release(STANDIN_RELEASE), on_line=lambda _line: None)
 
 
+@pytest.fixture(scope="session")
+def ngc_standins(engine: Engine):
+    """The NGC-scale 24.09 stand-ins (scripts/test builds them first; seconds when present)."""
+    from composer.standin import ngc
+
+    return ngc.build_standins(engine, Catalog.load().release(STANDIN_RELEASE), on_line=lambda _line: None)
+
+
 # The Ubuntu 24.04 generation's stand-ins the tests use: 25.01 (tree owned by 1000:1000) and
 # 26.07 (tree owned by root). scripts/test builds them before the run.
 GENERATION_2404_RELEASES = ("25.01", "26.07")

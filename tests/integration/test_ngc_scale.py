@@ -92,12 +92,6 @@ def _cases(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ngc_standins(engine):
-    """The NGC-scale 24.09 stand-ins (scripts/test builds them first; seconds when present)."""
-    return ngc.build_standins(engine, Catalog.load().release("24.09"), on_line=lambda _line: None)
-
-
-@pytest.fixture(scope="module")
 def composed(engine, ngc_standins, tmp_path_factory):
     """The four-backend composition, built and smoke-tested once for the module, removed after."""
     root = tmp_path_factory.mktemp("ngc-scale")

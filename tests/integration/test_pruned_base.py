@@ -28,11 +28,6 @@ REMOVED = "libcudnn_engines_precompiled.so.9"  # loaded by name by libcudnn.so.9
 
 
 @pytest.fixture(scope="module")
-def ngc_standins(engine):
-    return ngc.build_standins(engine, Catalog.load().release("24.09"), on_line=lambda _line: None)
-
-
-@pytest.fixture(scope="module")
 def pruned(engine, ngc_standins, tmp_path_factory):
     """The four-backend composition on a pruned base, built and smoke-tested once, removed after."""
     root = tmp_path_factory.mktemp("pruned")
