@@ -287,6 +287,10 @@ def _report(out: Printer, outcomes, junit: Optional[Path], explain: bool = False
             lines.append(f"{outcome.spec.name}: FAILED: {redact(outcome.error.message)}")
         if explain and result.pruning:
             lines.append(result.pruning.explain())
+        if result.pruned_base:
+            base = result.pruned_base
+            lines.append(f"pruned base {base.tag}: " + (f"made in {base.seconds:.0f} s; later builds of this selection "
+                         "on this min image reuse it" if base.made else "reused (made by an earlier build)"))
         if result.sizes:
             lines.append(result.sizes.table())
         lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")

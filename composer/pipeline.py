@@ -22,7 +22,7 @@ from composer.files import check_output_file, write_file
 from composer.packages import explain_pip_failure, redactor, secrets_of
 from composer.plan import CompositionPlan
 from composer.progress import LineSink, quiet
-from composer.pruning import PruningReport, proof_failure
+from composer.pruning import PrunedBase, PruningReport, proof_failure, pruned_base
 from composer.redaction import redact
 from composer.render import BuildContext, write_context
 from composer.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
@@ -45,6 +45,7 @@ class BuildResult:
     sizes: SizeReport | None = None  # what each part costs, read from the built image
     pruning: PruningReport | None = None  # on a pruned base: each package kept (why) or dropped
     sbom: str | None = None  # the CycloneDX document the image holds at composer.sbom.SBOM_PATH
+    pruned_base: PrunedBase | None = None  # on a pruned base: the base image, made now or reused
 
     def to_dict(self) -> dict:
         return {
@@ -62,6 +63,7 @@ class BuildResult:
             "sizes": self.sizes.to_dict() if self.sizes else None,
             "base": "pruned" if self.plan.pruning else "min",
             "pruning": self.pruning.to_dict() if self.pruning else None,
+            "pruned_base": self.pruned_base.to_dict() if self.pruned_base else None,
             "sbom_path": SBOM_PATH if self.sbom else None,
             "sbom": json.loads(self.sbom) if self.sbom else None,
         }
@@ -88,10 +90,14 @@ def build_image(
     try:
         context: BuildContext = write_context(plan, workdir)
         on_line(f"build context: {context.directory}")
+        base = None
+        if context.pruned_base:
+            base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line)
         image_id = engine.build(
             context.directory,
             network_mode="none",  # everything comes from the images and the context
             labels=labels,
+            buildargs={"PRUNED_BASE": base.image} if base else None,
             redact=redact,
             on_line=on_line,
         )
@@ -142,7 +148,7 @@ def build_image(
             )
     engine.tag(image_id, plan.tag)
     info = engine.image(image_id)
-    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes, pruning, sbom)
+    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes, pruning, sbom, base)
 
 
 # -- one image, end to end; several in a row ------------------------------------------------

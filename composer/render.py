@@ -26,12 +26,14 @@ from composer.plan import MODELS_ROOT, ROOT, CompositionPlan
 # Scripts that run inside the build (collect and packages stages), copied into every context.
 BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py")
 PRUNE_SCRIPTS = ("prune.py", "prove.sh")  # and these, for a pruned base
+PRUNED_BASE = "pruned-base"  # the pruned base's own build context, a folder of the composition's
 
 
 @dataclass(frozen=True)
 class BuildContext:
     directory: Path
     dockerfile: Path
+    pruned_base: Path | None = None  # the pruned base's own context (built first), when the plan has one
 
 
 def templates() -> jinja2.Environment:
@@ -64,6 +66,14 @@ def collect_paths(plan: CompositionPlan) -> list[str]:
 
 def render_dockerfile(plan: CompositionPlan) -> str:
     text = templates().get_template("compose.Dockerfile.j2").render(
+        plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
+    )
+    return text.rstrip("\n") + "\n"
+
+
+def render_pruned_base(plan: CompositionPlan) -> str:
+    """The pruned base's Dockerfile: the same collect and decide stages as the composition's."""
+    text = templates().get_template("pruned-base.Dockerfile.j2").render(
         plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
     )
     return text.rstrip("\n") + "\n"
@@ -184,7 +194,8 @@ def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
             record = {"format": MARKER_FORMAT, "written_by": "triton-composer render: it replaces only these files",
                       "files": owned}
             write_file(directory / MARKER, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
-    return BuildContext(directory=directory, dockerfile=directory / "Dockerfile")
+    return BuildContext(directory=directory, dockerfile=directory / "Dockerfile",
+                        pruned_base=directory / PRUNED_BASE if plan.pruning else None)
 
 
 def _in_the_way(directory: Path, name: str, owned: dict[str, str]) -> str | None:
@@ -234,6 +245,12 @@ def _context_files(plan: CompositionPlan) -> dict[str, Content]:
             files[f"packages/wheelhouse/{wheel.name}"] = (wheel, 0o644)
     for custom in plan.custom_backends:
         files.update(_tree(custom.source, f"custom-backends/{custom.name}", keep_links=True))
+    if plan.pruning:  # the pruned base's context: what its Dockerfile copies, and no more
+        files[f"{PRUNED_BASE}/Dockerfile"] = (render_pruned_base(plan).encode(), 0o644)
+        for name in ("collect.py", "probe.py", "prune.py", "loaded-at-run-time.json"):
+            files[f"{PRUNED_BASE}/{name}"] = files[name]
+        for name in [n for n in files if n.startswith("custom-backends/")]:
+            files[f"{PRUNED_BASE}/{name}"] = files[name]
     if plan.baked_models is not None:  # links are followed: the image holds the files themselves
         files.update(_tree(plan.baked_models, "models", keep_links=False))
     files.update(_model_env_files(plan))

@@ -137,7 +137,7 @@ def _part_of(where: str, plan: CompositionPlan, trees) -> tuple[str, str] | None
         return ("models", "baked models")
     if where.startswith(SERVER_ENTRY):
         return ("server", "server core")  # the entrypoint's scripts and SageMaker's serve, as NGC's
-    if where in (f"{ROOT}/composition.json", SBOM_PATH) or not where.startswith(ROOT + "/"):
+    if where in (f"{ROOT}/composition.json", f"{ROOT}/pruned.json", SBOM_PATH) or not where.startswith(ROOT + "/"):
         return None  # the record and anything else the build adds: overhead
     head, _, name = where[len(ROOT) + 1:].partition("/")
     if head in FOLDER_KINDS and name:

@@ -76,7 +76,7 @@ def test_dpkg_verify_reports_no_file_the_pruning_removed(engine, pruned):
         assert in_min.split() == [], in_min
 
 
-def test_the_report_says_why_each_package_stays_and_what_went(pruned):
+def test_the_report_says_why_each_package_stays_and_what_went(engine, pruned):
     result = pruned["result"]
     kept = {p["package"]: p["why"] for p in result.pruning.kept}
     assert kept["libnvinfer10"].startswith("backend ") and "libnvinfer.so.10" in kept["libnvinfer10"]
@@ -85,6 +85,8 @@ def test_the_report_says_why_each_package_stays_and_what_went(pruned):
     dropped = {p["package"]: p["size"] for p in result.pruning.dropped}
     assert dropped["nsight-systems-2024.5.1"] > 500e6 and "libcublas-dev-12-6" in dropped
     assert "pruned base" in result.pruning.explain().splitlines()[0]
+    base = result.pruned_base  # a base image of its own, under a tag naming its inputs' key
+    assert base.tag.startswith("triton-composer/pruned-base:24.09-") and engine.image(base.tag).id == base.image
     sizes = result.sizes
     base = next(p.size for p in sizes.parts if p.kind == "base")
     assert sizes.min_image == 0 and 0 < base < sizes.pruned_from and sizes.pruning_saved == sizes.pruned_from - base
@@ -123,17 +125,28 @@ def test_a_missing_runtime_library_fails_the_proof_and_the_tag_stays(engine, pru
         steps.sweep(engine)
 
 
-def test_the_small_standins_take_a_pruned_base_too(engine, standin_images):
-    """Debian minbase with no CUDA package: the required packages and what python needs stay."""
-    tag = f"triton-composer-test/tritonserver:small-pruned-{uuid.uuid4().hex[:10]}"
-    plan = resolve(engine, spec(backends=("python",), version="24.09", registry="localhost/standin", tag=tag,
-                                base="pruned"), Catalog.load()).plan
+def test_the_small_standins_take_a_pruned_base_too_made_once_and_reused(engine, standin_images):
+    """Debian minbase with no CUDA package: the required packages and what python needs stay. A second
+    build of the selection reuses the base the first made (its layer is the image's first)."""
+    tags = [f"triton-composer-test/tritonserver:small-pruned-{uuid.uuid4().hex[:10]}" for _ in range(2)]
     steps = BuildStages()
     try:
-        result = build_image(engine, plan, labels=TEST_LABEL, on_line=steps)
-        assert result.smoke.passed, [(r.subject, r.model, r.detail) for r in result.smoke.failures()]
-        assert result.pruning.loaded_at_run_time == ()  # nothing reaches cuDNN and the like here
-        assert {p["why"].split(" (")[0] for p in result.pruning.kept} >= {"required by the distribution"}
+        results = []
+        for tag in tags:
+            plan = resolve(engine, spec(backends=("python",), version="24.09", registry="localhost/standin", tag=tag,
+                                        base="pruned"), Catalog.load()).plan
+            results.append(build_image(engine, plan, labels=TEST_LABEL, on_line=steps))
+        first, second = results
+        assert first.smoke.passed, [(r.subject, r.model, r.detail) for r in first.smoke.failures()]
+        assert first.pruning.loaded_at_run_time == ()  # nothing reaches cuDNN and the like here
+        assert {p["why"].split(" (")[0] for p in first.pruning.kept} >= {"required by the distribution"}
+        assert second.pruned_base.made is False and second.pruned_base.image == first.pruned_base.image
+        assert engine.image(first.pruned_base.tag).id == first.pruned_base.image
+        base_layer = engine.layers(first.pruned_base.image)[0]  # its one layer (then labels)
+        for result in results:
+            assert engine.layers(result.image_id)[0].created_by == base_layer.created_by
+        assert second.smoke.passed and second.pruning.kept == first.pruning.kept
     finally:
-        engine.remove_image(tag, force=True)
+        for tag in tags:
+            engine.remove_image(tag, force=True)
         steps.sweep(engine)

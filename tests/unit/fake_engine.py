@@ -45,6 +45,7 @@ class FakeEngine(ContainerEngine):
     logins: dict[str, dict] = field(default_factory=dict)  # registry host -> docker login credentials
     asked_logins: list[str] = field(default_factory=list)
     histories: dict[str, list[Layer]] = field(default_factory=dict)  # image -> its layers, oldest first
+    builds: list[dict] | None = None  # when a list: builds succeed and are recorded here
 
     @classmethod
     def with_images(cls, *names: str, **kwargs) -> "FakeEngine":
@@ -90,7 +91,13 @@ class FakeEngine(ContainerEngine):
         return self.images[ref]
 
     def build(self, context: Path, **kwargs) -> str:
-        raise NotImplementedError("the fake engine does not build")
+        if self.builds is None:
+            raise NotImplementedError("the fake engine does not build")
+        self.builds.append({"context": context, **kwargs})
+        image_id = f"sha256:{len(self.images) + 100:064x}"
+        if kwargs.get("tag"):
+            self.images[kwargs["tag"]] = image_id
+        return image_id
 
     # -- containers ---------------------------------------------------------
 

@@ -28,7 +28,7 @@ class BuildingEngine(FakeEngine):
 
     def build(self, context: Path, **kwargs) -> str:
         assert (Path(context) / "Dockerfile").is_file()
-        self.builds = getattr(self, "builds", []) + [kwargs]
+        self.builds = (self.builds or []) + [kwargs]
         self.images[BUILT] = BUILT
         return BUILT
 

@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import pytest
 
+from composer.engine import ImageInfo
 from composer.errors import Invalid, UsageError
 from composer.plan import Offer, make_plan
-from composer.pruning import proof_failure
-from composer.render import render_dockerfile
+from composer.pruning import BASE_LABEL, base_key, proof_failure, pruned_base
+from composer.render import render_dockerfile, write_context
 from composer.sizes import report_from
 from composer.spec import OPTIONS, check
 from tests.specs import spec
@@ -37,9 +38,11 @@ def test_without_the_min_images_configuration_a_pruned_plan_is_refused(ngc_plan,
                   Offer.from_layout(catalog, plan.release), catalog, plan.full, plan.min)
 
 
-def test_the_dockerfile_builds_from_scratch_restates_the_min_config_and_proves(ngc_plan):
+def test_the_dockerfile_builds_on_the_base_given_restates_the_min_config_and_proves(ngc_plan):
     text = render_dockerfile(ngc_plan("onnxruntime", "python", base="pruned", keep_tensorrt_builder=True))
-    assert "FROM scratch AS composed\nCOPY --from=pruned / /\n" in text
+    assert "\nARG PRUNED_BASE\n\nFROM nvcr.io/nvidia/tritonserver@sha256:" in text  # before the first FROM
+    assert "\nFROM ${PRUNED_BASE} AS composed\nENV \\\n" in text and "FROM scratch" not in text
+    assert "COPY --from=decide /composer/prune/pruned.json /opt/tritonserver/pruned.json\nUSER root\n" in text
     assert 'NVIDIA_REQUIRE_CUDA="cuda>=9.0"' in text  # literally, not JSON's \u003e
     assert 'ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]' in text
     assert '"--keep-tensorrt-builder", "bin", "lib"' in text and '"backends/onnxruntime", "backends/python"]' in text
@@ -81,3 +84,51 @@ def test_build_stages_sweeps_the_pruned_stages_and_the_last_image_only():
     engine.discard_untagged = discarded.append
     stages.sweep(engine)
     assert discarded == ["444444444444", "555555555555"]
+
+
+def test_the_pruned_base_is_its_own_context_sharing_the_collect_and_decide_steps(ngc_plan, tmp_path):
+    plan = ngc_plan("onnxruntime", "python", base="pruned")
+    context = write_context(plan, tmp_path / "context")
+    assert context.pruned_base == tmp_path / "context" / "pruned-base"
+    assert sorted(p.name for p in context.pruned_base.iterdir()) == [
+        "Dockerfile", "collect.py", "loaded-at-run-time.json", "probe.py", "prune.py"]
+    base = (context.pruned_base / "Dockerfile").read_text()
+    main = context.dockerfile.read_text()
+    collect = base[base.index("FROM nvcr.io"):base.index("FROM collect AS decide")].strip()
+    decide = base[base.index("FROM collect AS decide"):base.index("# The min image less")].strip()
+    assert collect.count("FROM ") == 3 and collect in main and decide in main  # the same steps: one cache
+    assert base.endswith("FROM scratch\nCOPY --from=pruned / /\n") and "rm -f -- < /composer/prune/drop.txt" in base
+    assert write_context(ngc_plan("onnxruntime", "python"), tmp_path / "plain").pruned_base is None
+
+
+def test_the_base_key_follows_the_base_images_and_every_file_of_its_context(ngc_plan, tmp_path):
+    plan = ngc_plan("onnxruntime", "python", base="pruned")
+    folder = write_context(plan, tmp_path / "a").pruned_base
+    key = base_key(plan, folder)
+    assert key == base_key(plan, write_context(plan, tmp_path / "b").pruned_base)  # the same inputs, the same base
+    assert key != base_key(replace(plan, min=replace(plan.min, id="sha256:" + "9" * 64)), folder)
+    assert key != base_key(plan, write_context(ngc_plan("onnxruntime", base="pruned"), tmp_path / "c").pruned_base)
+    (folder / "loaded-at-run-time.json").write_text("{}")
+    assert key != base_key(plan, folder)
+
+
+def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(ngc_plan, tmp_path):
+    from tests.unit.fake_engine import FakeEngine
+
+    plan = ngc_plan("onnxruntime", "python", base="pruned")
+    folder = write_context(plan, tmp_path / "context").pruned_base
+    key = base_key(plan, folder)
+    engine = FakeEngine(builds=[])
+    made = pruned_base(engine, plan, folder, labels={"test": "1"})
+    assert made.made and made.tag == f"triton-composer/pruned-base:24.09-{key[:16]}"
+    assert engine.builds == [{"context": folder, "tag": made.tag, "labels": {"test": "1", BASE_LABEL: key},
+                              "network_mode": "none", "on_line": engine.builds[0]["on_line"]}]
+    base = ImageInfo(id="sha256:" + "7" * 64, ref=made.tag, tags=(made.tag,), repo_digests=(), env={},
+                     labels={BASE_LABEL: key}, size=1)
+    engine = FakeEngine(builds=[], infos={made.tag: base})
+    lines = []
+    reused = pruned_base(engine, plan, folder, on_line=lines.append)
+    assert not reused.made and reused.image == base.id and engine.builds == []
+    assert lines == [f"pruned base: reusing {reused.tag}, made before from the same min image for the same selection"]
+    engine = FakeEngine(builds=[], infos={made.tag: replace(base, labels={BASE_LABEL: "another key"})})
+    assert pruned_base(engine, plan, folder).made  # that tag on something else: a base is made
