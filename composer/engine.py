@@ -177,8 +177,9 @@ class ContainerEngine(ABC):
             pass  # still used by a container or as a parent: leave it
 
     @abstractmethod
-    def images_labelled(self, label: str) -> list[str]:
-        """Ids of images carrying `label` (key or key=value)."""
+    def images_labelled(self, label: str, *, untagged: bool = False) -> list[str]:
+        """Ids of images carrying `label` (key or key=value); with `untagged`, only those no tag
+        names (a multi-stage build's stage images, which label themselves only by inheritance)."""
 
     @abstractmethod
     def image_names(self) -> list[str]:
@@ -449,9 +450,10 @@ class DockerEngine(ContainerEngine):
         except _Absent:
             pass
 
-    def images_labelled(self, label: str) -> list[str]:
+    def images_labelled(self, label: str, *, untagged: bool = False) -> list[str]:
+        filters: dict = {"label": label, **({"dangling": True} if untagged else {})}
         with _translated("cannot list images", EngineError):
-            return [img["Id"] for img in self._api.images(filters={"label": label})]
+            return [img["Id"] for img in self._api.images(filters=filters)]
 
     def image_names(self) -> list[str]:
         with _translated("cannot list images", EngineError):

@@ -28,8 +28,10 @@ def engine() -> Engine:
         if os.environ.get("CI"):
             pytest.fail(f"CI is set and no Docker engine answers: {exc.message}", pytrace=False)
         pytest.skip(f"no Docker engine: {exc.message}")
+    stages_before = set(_stage_images(connected))
     yield connected
     _remove_test_containers(connected)
+    _remove_stage_images(connected, stages_before)
 
 
 def _remove_test_containers(engine: Engine) -> None:
@@ -46,6 +48,27 @@ def _remove_test_containers(engine: Engine) -> None:
             engine.remove_image(image_id, force=True)
         except ComposerError:
             pass  # a layer of another image: it goes with that one
+
+
+def _stage_images(engine: Engine) -> list[str]:
+    """Untagged images built on the stand-ins: the stages of multi-stage builds (collect, packages,
+    a pruned base's), which the build cache keeps and no test label reaches (the engine puts a
+    build's labels on its last image only)."""
+    from composer.standin import LABEL_STANDIN
+
+    return engine.images_labelled(LABEL_STANDIN, untagged=True)
+
+
+def _remove_stage_images(engine: Engine, before: set[str]) -> None:
+    """The stage images this session's builds left (GBs over a run), not those it found."""
+    from composer.errors import ComposerError
+
+    for image_id in _stage_images(engine):
+        if image_id not in before:
+            try:
+                engine.remove_image(image_id)
+            except ComposerError:
+                pass  # a parent of another image: it goes with that one
 
 
 @pytest.fixture(scope="session")

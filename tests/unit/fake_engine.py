@@ -72,7 +72,7 @@ class FakeEngine(ContainerEngine):
     def remove_image(self, ref: str, *, force: bool = False) -> None:
         self.images.pop(ref, None)
 
-    def images_labelled(self, label: str) -> list[str]:
+    def images_labelled(self, label: str, *, untagged: bool = False) -> list[str]:
         return []
 
     def image_names(self) -> list[str]:
