@@ -467,10 +467,15 @@ def _render(out: Printer, spec: CompositionSpec, catalog: Catalog, output: Path,
     for note in plan.notes:
         out.step(f"note: {note}")
     context = write_context(plan, output)
+    how = f"docker build -t {plan.tag} {context.directory}"
+    if context.pruned_base:  # the base first, then the image on it
+        how = (f"docker build -t pruned-base {context.pruned_base} && "
+               f"docker build --build-arg PRUNED_BASE=pruned-base -t {plan.tag} {context.directory}")
     out.result(
         {"dockerfile": str(context.dockerfile), "context": str(context.directory), "tag": plan.tag,
+         "pruned_base_context": str(context.pruned_base) if context.pruned_base else None,
          "composition": plan.record()},
-        f"wrote {context.dockerfile} (build with: docker build -t {plan.tag} {context.directory})",
+        f"wrote {context.dockerfile} (build with: {how})",
     )
 
 
