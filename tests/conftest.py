@@ -60,7 +60,8 @@ def _stage_images(engine: Engine) -> list[str]:
 
 
 def _remove_stage_images(engine: Engine, before: set[str]) -> None:
-    """The stage images this session's builds left (GBs over a run), not those it found."""
+    """The stage images that appeared during the session (GBs over a run), not those it found. Only
+    build cache: a run sharing the engine may lose some of its own, never a tagged image."""
     from composer.errors import ComposerError
 
     for image_id in _stage_images(engine):
