@@ -90,28 +90,11 @@ def build_image(
     try:
         context: BuildContext = write_context(plan, workdir)
         on_line(f"build context: {context.directory}")
+        # A pruned base is a build of its own, made first (or found); its failure says so itself.
         base = None
         if context.pruned_base:
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line)
-        image_id = engine.build(
-            context.directory,
-            network_mode="none",  # everything comes from the images and the context
-            labels=labels,
-            buildargs={"PRUNED_BASE": base.image} if base else None,
-            redact=redact,
-            on_line=on_line,
-        )
-    except BuildFailed as failure:
-        proof = proof_failure(failure.log_tail)
-        if proof:
-            raise BuildFailed(f"{proof}; {plan.tag} was not moved", log_tail=failure.log_tail) from failure
-        if packages and "pip" in failure.log_tail:
-            where = f"the wheelhouse {packages.wheelhouse}"
-            raise BuildFailed(
-                "installing python packages failed: " + explain_pip_failure(failure.log_tail, plan.constraints, where),
-                log_tail=failure.log_tail,
-            ) from failure
-        raise
+        image_id = _build_composition(engine, plan, context, base, labels, redact, on_line)
     finally:
         if context_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -149,6 +132,33 @@ def build_image(
     engine.tag(image_id, plan.tag)
     info = engine.image(image_id)
     return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes, pruning, sbom, base)
+
+
+def _build_composition(engine: Engine, plan: CompositionPlan, context: BuildContext, base: PrunedBase | None,
+                       labels, redact, on_line: LineSink) -> str:
+    """Build the composition's Dockerfile (on `base` when pruned); a failed proof or pip install
+    becomes its one line."""
+    try:
+        return engine.build(
+            context.directory,
+            network_mode="none",  # everything comes from the images and the context
+            labels=labels,
+            buildargs={"PRUNED_BASE": base.image} if base else None,
+            redact=redact,
+            on_line=on_line,
+        )
+    except BuildFailed as failure:
+        proof = proof_failure(failure.log_tail)
+        if proof:
+            raise BuildFailed(f"{proof}; {plan.tag} was not moved", log_tail=failure.log_tail) from failure
+        packages = plan.packages
+        if packages and "pip" in failure.log_tail:
+            where = f"the wheelhouse {packages.wheelhouse}"
+            raise BuildFailed(
+                "installing python packages failed: " + explain_pip_failure(failure.log_tail, plan.constraints, where),
+                log_tail=failure.log_tail,
+            ) from failure
+        raise
 
 
 # -- one image, end to end; several in a row ------------------------------------------------

@@ -140,9 +140,9 @@ class PruningReport:
 
 
 class BuildStages:
-    """A line sink that remembers the last image of each stage of a classic build, so the stage
-    images no tag keeps can be swept: on a pruned base the `pruned` stage holds a copy of the
-    whole base (GBs) that stays in the build cache, like every stage of a multi-stage build."""
+    """A line sink that remembers the last image of each stage of classic builds (a pruned base's
+    build and the composition's), so the stage images no tag keeps can be swept: they stay in the
+    build cache, like every stage of a multi-stage build."""
 
     SWEPT = ("decide", "pruned", "proof")  # the pruned base's own stages; collect's cache is shared
 
