@@ -19,13 +19,13 @@ import time
 import uuid
 from pathlib import Path
 
-from composer.catalog import Catalog
-from composer.engine import Engine
-from composer.model_envs import ENVS_ROOT
+from composer.spec.catalog import Catalog
+from composer.engine.engine import Engine
+from composer.resolve.model_envs import ENVS_ROOT
 from composer.pipeline import build_image
-from composer.resolve import resolve
-from composer.spec import CompositionSpec
-from composer.triton_client import TensorData, TritonHTTP
+from composer.resolve.resolve import resolve
+from composer.spec.options import CompositionSpec
+from composer.verify.triton_client import TensorData, TritonHTTP
 
 LABEL = {"triton-composer.benchmark": "1"}
 PINS = {"env_a": "numpy==1.26.3", "env_b": "numpy==1.26.2"}

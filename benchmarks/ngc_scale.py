@@ -31,14 +31,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from composer.catalog import Catalog
-from composer.engine import Engine
-from composer.errors import ComposerError
+from composer.spec.catalog import Catalog
+from composer.engine.engine import Engine
+from composer.core.errors import ComposerError
 from composer.pipeline import build_image
-from composer.pruning import BuildStages
-from composer.resolve import resolve
-from composer.smoke import SmokePlan, smoke_test
-from composer.spec import CompositionSpec
+from composer.build.pruning import BuildStages
+from composer.resolve.resolve import resolve
+from composer.verify.smoke import SmokePlan, smoke_test
+from composer.spec.options import CompositionSpec
 from composer.standin import ngc
 
 SELECTIONS = (("onnxruntime", "python"), ("onnxruntime", "python", "tensorrt", "pytorch"))

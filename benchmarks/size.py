@@ -21,15 +21,15 @@ import sys
 from dataclasses import replace
 from importlib import resources
 
-from composer.catalog import Catalog
-from composer.contents import inspect_full
-from composer.engine import Engine
-from composer.errors import ComposerError
+from composer.spec.catalog import Catalog
+from composer.resolve.contents import inspect_full
+from composer.engine.engine import Engine
+from composer.core.errors import ComposerError
 from composer.pipeline import build_image
-from composer.resolve import resolve
-from composer.plan import ROOT
-from composer.render import collect_paths
-from composer.spec import CompositionSpec
+from composer.resolve.resolve import resolve
+from composer.resolve.plan import ROOT
+from composer.render.render import collect_paths
+from composer.spec.options import CompositionSpec
 
 SELECTIONS = (("python",), ("onnxruntime", "python"), ("identity", "python"), ("onnxruntime", "python", "pytorch"))
 LABEL = {"triton-composer.benchmark": "1"}

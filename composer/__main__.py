@@ -1,3 +1,3 @@
-from composer.cli import main
+from composer.cli.main import main
 
 main()

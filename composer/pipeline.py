@@ -1,4 +1,4 @@
-"""The pipeline: spec -> Resolved (composer.resolve, once) -> Dockerfile + context -> image ->
+"""The pipeline: spec -> Resolved (composer.resolve.resolve, once) -> Dockerfile + context -> image ->
 smoke report -> tag -> push.
 
 Each step takes the previous step's value as given: nothing here works out the release, the base
@@ -15,21 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from composer.catalog import Catalog
-from composer.engine import Engine
-from composer.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
-from composer.files import check_output_file, write_file
-from composer.packages import explain_pip_failure, redactor, secrets_of
-from composer.plan import CompositionPlan
-from composer.progress import LineSink, quiet
-from composer.pruning import PrunedBase, PruningReport, proof_failure, pruned_base
-from composer.redaction import redact
-from composer.render import BuildContext, write_context
-from composer.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
-from composer.sbom import SBOM_PATH, add_sbom, is_sbom
-from composer.sizes import SizeReport, measure
-from composer.smoke import SmokeReport, smoke_test
-from composer.spec import CompositionSpec
+from composer.spec.catalog import Catalog
+from composer.engine.engine import Engine
+from composer.core.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
+from composer.core.files import check_output_file, write_file
+from composer.resolve.packages import explain_pip_failure, redactor, secrets_of
+from composer.resolve.plan import CompositionPlan
+from composer.core.progress import LineSink, quiet
+from composer.build.pruning import PrunedBase, PruningReport, proof_failure, pruned_base
+from composer.core.redaction import redact
+from composer.render.render import BuildContext, write_context
+from composer.resolve.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
+from composer.verify.sbom import SBOM_PATH, add_sbom, is_sbom
+from composer.verify.sizes import SizeReport, measure
+from composer.verify.smoke import SmokeReport, smoke_test
+from composer.spec.options import CompositionSpec
 
 
 # -- build, smoke test, tag ------------------------------------------------------------
@@ -44,7 +44,7 @@ class BuildResult:
     smoke: SmokeReport | None
     sizes: SizeReport | None = None  # what each part costs, read from the built image
     pruning: PruningReport | None = None  # on a pruned base: each package kept (why) or dropped
-    sbom: str | None = None  # the CycloneDX document the image holds at composer.sbom.SBOM_PATH
+    sbom: str | None = None  # the CycloneDX document the image holds at composer.verify.sbom.SBOM_PATH
     pruned_base: PrunedBase | None = None  # on a pruned base: the base image, made now or reused
 
     def to_dict(self) -> dict:
@@ -169,7 +169,7 @@ class Run:
     """How images are composed in this run (not what goes into them)."""
 
     locked: bool = False
-    registry_auth: Any = None  # composer.registry_client.RegistryAuth, for pushes and registry reads
+    registry_auth: Any = None  # composer.registry.client.RegistryAuth, for pushes and registry reads
     labels: Mapping[str, str] | None = None  # marks what the run leaves on the engine (tests)
     on_line: LineSink = quiet  # progress
     on_build_line: LineSink | None = None  # build output
@@ -213,8 +213,8 @@ def compose(
         return _build_and_push(engine, resolve_recorded(spec, catalog, inspection, run.on_line), run)
     targets = resolve_targets(spec, catalog, engine)
     if run.locked:
-        from composer.lock import verify_lock
-        from composer.registry_client import Registries
+        from composer.publish.lock import verify_lock
+        from composer.registry.client import Registries
 
         registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
         targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)
@@ -242,7 +242,7 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
         run.on_line(f"SBOM written to {spec.result.sbom}")
     pushed = None
     if spec.result.push:
-        from composer.registry import push_image
+        from composer.publish.push import push_image
 
         run.on_line(f"pushing {spec.result.push}")
         try:
@@ -263,9 +263,9 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
 
 def _push_sbom(engine: Engine, spec: CompositionSpec, run: Run, digest: str, document: str) -> str:
     """The SBOM next to the pushed image, with the push's credentials and the registry's trust."""
-    from composer.artifacts import push_sbom
-    from composer.refs import ImageRef
-    from composer.registry_client import Registries
+    from composer.publish.artifacts import push_sbom
+    from composer.core.refs import ImageRef
+    from composer.registry.client import Registries
 
     target = ImageRef.parse(spec.result.push)
     api = Registries(engine, run.registry_auth, spec.images.registry_ca).client(target.host)

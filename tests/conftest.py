@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from composer.catalog import Catalog
-from composer.engine import Engine
-from composer.errors import EngineUnavailable
+from composer.spec.catalog import Catalog
+from composer.engine.engine import Engine
+from composer.core.errors import EngineUnavailable
 
 # Every container (and image) a test makes carries this label, so the session can sweep them.
 # The value names this run, so two test runs sharing one engine never sweep each other's.
@@ -36,7 +36,7 @@ def engine() -> Engine:
 
 def _remove_test_containers(engine: Engine) -> None:
     """Containers and images the tests labelled, whatever became of the tests."""
-    from composer.errors import ComposerError
+    from composer.core.errors import ComposerError
 
     for cid in engine.containers_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}"):
         try:
@@ -62,7 +62,7 @@ def _stage_images(engine: Engine) -> list[str]:
 def _remove_stage_images(engine: Engine, before: set[str]) -> None:
     """The stage images that appeared during the session (GBs over a run), not those it found. Only
     build cache: a run sharing the engine may lose some of its own, never a tagged image."""
-    from composer.errors import ComposerError
+    from composer.core.errors import ComposerError
 
     for image_id in _stage_images(engine):
         if image_id not in before:

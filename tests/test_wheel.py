@@ -35,6 +35,6 @@ def test_wheel_installs_and_renders(tmp_path):
     for script in ("collect.py", "probe.py", "record_packages.py"):
         assert (out / script).is_file()
     # Rendered from the installed package, not from this checkout.
-    where = run(python, "-c", "import composer, composer.samples as s; print(composer.__file__); "
+    where = run(python, "-c", "import composer, composer.verify.samples as s; print(composer.__file__); "
                 "print(len(s.load_samples()))", cwd=tmp_path).stdout.split()
     assert str(env_dir) in where[0] and int(where[1]) >= 4

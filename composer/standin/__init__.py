@@ -19,12 +19,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
-from composer.catalog import Catalog, Release
-from composer.engine import Engine, ImageInfo
-from composer.errors import BuildFailed, UsageError
-from composer.render import templates
+from composer.spec.catalog import Catalog, Release
+from composer.engine.engine import Engine, ImageInfo
+from composer.core.errors import BuildFailed, UsageError
+from composer.render.render import templates
 from composer.standin import host
-from composer.progress import LineSink
+from composer.core.progress import LineSink
 
 
 REGISTRY = "localhost/standin"

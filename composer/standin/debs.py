@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from composer.errors import BuildFailed
+from composer.core.errors import BuildFailed
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Sequence
 
-from composer.errors import BuildFailed
-from composer.progress import LineSink
+from composer.core.errors import BuildFailed
+from composer.core.progress import LineSink
 
 
 DEBIAN_SUITE = "bookworm"

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from composer.catalog import Release
-from composer.engine import Engine, ImageInfo
-from composer.errors import BuildFailed, UsageError
-from composer.progress import LineSink
-from composer.render import templates
+from composer.spec.catalog import Release
+from composer.engine.engine import Engine, ImageInfo
+from composer.core.errors import BuildFailed, UsageError
+from composer.core.progress import LineSink
+from composer.render.render import templates
 from composer.standin import StandinResult, debs, host
 from composer.standin import build_standins as build_small
 from composer.standin import ngc_packages as pkgs

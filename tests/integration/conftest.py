@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from composer.registry_client import MANIFEST_TYPES, RegistryAuth
+from composer.registry.client import MANIFEST_TYPES, RegistryAuth
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY_SCRIPT = REPO / "scripts" / "registry"
@@ -211,7 +211,7 @@ def _serve(reg: TestRegistry, engine):
 def _remove_local_names(engine, host: str) -> None:
     """Remove every local tag or digest reference naming the test registry (never the images'
     other names: an image that keeps another name is only untagged)."""
-    from composer.errors import ComposerError
+    from composer.core.errors import ComposerError
 
     for name in engine.image_names():
         if name.startswith(host + "/"):

@@ -9,10 +9,10 @@ import pytest
 
 from tests.cli import composer
 
-from composer.catalog import Catalog
-from composer.errors import SmokeTestFailed
+from composer.spec.catalog import Catalog
+from composer.core.errors import SmokeTestFailed
 from composer.pipeline import build_image
-from composer.resolve import resolve
+from composer.resolve.resolve import resolve
 from tests.specs import spec
 
 pytestmark = pytest.mark.integration

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from composer.contents import inspect_full
+from composer.resolve.contents import inspect_full
 
 pytestmark = pytest.mark.integration
 

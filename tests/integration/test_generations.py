@@ -16,8 +16,8 @@ import pytest
 from tests.cli import composer
 
 from composer.in_image import probe as probe_module
-from composer.samples import load_samples, models_dir
-from composer.triton_client import TensorData, TritonHTTP
+from composer.verify.samples import load_samples, models_dir
+from composer.verify.triton_client import TensorData, TritonHTTP
 from tests.conftest import GENERATION_2404_RELEASES, TEST_LABEL
 
 pytestmark = pytest.mark.integration

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from composer.catalog import Catalog
+from composer.spec.catalog import Catalog
 from composer.pipeline import build_image
-from composer.resolve import resolve
+from composer.resolve.resolve import resolve
 from tests.specs import spec
 from composer.standin import build_standins
 

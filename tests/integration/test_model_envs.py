@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from composer.catalog import Catalog
-from composer.model_envs import ENVS_ROOT
+from composer.spec.catalog import Catalog
+from composer.resolve.model_envs import ENVS_ROOT
 from composer.pipeline import build_image
-from composer.resolve import resolve
-from composer.triton_client import TensorData, TritonHTTP
+from composer.resolve.resolve import resolve
+from composer.verify.triton_client import TensorData, TritonHTTP
 from tests.cli import composer
 from tests.conftest import TEST_LABEL
 from tests.specs import spec

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from dataclasses import replace
 
-from composer.catalog import Catalog
-from composer.errors import SmokeTestFailed
+from composer.spec.catalog import Catalog
+from composer.core.errors import SmokeTestFailed
 from composer.pipeline import build_image
-from composer.resolve import resolve
-from composer.samples import models_dir
-from composer.smoke import SmokePlan
-from composer.triton_client import TensorData, TritonHTTP
+from composer.resolve.resolve import resolve
+from composer.verify.samples import models_dir
+from composer.verify.smoke import SmokePlan
+from composer.verify.triton_client import TensorData, TritonHTTP
 from tests.conftest import TEST_LABEL
 from tests.specs import spec
 

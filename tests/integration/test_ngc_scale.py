@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from composer.catalog import Catalog
+from composer.spec.catalog import Catalog
 from composer.pipeline import build_image
-from composer.resolve import resolve
-from composer.smoke import SmokePlan, smoke_test
+from composer.resolve.resolve import resolve
+from composer.verify.smoke import SmokePlan, smoke_test
 from composer.standin import ngc
 from tests.conftest import TEST_LABEL
 from tests.specs import spec

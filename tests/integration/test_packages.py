@@ -13,13 +13,13 @@ import pytest
 
 from tests.cli import composer
 
-from composer.catalog import Catalog
+from composer.spec.catalog import Catalog
 from composer.pipeline import build_image
-from composer.resolve import resolve
-from composer.spec import Packages
+from composer.resolve.resolve import resolve
+from composer.spec.options import Packages
 from tests.specs import spec
-from composer.triton_client import TensorData, TritonHTTP
-from composer.samples import load_samples
+from composer.verify.triton_client import TensorData, TritonHTTP
+from composer.verify.samples import load_samples
 
 pytestmark = pytest.mark.integration
 

@@ -117,7 +117,7 @@ def test_lock_against_a_registry_then_the_tag_moves(engine, standin_images, regi
         assert "@sha256:" in json.loads(built.stdout)["base_images"]["full"]["ref"]  # built from the digest
 
         # Someone pushes another image under the full tag: --locked refuses, without pulling it.
-        from composer.registry import push_image
+        from composer.publish.push import push_image
 
         push_image(engine, standin_images.min_id, f"{mirror}/tritonserver:24.09-py3", auth=registry.auth)
         moved = composer("build", "--set", str(path), "--locked", env=login)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.engine import ContainerEngine, Engine
-from composer.errors import ComposerError
+from composer.engine.engine import ContainerEngine, Engine
+from composer.core.errors import ComposerError
 from tests.integration.test_build import REGISTRY, composer
 
 pytestmark = pytest.mark.integration

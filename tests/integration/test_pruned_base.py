@@ -11,11 +11,11 @@ import uuid
 
 import pytest
 
-from composer.catalog import Catalog
-from composer.errors import BuildFailed
+from composer.spec.catalog import Catalog
+from composer.core.errors import BuildFailed
 from composer.pipeline import build_image
-from composer.pruning import BuildStages
-from composer.resolve import resolve
+from composer.build.pruning import BuildStages
+from composer.resolve.resolve import resolve
 from composer.standin import ngc
 from tests.conftest import TEST_LABEL
 from tests.integration.test_ngc_scale import BACKENDS, SERVED, _cases, _repository

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from composer.engine import Engine
-from composer.errors import RegistryError
-from composer.refs import ImageRef
-from composer.registry import mirror_release, push_image
-from composer.registry_client import RegistryAuth
+from composer.engine.engine import Engine
+from composer.core.errors import RegistryError
+from composer.core.refs import ImageRef
+from composer.publish.push import mirror_release, push_image
+from composer.registry.client import RegistryAuth
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ import pytest
 from tests.cli import composer as run_composer
 import yaml
 
-from composer.refs import ImageRef
-from composer.registry import push_image
-from composer.registry_client import Registries
+from composer.core.refs import ImageRef
+from composer.publish.push import push_image
+from composer.registry.client import Registries
 
 pytestmark = pytest.mark.integration
 

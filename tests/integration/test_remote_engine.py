@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from composer.engine import ContainerEngine, Engine
-from composer.errors import ComposerError
+from composer.engine.engine import ContainerEngine, Engine
+from composer.core.errors import ComposerError
 from tests.conftest import TEST_LABEL, TEST_LABEL_KEY, TEST_RUN
 from tests.integration.test_build import REGISTRY, composer
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from composer.sbom import SBOM_PATH, validate
+from composer.verify.sbom import SBOM_PATH, validate
 from tests.cli import composer
 
 pytestmark = pytest.mark.integration

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from composer.catalog import Catalog
-from composer.samples import load_samples
+from composer.spec.catalog import Catalog
+from composer.verify.samples import load_samples
 from composer.standin import build_standins
-from composer.triton_client import TritonHTTP
+from composer.verify.triton_client import TritonHTTP
 pytestmark = pytest.mark.integration
 
 STANDIN_RELEASE = "24.09"  # the release the standin_images fixture builds
@@ -104,7 +104,7 @@ def test_backend_folders_are_self_contained_and_bundle_no_numpy(engine, standin_
         "s = onnxruntime.InferenceSession('/s/model.onnx', providers=['CPUExecutionProvider']); "
         "print(numpy.__version__, s.run(None, {'INPUT0': numpy.arange(4, dtype=numpy.float32)})[0].tolist())"
     )
-    from composer.samples import models_dir
+    from composer.verify.samples import models_dir
 
     result = engine.run_once(
         standin_images.full_ref,
@@ -120,7 +120,7 @@ def test_backend_folders_are_self_contained_and_bundle_no_numpy(engine, standin_
 
 
 def test_release_without_recipe_is_a_usage_error(engine):
-    from composer.errors import UsageError
+    from composer.core.errors import UsageError
 
     with pytest.raises(UsageError) as caught:
         build_standins(engine, Catalog.load().release("23.07"), on_line=lambda _line: None)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from composer.catalog import Catalog
-from composer.plan import BaseConfig, BaseImage, Offer, make_plan
+from composer.spec.catalog import Catalog
+from composer.resolve.plan import BaseConfig, BaseImage, Offer, make_plan
 from tests.specs import spec
 
 FULL_DIGEST = "sha256:" + "f" * 64

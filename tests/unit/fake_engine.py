@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from composer.engine import Container, ContainerEngine, Gpus, ImageInfo, Layer, RunResult, gpu_request
-from composer.errors import ImageNotFound, RegistryError
+from composer.engine.engine import Container, ContainerEngine, Gpus, ImageInfo, Layer, RunResult, gpu_request
+from composer.core.errors import ImageNotFound, RegistryError
 
 PUSHED_DIGEST = "sha256:" + "d" * 64
-FACTS_COMMAND = ["/bin/sh", "/composer-facts.sh"]  # composer.sbom.read_facts, in a built image
+FACTS_COMMAND = ["/bin/sh", "/composer-facts.sh"]  # composer.verify.sbom.read_facts, in a built image
 
 
 def recorded_facts() -> str:

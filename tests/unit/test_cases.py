@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from composer.cases import (
+from composer.spec.cases import (
     CaseError, check_against_config, default_request, model_cases, parse_cases, read_cases_file,
     repository_problem,
 )
-from composer.triton_client import TensorData
+from composer.verify.triton_client import TensorData
 
 CASE = {
     "model": "affine",

@@ -1,7 +1,7 @@
 import pytest
 
-from composer.catalog import Catalog
-from composer.errors import UsageError
+from composer.spec.catalog import Catalog
+from composer.core.errors import UsageError
 
 
 @pytest.fixture(scope="module")

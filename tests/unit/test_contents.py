@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import pytest
 
-from composer import contents
-from composer.contents import Component, FullImageContents, LibraryNeed, inspect_full
-from composer.engine import RunResult
-from composer.errors import ComposerError, ImageNotFound
+from composer.resolve import contents
+from composer.resolve.contents import Component, FullImageContents, LibraryNeed, inspect_full
+from composer.engine.engine import RunResult
+from composer.core.errors import ComposerError, ImageNotFound
 from tests.unit.fake_engine import FakeEngine
 
 PROBE_DOC = {

@@ -7,8 +7,8 @@ import docker.errors
 import pytest
 import requests
 
-from composer.engine import ContainerEngine, DockerEngine, Endpoint, gpu_request
-from composer.errors import ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError
+from composer.engine.engine import ContainerEngine, DockerEngine, Endpoint, gpu_request
+from composer.core.errors import ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError
 from tests.unit.fake_engine import FakeEngine
 
 

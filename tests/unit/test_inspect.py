@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from composer.artifacts import fallback_tag, find_sbom, push_sbom
-from composer.errors import UsageError
-from composer.inspect_image import Difference, ImageReport
-from composer.sbom import PythonPackage, make_sbom, parse_facts
+from composer.publish.artifacts import fallback_tag, find_sbom, push_sbom
+from composer.core.errors import UsageError
+from composer.publish.inspect import Difference, ImageReport
+from composer.verify.sbom import PythonPackage, make_sbom, parse_facts
 from tests.unit.fake_engine import recorded_facts
 
 NGC_ENV = {"NVIDIA_TRITON_SERVER_VERSION": "24.09", "TRITON_SERVER_VERSION": "2.50.0", "CUDA_VERSION": "12.6.1",

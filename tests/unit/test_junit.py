@@ -4,9 +4,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from composer.errors import UsageError
-from composer.junit import write_junit
-from composer.smoke import SmokeReport, SmokeRow
+from composer.core.errors import UsageError
+from composer.publish.junit import write_junit
+from composer.verify.smoke import SmokeReport, SmokeRow
 
 REPORT = SmokeReport(
     image="team/triton:onnx",

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from composer.engine import ImageInfo
-from composer.errors import ImageNotFound, RegistryError, UsageError
-from composer.lock import (
+from composer.engine.engine import ImageInfo
+from composer.core.errors import ImageNotFound, RegistryError, UsageError
+from composer.publish.lock import (
     LockedImage,
     check_current,
     check_lock,
@@ -19,7 +19,7 @@ from composer.lock import (
     read_lock,
     write_lock,
 )
-from composer.sets import preset_path
+from composer.spec.sets import preset_path
 from tests.unit.fake_engine import FakeEngine
 
 D1 = "sha256:" + "1" * 64

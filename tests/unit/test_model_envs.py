@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from composer.errors import UsageError
-from composer.model_envs import ENVS_ROOT, ModelEnv, check_python, check_server, hints, pointed_config, requested
-from composer.render import write_context
-from composer.spec import given_on_command_line
+from composer.core.errors import UsageError
+from composer.resolve.model_envs import ENVS_ROOT, ModelEnv, check_python, check_server, hints, pointed_config, requested
+from composer.render.render import write_context
+from composer.spec.options import given_on_command_line
 
 
 def _repository(tmp_path, models):
@@ -136,8 +136,8 @@ def test_make_env_refuses_a_python_that_is_not_the_stubs(tmp_path):
 
 
 def test_a_set_names_model_environments_relative_to_its_folder(tmp_path):
-    from composer.errors import UsageError as Usage
-    from composer.sets import load_set
+    from composer.core.errors import UsageError as Usage
+    from composer.spec.sets import load_set
 
     (tmp_path / "r.txt").write_text("six\n")
     path = tmp_path / "envs.yaml"

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from composer.errors import UsageError
-from composer.render import MARKER, check_output, write_context
+from composer.core.errors import UsageError
+from composer.render.render import MARKER, check_output, write_context
 
 
 def test_marker_lists_every_rendered_file_with_its_digest(ngc_plan, tmp_path):
@@ -56,7 +56,7 @@ def test_a_user_file_in_the_way_is_refused_by_name(ngc_plan, tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "six-1.16.0-py2.py3-none-any.whl").write_bytes(b"w")
-    from composer.spec import Packages
+    from composer.spec.options import Packages
 
     with pytest.raises(UsageError, match="packages/requirements.txt is in the way"):
         write_context(ngc_plan("python", packages=Packages(specs=("six",), wheelhouse=wheels)), out)
@@ -89,7 +89,7 @@ def test_a_linked_folder_inside_is_refused(ngc_plan, tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "six-1.16.0-py2.py3-none-any.whl").write_bytes(b"w")
-    from composer.spec import Packages
+    from composer.spec.options import Packages
 
     with pytest.raises(UsageError, match="packages"):
         write_context(ngc_plan("python", packages=Packages(specs=("six",), wheelhouse=wheels)), out)
@@ -104,7 +104,7 @@ def test_a_re_render_of_an_unchanged_folder_succeeds(ngc_plan, tmp_path):
 
 
 def test_bundle_staging_never_touches_a_users_path(tmp_path):
-    from composer.files import fresh_folder
+    from composer.core.files import fresh_folder
 
     out = tmp_path / "b.tar"
     (tmp_path / "b.tar.staging").mkdir()
@@ -115,7 +115,7 @@ def test_bundle_staging_never_touches_a_users_path(tmp_path):
 
 
 def test_bundle_output_refuses_a_file_it_did_not_write(tmp_path):
-    from composer.bundle import check_bundle_output
+    from composer.publish.bundle import check_bundle_output
 
     mine = tmp_path / "b.tar"
     mine.write_text("my notes")

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from composer import pipeline
-from composer.catalog import Catalog
-from composer.contents import Component, FullImageContents
-from composer.engine import ImageInfo, RunResult
-from composer.errors import RegistryError, UsageError
-from composer import resolve as resolving
+from composer.spec.catalog import Catalog
+from composer.resolve.contents import Component, FullImageContents
+from composer.engine.engine import ImageInfo, RunResult
+from composer.core.errors import RegistryError, UsageError
+from composer.resolve import resolve as resolving
 from composer.pipeline import Run, build_image, compose
-from composer.resolve import Inspection, plan_from_inspection, resolve_targets
-from composer.smoke import SmokeReport, SmokeRow
+from composer.resolve.resolve import Inspection, plan_from_inspection, resolve_targets
+from composer.verify.smoke import SmokeReport, SmokeRow
 from tests.specs import spec
 from tests.unit.fake_engine import FakeEngine, recorded_facts
 
@@ -125,7 +125,7 @@ def test_a_failed_push_keeps_the_smoke_result(engine, monkeypatch):
     def refuse(*args, **kwargs):
         raise RegistryError("cannot push r.example/t:1: the registry refused the credentials")
 
-    monkeypatch.setattr("composer.registry.push_image", refuse)
+    monkeypatch.setattr("composer.publish.push.push_image", refuse)
     outcome = compose(engine, spec(backends=("python",), version="24.09", tag="team/triton:2", push="r.example/t:1"),
                       Catalog.load(), Run(), inspection=inspection)
     assert outcome.result is not None and outcome.result.smoke.passed and outcome.pushed is None

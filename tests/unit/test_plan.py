@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.errors import UsageError
-from composer.plan import BaseImage, Offer, default_tag, make_plan, resolve_release, suggest
+from composer.core.errors import UsageError
+from composer.resolve.plan import BaseImage, Offer, default_tag, make_plan, resolve_release, suggest
 from tests.specs import spec
 
 
@@ -45,8 +45,8 @@ def test_unknown_cache_and_repoagent(catalog):
 
 
 def test_no_backend_is_an_error_of_the_spec(catalog):
-    """One rule (composer.spec.problems), checked before any work; the plan does not repeat it."""
-    from composer.spec import check
+    """One rule (composer.spec.options.problems), checked before any work; the plan does not repeat it."""
+    from composer.spec.options import check
 
     with pytest.raises(UsageError, match="at least one backend"):
         check(spec(version="24.09"))

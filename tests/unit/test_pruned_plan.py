@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from composer.engine import ImageInfo
-from composer.errors import Invalid, UsageError
-from composer.plan import Offer, make_plan
-from composer.pruning import BASE_LABEL, base_key, proof_failure, pruned_base
-from composer.render import render_dockerfile, write_context
-from composer.sizes import report_from
-from composer.spec import OPTIONS, check
+from composer.engine.engine import ImageInfo
+from composer.core.errors import Invalid, UsageError
+from composer.resolve.plan import Offer, make_plan
+from composer.build.pruning import BASE_LABEL, base_key, proof_failure, pruned_base
+from composer.render.render import render_dockerfile, write_context
+from composer.verify.sizes import report_from
+from composer.spec.options import OPTIONS, check
 from tests.specs import spec
 from tests.unit.test_sizes import copy
 
@@ -70,7 +70,7 @@ def test_the_proofs_line_is_the_error():
 
 
 def test_build_stages_sweeps_the_pruned_stages_and_the_last_image_only():
-    from composer.pruning import BuildStages
+    from composer.build.pruning import BuildStages
     from tests.unit.fake_engine import FakeEngine
 
     stages = BuildStages()

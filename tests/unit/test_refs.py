@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from composer.errors import UsageError
-from composer.refs import (
+from composer.core.errors import UsageError
+from composer.core.refs import (
     ImageRef,
     build_source,
     check_registry_prefix,

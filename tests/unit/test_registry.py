@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from composer.engine import ImageInfo
-from composer.errors import ImageNotFound, RegistryError, UsageError
-from composer.registry import Failure, classify, push_image
-from composer.registry_client import (
+from composer.engine.engine import ImageInfo
+from composer.core.errors import ImageNotFound, RegistryError, UsageError
+from composer.publish.push import Failure, classify, push_image
+from composer.registry.client import (
     InsecureRegistries,
     Registries,
     RegistryApi,

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.render import render_dockerfile, render_sbom_layer, write_context
-from composer.sbom import SBOM_PATH, parse_facts, version_labels
+from composer.render.render import render_dockerfile, render_sbom_layer, write_context
+from composer.verify.sbom import SBOM_PATH, parse_facts, version_labels
 from tests.unit.fake_engine import recorded_facts
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -137,7 +137,7 @@ def test_custom_backend_is_copied(ngc_plan, tmp_path):
 
 def test_packages_render_from_a_wheelhouse_without_secrets(ngc_plan, tmp_path):
     """What the pipeline plans once it fetched the wheels on the host: no index, no secret."""
-    from composer.spec import Packages
+    from composer.spec.options import Packages
 
     secret = "tok-3141592653"
     wheelhouse = tmp_path / "wheels"
@@ -163,16 +163,16 @@ def test_packages_render_from_a_wheelhouse_without_secrets(ngc_plan, tmp_path):
 
 
 def test_packages_from_an_index_are_never_planned_into_the_build(ngc_plan):
-    from composer.errors import UsageError
-    from composer.spec import Packages
+    from composer.core.errors import UsageError
+    from composer.spec.options import Packages
 
     with pytest.raises(UsageError, match="installed from a wheelhouse"):
         ngc_plan("python", packages=Packages(specs=("six",), index_url="https://u:p@pypi.example/simple"))
 
 
 def test_redaction_takes_whole_secrets_only():
-    from composer.packages import redactor, secrets_of
-    from composer.spec import Packages
+    from composer.resolve.packages import redactor, secrets_of
+    from composer.spec.options import Packages
 
     packages = Packages(specs=("x @ https://TOKEN123@files.example/x.whl",),
                         index_url="https://S:pa55w0rd-long@pypi.example/simple?k=v",
@@ -185,8 +185,8 @@ def test_redaction_takes_whole_secrets_only():
 
 
 def test_packages_need_the_python_backend(ngc_plan):
-    from composer.errors import UsageError
-    from composer.spec import Packages as PackageOptions
+    from composer.core.errors import UsageError
+    from composer.spec.options import Packages as PackageOptions
 
     with pytest.raises(UsageError, match="--backend python"):
         ngc_plan("onnxruntime", packages=PackageOptions(specs=("six",)))

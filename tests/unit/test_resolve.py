@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from composer import cli, resolve
-from composer.engine import ImageInfo, RunResult
+from composer.cli import main as cli
+from composer.resolve import resolve
+from composer.engine.engine import ImageInfo, RunResult
 from tests.unit.fake_engine import FACTS_COMMAND, FakeEngine, recorded_facts
 from tests.unit.test_contents import PROBE_DOC
 
@@ -81,15 +82,15 @@ def test_render_starts_one_full_image_container(engine, tmp_path):
 
 
 def _unavailable():
-    from composer.errors import EngineUnavailable
+    from composer.core.errors import EngineUnavailable
 
     raise EngineUnavailable("no engine answers")
 
 
 def test_render_without_an_engine_plans_from_the_catalog_when_a_release_is_named(tmp_path):
-    from composer.catalog import Catalog
-    from composer.errors import EngineUnavailable
-    from composer.spec import CompositionSpec
+    from composer.spec.catalog import Catalog
+    from composer.core.errors import EngineUnavailable
+    from composer.spec.options import CompositionSpec
 
     catalog = Catalog.load()
     spec = CompositionSpec().with_fields({"images.version": "24.09", "selection.backends": ("python",)})
@@ -104,8 +105,8 @@ def test_render_without_an_engine_plans_from_the_catalog_when_a_release_is_named
 
 
 def test_render_with_missing_images_falls_back_to_the_catalog(engine, tmp_path):
-    from composer.catalog import Catalog
-    from composer.spec import CompositionSpec
+    from composer.spec.catalog import Catalog
+    from composer.spec.options import CompositionSpec
 
     spec = CompositionSpec().with_fields({"images.version": "24.09", "images.registry": "localhost/elsewhere",
                                           "selection.backends": ("python",)})

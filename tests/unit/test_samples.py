@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from composer.samples import load_samples, samples_for
-from composer.triton_client import TensorData
+from composer.verify.samples import load_samples, samples_for
+from composer.verify.triton_client import TensorData
 
 MODEL_FILE = {"python": "model.py", "onnxruntime": "model.onnx", "pytorch": "model.pt"}
 

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from composer.errors import UsageError
-from composer.spec import DEFAULT_REGISTRY, given_on_command_line
-from composer.sets import load_set, override, preset_path, shipped_presets
+from composer.core.errors import UsageError
+from composer.spec.options import DEFAULT_REGISTRY, given_on_command_line
+from composer.spec.sets import load_set, override, preset_path, shipped_presets
 
 FULL = """\
 # everything a set can say

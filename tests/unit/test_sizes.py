@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-from composer.engine import Layer
-from composer.sizes import destination, measure
+from composer.engine.engine import Layer
+from composer.verify.sizes import destination, measure
 
 NOP = "/bin/sh -c #(nop) "
 

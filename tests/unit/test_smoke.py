@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from composer import smoke
-from composer.engine import RunResult
-from composer.smoke import SmokePlan, smoke_test
-from composer.errors import EngineError, UsageError
-from composer.triton_client import TensorData
+from composer.verify import smoke
+from composer.engine.engine import RunResult
+from composer.verify.smoke import SmokePlan, smoke_test
+from composer.core.errors import EngineError, UsageError
+from composer.verify.triton_client import TensorData
 from tests.unit.fake_engine import FakeEngine
 
 
@@ -229,14 +229,14 @@ def _recorded(output: str, exit_code: int = 0) -> FakeEngine:
 
 
 def _image(env=None):
-    from composer.engine import ImageInfo
+    from composer.engine.engine import ImageInfo
 
     return ImageInfo(id="sha256:" + "a" * 64, ref="team/t:1", tags=("team/t:1",), repo_digests=(), env=env or {},
                      labels={}, size=0)
 
 
 def test_smoke_test_image_reads_the_plan_from_the_record():
-    from composer.spec import Result
+    from composer.spec.options import Result
 
     engine = _recorded('{"backends": ["onnxruntime", "python"], "server_version": "2.50.0"}')
     plan, record = smoke.image_smoke_plan(engine, _image(), "team/t:1", (), Result(strict=True))
@@ -247,8 +247,8 @@ def test_smoke_test_image_reads_the_plan_from_the_record():
 
 
 def test_a_corrupt_record_is_an_error_naming_the_image():
-    from composer.errors import ComposerError
-    from composer.spec import Result
+    from composer.core.errors import ComposerError
+    from composer.spec.options import Result
 
     for output in ("{not json", '["a list"]'):
         with pytest.raises(ComposerError, match=r"^team/t:1: its composition record .* is not a JSON object"):

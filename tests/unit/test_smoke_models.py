@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from composer import smoke
-from composer.engine import RunResult
-from composer.errors import UsageError
-from composer.smoke import SmokePlan, server_reasons, smoke_test
-from composer.triton_client import InferenceError, TensorData
+from composer.verify import smoke
+from composer.engine.engine import RunResult
+from composer.core.errors import UsageError
+from composer.verify.smoke import SmokePlan, server_reasons, smoke_test
+from composer.verify.triton_client import InferenceError, TensorData
 from tests.unit.fake_engine import FakeEngine
 
 AFFINE_CONFIG = {

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from composer.errors import UsageError
-from composer.sets import load_set
-from composer.spec import (
+from composer.core.errors import UsageError
+from composer.spec.sets import load_set
+from composer.spec.options import (
     OPTIONS,
     CompositionSpec,
     check,

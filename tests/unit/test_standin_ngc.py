@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from composer.in_image import collect
-from composer.render import templates
+from composer.render.render import templates
 from composer.standin import debs, ngc
 from composer.standin import ngc_packages as pkgs
 

@@ -1,4 +1,4 @@
-"""The validators of each input kind (composer.spec, composer.files) and the one redaction."""
+"""The validators of each input kind (composer.spec.options, composer.core.files) and the one redaction."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from composer.errors import Invalid
-from composer.files import load_structured, path_problem, read_text
-from composer.redaction import redact, redact_url, strip_url
-from composer.spec import (
+from composer.core.errors import Invalid
+from composer.core.files import load_structured, path_problem, read_text
+from composer.core.redaction import redact, redact_url, strip_url
+from composer.spec.options import (
     ascii_number,
     check_gpus,
     check_label_key,
@@ -39,7 +39,7 @@ def test_numbers_are_ascii_digits_in_range():
 
 
 def test_source_date_epoch():
-    from composer.errors import UsageError
+    from composer.core.errors import UsageError
 
     assert source_date_epoch("0") == 0
     for bad in ("\u0661", "-1", "9" * 18):
@@ -132,8 +132,8 @@ def test_redaction_is_linear():
 
 
 def test_requirement_forms_are_recorded_without_credentials():
-    from composer.packages import installable_requirement, public_requirement, secrets_of
-    from composer.spec import Packages
+    from composer.resolve.packages import installable_requirement, public_requirement, secrets_of
+    from composer.spec.options import Packages
 
     lines = ("six @ https://u:TOKEN@h/six-1.16.0-py2.py3-none-any.whl", "https://TOKEN@h/pkg-1.0-py3-none-any.whl?k=TOKEN")
     assert [public_requirement(line) for line in lines] == [
@@ -144,8 +144,8 @@ def test_requirement_forms_are_recorded_without_credentials():
 
 def test_a_100_kb_argument_is_refused_in_well_under_a_second():
     """The check itself, without the process start: no pattern backtracks on a long value."""
-    from composer.errors import UsageError
-    from composer.spec import given_on_command_line
+    from composer.core.errors import UsageError
+    from composer.spec.options import given_on_command_line
 
     big = "a" * 100_000
     for values in ({"pip": [big]}, {"pip": [big + "://"]}, {"label": [f"k={big}"]}, {"label": [f"{big}=v"]},

@@ -1,0 +1,169 @@
+"""A pruned base (--base pruned), host side: the base image, its proof's verdict and its report.
+
+The decision (which packages and files of the min image stay) is made inside the build by
+in_image/prune.py, and the proof by in_image/prove.sh in a stage of its own, so a miss fails the
+build before anything is tagged. The base is a build of its own (the context's pruned-base/
+folder), made once per min image and selection and reused after: writing GBs of fresh layer is
+most of a pruned build's cost. This module makes or finds that base, turns the proof's failure
+into one line and reads the report the decision left in the image ({ROOT}/pruned.json) for
+`--explain` and `--json`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from composer.engine.engine import Engine
+from composer.core.errors import BuildFailed, ComposerError
+from composer.cli.output import human_size
+from composer.resolve.plan import ROOT, CompositionPlan
+from composer.core.progress import LineSink, quiet
+
+REPORT = f"{ROOT}/pruned.json"
+PROOF_FAILED = "proof failed: "
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # the engine colours a step's stderr
+
+
+BASE_LABEL = "org.triton-composer.pruned-base"  # its value: the key of what the base was made from
+BASE_REPOSITORY = "triton-composer/pruned-base"
+
+
+@dataclass(frozen=True)
+class PrunedBase:
+    """The image a pruned composition is built FROM: made by this build, or found from an earlier one."""
+
+    image: str
+    tag: str
+    key: str
+    made: bool
+    seconds: float  # spent making it; 0 when reused
+
+    def to_dict(self) -> dict:
+        return {"image": self.image, "tag": self.tag, "key": self.key, "reused": not self.made,
+                "seconds": round(self.seconds, 1)}
+
+
+def base_key(plan: CompositionPlan, context: Path) -> str:
+    """What a pruned base is made from: the images its Dockerfile builds FROM (by id) and every file
+    of its build context (its Dockerfile names the selection, the composer's version and the steps).
+    The same key means the same base, so a base made before is used as it is."""
+    digest = hashlib.sha256()
+    for image in (plan.full, plan.min, *(other.image for other in plan.foreign_backends)):
+        digest.update(f"image {image.role} {image.id or image.from_ref}\n".encode())
+    for path in sorted(context.rglob("*")):
+        name = path.relative_to(context).as_posix()
+        if path.is_symlink():
+            digest.update(f"link {name} {os.readlink(path)}\n".encode())
+        elif path.is_file():
+            content = hashlib.sha256(path.read_bytes()).hexdigest()
+            digest.update(f"file {name} {path.stat().st_mode & 0o777:o} {content}\n".encode())
+    return digest.hexdigest()
+
+
+def pruned_base(
+    engine: Engine, plan: CompositionPlan, context: Path, *,
+    labels: Mapping[str, str] | None = None, on_line: LineSink = quiet,
+) -> PrunedBase:
+    """The pruned base of `plan`: the image made before from the same inputs (its tag names their
+    key, its label holds it whole), or one made now from `context` and tagged, so that later builds
+    find it and `docker image prune` keeps it."""
+    key = base_key(plan, context)
+    tag = f"{BASE_REPOSITORY}:{plan.release.name}-{key[:16]}"
+    found = engine.image(tag)  # by its tag: images built on it inherit its label
+    if found is not None and found.labels.get(BASE_LABEL) == key:
+        on_line(f"pruned base: reusing {tag}, made before from the same min image for the same selection")
+        return PrunedBase(found.id, tag, key, made=False, seconds=0.0)
+    on_line(f"pruned base: making {tag} (once for this min image and selection; later builds reuse it)")
+    started = time.monotonic()
+    try:
+        image = engine.build(context, tag=tag, labels={**(labels or {}), BASE_LABEL: key},
+                             network_mode="none", on_line=on_line)
+    except BuildFailed as failure:
+        raise BuildFailed(f"making the pruned base failed: {failure.message}", log_tail=failure.log_tail) from failure
+    seconds = time.monotonic() - started
+    on_line(f"pruned base: made {tag} in {seconds:.0f} s")
+    return PrunedBase(image, tag, key, made=True, seconds=seconds)
+
+
+def proof_failure(log_tail: str) -> str | None:
+    """The proof's one line (file and library) from a failed build's log, or None."""
+    for line in _COLOUR.sub("", log_tail).splitlines():
+        if line.strip().startswith(PROOF_FAILED):
+            return "pruned base: " + line.strip()[len(PROOF_FAILED):]
+    return None
+
+
+@dataclass(frozen=True)
+class PruningReport:
+    """Each kept package with why, each dropped package with its size (from prune.py)."""
+
+    kept: tuple[dict, ...]
+    dropped: tuple[dict, ...]
+    loaded_at_run_time: tuple[dict, ...]
+    dropped_files: dict
+
+    @classmethod
+    def read(cls, engine: Engine, image: str) -> "PruningReport":
+        result = engine.run_once(image, ["cat", REPORT], entrypoint=[])
+        try:
+            raw = json.loads(result.output)
+            return cls(tuple(raw["kept"]), tuple(raw["dropped"]), tuple(raw["loaded_at_run_time"]),
+                       dict(raw["dropped_files_of_kept_packages"]))
+        except (ValueError, KeyError, TypeError):
+            raise ComposerError(f"the image holds no readable {REPORT}") from None
+
+    def to_dict(self) -> dict:
+        return {"kept": list(self.kept), "dropped": list(self.dropped),
+                "loaded_at_run_time": list(self.loaded_at_run_time),
+                "dropped_files_of_kept_packages": self.dropped_files}
+
+    def explain(self) -> str:
+        kept = sum(p["size"] for p in self.kept)
+        dropped = sum(p["size"] for p in self.dropped)
+        lines = [f"pruned base: kept {len(self.kept)} packages ({human_size(kept)}), "
+                 f"dropped {len(self.dropped)} ({human_size(dropped)}) and {self.dropped_files.get('count', 0)} files "
+                 f"of kept packages ({human_size(self.dropped_files.get('bytes', 0))}: documentation, headers, "
+                 "static archives, TensorRT's builder resource)"]
+        width = max([len(p["package"]) for p in self.kept + self.dropped] or [0])
+        lines += [f"  kept     {p['package'].ljust(width)}  {human_size(p['size']).rjust(9)}  {p['why']}" for p in self.kept]
+        lines += [f"  dropped  {p['package'].ljust(width)}  {human_size(p['size']).rjust(9)}"
+                  for p in sorted(self.dropped, key=lambda p: -p["size"])]
+        lines += [f"  run-time {item['library']}: {item['why']}" for item in self.loaded_at_run_time]
+        return "\n".join(lines)
+
+
+class BuildStages:
+    """A line sink that remembers the last image of each stage of classic builds (a pruned base's
+    build and the composition's), so the stage images no tag keeps can be swept: they stay in the
+    build cache, like every stage of a multi-stage build."""
+
+    SWEPT = ("decide", "pruned", "proof")  # the pruned base's own stages; collect's cache is shared
+
+    def __init__(self, on_line=lambda _line: None):
+        self.on_line = on_line
+        self.ends: list[tuple[str, str]] = []  # (stage name, its last image)
+        self._stage, self._last = "", None
+
+    def __call__(self, line: str) -> None:
+        self.on_line(line)
+        stage = re.match(r"\s*Step \d+/\d+ : FROM \S+(?: AS (\S+))?", line)
+        if stage:
+            if self._last:
+                self.ends.append((self._stage, self._last))
+            self._stage, self._last = stage.group(1) or "", None
+        found = re.match(r"\s*---> ([0-9a-f]{12})$", line)
+        if found:
+            self._last = found.group(1)
+
+    def sweep(self, engine: Engine) -> None:
+        """Remove the pruned base's stage images and the build's last one, unless named (a tag stays)."""
+        last = [self._last] if self._last else []
+        for image in [i for name, i in self.ends if name in self.SWEPT] + last:
+            engine.discard_untagged(image)

@@ -1,0 +1,673 @@
+"""The `composer` command: parse options, call the pipeline, print. Nothing else lives here.
+
+Progress goes to stderr so that `--json` output on stdout stays machine-readable; every
+ComposerError becomes one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+from composer import __version__
+from composer.spec.catalog import Catalog
+from composer.core.errors import (
+    BuildFailed,
+    ComposerError,
+    Invalid,
+    SmokeTestFailed,
+    UsageError,
+)
+from composer.cli.output import Printer, human_size, smoke_table
+from composer.core.redaction import redact
+from composer.core.files import check_output_file, printable
+from composer.core.refs import is_image_id
+from composer.spec.options import (
+    BACKENDS,
+    BUILD,
+    BUNDLE,
+    INSPECT,
+    MIRROR,
+    RENDER,
+    SMOKE,
+    WHEELS,
+    CompositionSpec,
+    Flag,
+    LocalPath,
+    Option,
+    RequirementFiles,
+    check,
+    check_environment,
+    check_reference,
+    flags_for,
+    given_on_command_line,
+)
+
+try:  # the command-line library under typer: vendored by newer typers, click itself before
+    from typer._click import exceptions as _cli_errors
+except ImportError:  # pragma: no cover
+    import click.exceptions as _cli_errors
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Compose slim Triton Inference Server images and prove they serve.",
+    pretty_exceptions_enable=False,
+)
+
+
+def reports_errors(command):
+    """Turn every failure of a command into one line and an exit code, never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ComposerError as error:
+            if isinstance(error, BuildFailed) and error.log_tail:  # the output first: the error is the last line
+                typer.echo("--- build output (tail) ---\n" + redact(error.log_tail.rstrip()), err=True)
+            if kwargs.get("as_json") and not getattr(error, "reported", False):
+                _json_error(error)  # --json answers on every exit path
+            typer.secho(f"error: {redact(error.message)}", err=True, fg="red")
+            raise typer.Exit(error.exit_code)
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130)
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception as error:  # a bug: still one line, the traceback on request
+            if os.environ.get("COMPOSER_DEBUG"):
+                raise
+            typer.secho(
+                f"internal error: {type(error).__name__}: {printable(redact(str(error)))} "
+                "(COMPOSER_DEBUG=1 shows the traceback)",
+                err=True,
+                fg="red",
+            )
+            raise typer.Exit(70)
+
+    return wrapper
+
+
+def _json_error(error: ComposerError) -> None:
+    payload: dict[str, Any] = {"error": error.message, "exit_code": error.exit_code}
+    report = getattr(error, "report", None)
+    if report is not None:
+        payload["smoke_test"] = report.to_dict()
+    typer.echo(redact(json.dumps(payload, indent=2, sort_keys=True)))
+
+
+def check_wheelhouse_output(folder: Path) -> None:
+    """wheels -o DIR: a folder (new or existing) where files can be made, checked before any work."""
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"-o {printable(str(folder))}: exists and is not a folder")
+    try:  # the folder's own writability is the test: a wheel is a file in it
+        check_output_file(Path(folder) / "wheel.whl", "-o")
+    except Invalid as problem:
+        raise UsageError(str(problem).replace("/wheel.whl", "")) from None
+
+
+def _engine():
+    from composer.engine.engine import Engine
+
+    return Engine.connect()
+
+
+# -- spec options: declared once in composer.spec.options, turned into typer parameters here ---------
+
+
+def _typer_parameter(option: Option) -> inspect.Parameter:
+    """The typer parameter of one declared flag (repeatable kinds become lists)."""
+    names = [option.flag, *option.aliases] + ([option.short] if option.short else [])
+    kind = option.kind
+    if isinstance(kind, Flag):
+        annotation, default = bool, False
+    elif kind.repeatable or option.flag_key is not None:
+        annotation, default = List[Path] if isinstance(kind, RequirementFiles) else List[str], []
+    else:
+        annotation, default = Optional[Path] if isinstance(kind, LocalPath) else Optional[str], None
+    info = typer.Option(default, *names, help=option.help, envvar=option.envvar, show_envvar=False)
+    return inspect.Parameter(option.param, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+
+
+def spec_options(command: str):
+    """Give a typer command the flags of every spec option it takes.
+
+    The command receives `given`: field path -> value for the fields the command line gave,
+    each read and checked by its declaration (composer.spec.options.given_on_command_line).
+    """
+
+    def decorate(function):
+        flags = flags_for(command)
+        own = [p for p in inspect.signature(function).parameters.values() if p.name != "given"]
+
+        @functools.wraps(function)
+        def wrapper(**kwargs):
+            values = {option.param: kwargs.pop(option.param) for option in flags}
+            return function(given=given_on_command_line(command, values), **kwargs)
+
+        wrapper.__signature__ = inspect.Signature(own + [_typer_parameter(o) for o in flags])
+        return wrapper
+
+    return decorate
+
+
+SetOpt = typer.Option([], "--set", "-s", help="A backend set: YAML file or shipped preset name (repeatable: several images).")
+JsonOpt = typer.Option(False, "--json", help="Print a machine-readable result on stdout.")
+RegistryAuthOpt = typer.Option(
+    None, "--registry-auth",
+    help="Registry credentials: file:PATH or env:NAME holding user:password (default: docker login's).",
+)
+
+
+def _specs(command: str, set_files: list[str], given: dict[str, Any]) -> list[CompositionSpec]:
+    """The specs of a run: one per set (flags in place of the set's values), or the flags alone.
+
+    Everything is checked here, before any work starts.
+    """
+    from composer.spec.sets import specs_from_sets
+
+    if set_files:
+        if len(set_files) > 1 and ("result.tag" in given or "result.push" in given):
+            raise UsageError("--tag and --push name one image: with several --set files, put them in the sets")
+        specs = specs_from_sets(set_files, given)
+    else:
+        specs = [CompositionSpec().with_fields(given)]
+    for spec in specs:
+        check(spec, command)
+    return specs
+
+
+def _one_spec(command: str, set_files: list[str], given: dict[str, Any]) -> CompositionSpec:
+    if len(set_files) > 1:
+        raise UsageError(f"composer {command} takes one --set")
+    return _specs(command, set_files, given)[0]
+
+
+# -- commands -------------------------------------------------------------------
+
+
+@app.command()
+@reports_errors
+@spec_options(BUILD)
+def build(
+    given: dict,
+    set_files: List[str] = SetOpt,
+    registry_auth: Optional[str] = RegistryAuthOpt,
+    locked: bool = typer.Option(False, "--locked", help="Build from the digests in the set's lock file."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write smoke-test results as JUnit XML."),
+    bundle: Optional[Path] = typer.Option(
+        None, "--bundle", help="Build from a bundle made by composer bundle: no registry, no network."
+    ),
+    explain: bool = typer.Option(False, "--explain", help="With --base pruned: list each package of the min image "
+                                 "kept (and why) or dropped (and its size)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Compose, build and smoke-test a slim image; tag (and push) it only once it serves."""
+    from composer.pipeline import Run, compose_all
+    from composer.registry.client import load_auth
+
+    from composer.publish.junit import check_junit_output
+
+    out = Printer(as_json)
+    catalog = Catalog.load()
+    if junit is not None:
+        junit = check_junit_output(junit)
+    check_environment(os.environ)
+    if bundle is not None:
+        from composer.publish.bundle import check_overrides
+
+        check_overrides(given, set_files=set_files, locked=locked)
+    else:
+        specs = _specs(BUILD, set_files, given)
+        if explain and not all(spec.selection.base == "pruned" for spec in specs):
+            raise UsageError("--explain lists what a pruned base keeps and drops: add --base pruned")
+        if locked:
+            from composer.publish.lock import check_locked
+
+            check_locked(specs)
+    auth = load_auth(registry_auth)
+    with contextlib.ExitStack() as stack:
+        if bundle is not None:
+            from composer.publish.bundle import compose_bundle, unpacked
+
+            read = stack.enter_context(unpacked(bundle))  # checked before any engine is asked
+        engine = _engine()
+
+        def show_plan(plan) -> None:
+            for note in plan.notes:
+                out.step(f"note: {note}")
+            out.step(f"composing {plan.tag}: backends {', '.join(plan.all_backends)}")
+
+        run = Run(locked=locked, registry_auth=auth, on_line=out.step, on_build_line=out.build_line,
+                  on_plan=show_plan)
+        if bundle is not None:
+            outcomes = compose_bundle(engine, read, given, catalog, run)
+        else:
+            outcomes = compose_all(engine, specs, catalog, run)
+    _report(out, outcomes, junit, explain)
+
+
+def _report(out: Printer, outcomes, junit: Optional[Path], explain: bool = False) -> None:
+    """Print the outcomes (and write JUnit); any failure makes the command fail."""
+    from composer.publish.junit import outcome_entries, write_junit
+
+    for outcome in outcomes:
+        if isinstance(outcome.error, SmokeTestFailed):
+            out.smoke_failure(outcome.error.report, outcome.error.log_tail)
+    if junit is not None:
+        write_junit(outcome_entries(outcomes), junit)
+    failed = [o for o in outcomes if o.error is not None]
+    payload = outcomes[0].to_dict() if len(outcomes) == 1 else {"images": [o.to_dict() for o in outcomes]}
+    if len(outcomes) == 1 and failed:
+        error = failed[0].error
+        if out.as_json:  # the result, smoke rows included, on every exit path
+            out.result({**payload, "exit_code": error.exit_code}, "")
+            error.reported = True
+        if outcomes[0].result is not None and outcomes[0].result.smoke and not out.as_json:
+            typer.echo(smoke_table(outcomes[0].result.smoke))
+        raise error
+    for outcome in failed:
+        typer.secho(f"error: {outcome.spec.name}: {redact(outcome.error.message)}", err=True, fg="red")
+
+    def describe(outcome) -> str:
+        result = outcome.result
+        if result is None:
+            return f"{outcome.spec.name}: FAILED: {redact(outcome.error.message)}"
+        lines = [smoke_table(result.smoke)] if result.smoke else []
+        if outcome.error is not None:
+            lines.append(f"{outcome.spec.name}: FAILED: {redact(outcome.error.message)}")
+        if explain and result.pruning:
+            lines.append(result.pruning.explain())
+        if result.pruned_base:
+            base = result.pruned_base
+            lines.append(f"pruned base {base.tag}: " + (f"made in {base.seconds:.0f} s; later builds of this selection "
+                         "on this min image reuse it" if base.made else "reused (made by an earlier build)"))
+        if result.sizes:
+            lines.append(result.sizes.table())
+        lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
+        if outcome.pushed:
+            lines.append(f"pushed {outcome.pushed[0]}@{outcome.pushed[1]}")
+        return "\n".join(lines)
+
+    out.result(payload, "\n\n".join(describe(o) for o in outcomes))
+    if failed:
+        error = ComposerError(f"{len(failed)} of {len(outcomes)} images failed: {', '.join(o.spec.name for o in failed)}")
+        error.reported = True  # the JSON result above says so
+        raise error
+
+
+@app.command()
+@reports_errors
+def lock(
+    set_files: List[str] = typer.Option(..., "--set", "-s", help="Backend set(s) to lock (repeatable)."),
+    registry_auth: Optional[str] = RegistryAuthOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Resolve a set's base images to digests into a lock file beside it (for --locked builds)."""
+    from composer.publish.lock import lock_spec
+    from composer.resolve.resolve import resolve_targets
+    from composer.registry.client import Registries, load_auth
+
+    from composer.publish.lock import check_lock_output
+
+    out = Printer(as_json)
+    catalog = Catalog.load()
+    specs = _specs(BUILD, set_files, {})
+    for spec in specs:
+        check_lock_output(spec.source)
+    auth = load_auth(registry_auth)
+    engine = _engine()
+    locks = [lock_spec(engine, spec, resolve_targets(spec, catalog, engine), out.step,
+                       registries=Registries(engine, auth, spec.images.registry_ca))
+             for spec in specs]
+    out.result(
+        {"locks": [{"path": str(l.path), "images": [i.record() for i in l.images]} for l in locks]},
+        "\n".join(f"wrote {l.path}: " + ", ".join(f"{i.role} {i.digest[:19]}" for i in l.images) for l in locks),
+    )
+
+
+@app.command()
+@reports_errors
+@spec_options(MIRROR)
+def mirror(
+    given: dict,
+    to: str = typer.Option(..., "--to", help="Registry prefix to copy into, e.g. harbor.example/nvidia."),
+    registry_auth: Optional[str] = RegistryAuthOpt,
+    source_auth: Optional[str] = typer.Option(
+        None, "--source-auth", help="Credentials for --registry: file:PATH or env:NAME (user:password)."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Copy a release's full and min images into a private registry; only what is missing moves."""
+    from composer.publish.push import mirror_release
+    from composer.registry.client import load_auth
+
+    from composer.core.refs import check_registry_prefix
+
+    out = Printer(as_json)
+    images = CompositionSpec().with_fields(given).images
+    if images.version is None:
+        raise UsageError("--version is required: the release to mirror, YY.MM (e.g. 24.09)")
+    release = Catalog.load().release(images.version)
+    check_registry_prefix(to, "--to")
+    source, registry_ca = images.registry, images.registry_ca
+    auth, src_auth = load_auth(registry_auth), load_auth(source_auth)
+    engine = _engine()
+    result = mirror_release(engine, release, source=source, dest=to, auth=auth, source_auth=src_auth,
+                            registry_ca=registry_ca, on_line=out.step)
+    out.result(
+        result.to_dict(),
+        "\n".join(f"{'moved' if i.moved else 'present'}  {i.dest}@{i.digest}" for i in result.images),
+    )
+
+
+@app.command("inspect")
+@reports_errors
+@spec_options(INSPECT)
+def inspect_command(
+    given: dict,
+    images: List[str] = typer.Argument(..., metavar="REF [REF]",
+                                       help="An image; with a second one, what differs between them."),
+    remote: bool = typer.Option(False, "--remote", help="Read the registry even when the engine holds REF."),
+    registry_auth: Optional[str] = RegistryAuthOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """An image's versions, parts and SBOM without pulling it (from its registry, or the engine's copy)."""
+    from composer.publish.inspect import Difference, inspect as inspect_image
+    from composer.registry.client import Registries, load_auth
+
+    out = Printer(as_json)
+    if len(images) > 2:
+        raise UsageError(f"inspect takes one image, or two to compare; got {len(images)}")
+    for ref in images:
+        problem = check_reference(ref) if not is_image_id(ref) else None
+        if problem:
+            raise UsageError(f"REF {printable(ref[:200])}: {problem}")
+    auth = load_auth(registry_auth)
+    engine = _engine()
+    registries = Registries(engine, auth, CompositionSpec().with_fields(given).images.registry_ca)
+    reports = [inspect_image(engine, registries, ref, remote=remote) for ref in images]
+    if len(reports) == 1:
+        out.result(reports[0].to_dict(), reports[0].table())
+    else:
+        difference = Difference(*reports)
+        out.result(difference.to_dict(), difference.table())
+
+
+@app.command()
+@reports_errors
+@spec_options(BUNDLE)
+def bundle(
+    given: dict,
+    output: Path = typer.Option(..., "--output", "-o", help="The bundle archive to write (.tar)."),
+    set_files: List[str] = SetOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write one archive with everything a build needs, for a machine that reaches no registry."""
+    import tempfile
+
+    from composer.publish.bundle import check_bundle_output, write_bundle
+    from composer.resolve.resolve import resolve
+
+    out = Printer(as_json)
+    catalog = Catalog.load()
+    spec = _one_spec(BUNDLE, set_files, given)
+    output = check_bundle_output(output)
+    check_environment(os.environ)
+    engine = _engine()
+    with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
+        resolved = resolve(engine, spec, catalog, wheels=Path(wheels), on_line=out.step)
+        path = write_bundle(engine, resolved, output, on_line=out.step)
+    plan = resolved.plan
+    size = path.stat().st_size
+    out.result({"bundle": str(path), "size": size, "tag": plan.tag, "backends": list(plan.all_backends)},
+               f"wrote {path} ({human_size(size)}); on the other side: composer build --bundle {path.name}")
+
+
+@app.command()
+@reports_errors
+@spec_options(RENDER)
+def render(
+    given: dict,
+    output: Path = typer.Option(..., "--output", "-o", help="Folder for the Dockerfile and build context."),
+    set_files: List[str] = SetOpt,
+    offline: bool = typer.Option(
+        False, "--offline", help="Do not ask an engine: check the selection against NGC's catalogued layout."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write the Dockerfile and build context only (no build)."""
+    import tempfile
+
+    from composer.render.render import check_output
+
+    out = Printer(as_json)
+    catalog = Catalog.load()
+    spec = _one_spec(RENDER, set_files, given)
+    check_output(output)  # before any work
+    check_environment(os.environ)
+    with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
+        _render(out, spec, catalog, output, offline, Path(wheels))
+
+
+def _render(out: Printer, spec: CompositionSpec, catalog: Catalog, output: Path, offline: bool, wheels: Path) -> None:
+    from composer.render.render import write_context
+    from composer.resolve.resolve import resolve_for_render
+
+    plan = resolve_for_render(None if offline else _engine, spec, catalog, wheels=wheels, on_line=out.step).plan
+    for note in plan.notes:
+        out.step(f"note: {note}")
+    context = write_context(plan, output)
+    how = f"docker build -t {plan.tag} {context.directory}"
+    if context.pruned_base:  # the base first, then the image on it
+        how = (f"docker build -t pruned-base {context.pruned_base} && "
+               f"docker build --build-arg PRUNED_BASE=pruned-base -t {plan.tag} {context.directory}")
+    out.result(
+        {"dockerfile": str(context.dockerfile), "context": str(context.directory), "tag": plan.tag,
+         "pruned_base_context": str(context.pruned_base) if context.pruned_base else None,
+         "composition": plan.record()},
+        f"wrote {context.dockerfile} (build with: {how})",
+    )
+
+
+@app.command("smoke-test")
+@reports_errors
+@spec_options(SMOKE)
+def smoke_test_command(
+    given: dict,
+    image_ref: str = typer.Argument(..., metavar="IMAGE", help="The image to smoke-test."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Serve the samples (or your models) from IMAGE and check the answers."""
+    from composer.verify.smoke import image_smoke_plan, smoke_test
+
+    out = Printer(as_json)
+    problem = check_reference(image_ref) if not is_image_id(image_ref) else None
+    if problem:
+        raise UsageError(f"IMAGE {printable(image_ref[:200])}: {problem}")
+    engine = _engine()
+    info = engine.require_image(image_ref, on_line=out.step)
+    spec = CompositionSpec().with_fields(given)
+    plan, record = image_smoke_plan(engine, info, image_ref, spec.selection.backends, spec.result)
+    report = smoke_test(engine, info.id, plan, on_line=out.step, record=record)
+    if not report.passed:
+        out.smoke_failure(report, report.log_tail)
+        failed = ", ".join(r.subject for r in report.failures())
+        raise SmokeTestFailed(f"smoke test of {image_ref} failed ({failed})", report=report)
+    out.result(report.to_dict(), smoke_table(report))
+
+
+@app.command()
+@reports_errors
+@spec_options(BACKENDS)
+def backends(given: dict, as_json: bool = JsonOpt) -> None:
+    """List what a full image offers (backends, repo agents, caches) with their sizes."""
+    from composer.resolve.resolve import probe, require_full, resolve_targets
+
+    out = Printer(as_json)
+    catalog = Catalog.load()
+    spec = check(CompositionSpec().with_fields(given), BACKENDS)
+    engine = _engine()
+    targets = resolve_targets(spec, catalog, engine)
+    require_full(engine, targets, out.step)
+    full_ref, contents = targets.full, probe(engine, targets.full, out.step)
+    rows = [("KIND", "NAME", "SIZE", "NOTE")]
+    payload = {"image": full_ref, "core_size": contents.core_size, "components": []}
+    for c in contents.components:
+        need_bytes = sum(n.size for n in c.needs)
+        note = "python-based" if c.python_based else ""
+        rows.append((c.kind, c.name, human_size(c.size), note))
+        payload["components"].append(
+            {"kind": c.kind, "name": c.name, "size": c.size, "python_based": c.python_based,
+             "needs_bytes": need_bytes}
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    table = "\n".join(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2].rjust(widths[2])}  {r[3]}" for r in rows)
+    out.result(payload, f"{full_ref}: core {human_size(contents.core_size)}\n{table}")
+
+
+@app.command()
+@reports_errors
+@spec_options(WHEELS)
+def wheels(
+    given: dict,
+    output: Path = typer.Option(..., "--output", "-o", help="Folder to fill with wheels (the wheelhouse)."),
+    set_files: List[str] = SetOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Download on this machine the wheels a build's packages need, so the build runs offline."""
+    from composer.resolve.packages import python_target
+    from composer.resolve.resolve import fetch_model_env_wheels, fetch_wheels, inspect_images, resolve_targets
+
+    out = Printer(as_json)
+    catalog = Catalog.load()
+    if not set_files and "selection.backends" not in given:
+        given = {**given, "selection.backends": ("python",)}
+    spec = _one_spec(WHEELS, set_files, given)
+    if not spec.packages and not (spec.selection.model_envs or spec.selection.bake_models):
+        raise UsageError("name the packages with --pip SPEC or --requirements FILE (or models with --model-env "
+                         "MODEL=REQUIREMENTS or --bake-models DIR)")
+    check_wheelhouse_output(output)
+    engine = _engine()
+    targets = resolve_targets(spec, catalog, engine)
+    contents = inspect_images(engine, targets, out.step).contents
+    target = python_target(contents)
+    files = fetch_wheels(target, spec.packages, targets.release, output, out.step) if spec.packages else []
+    files = sorted(set(files) | set(fetch_model_env_wheels(spec, targets.release, contents, output, out.step)))
+    out.result(
+        {"wheelhouse": str(output), "python": target.version, "platform": target.platform,
+         "wheels": [f.name for f in files]},
+        f"{len(files)} wheels in {output} (build with --wheelhouse {output})",
+    )
+
+
+@app.command()
+@reports_errors
+def standin(
+    version: str = typer.Option("24.09", "--version", "-v", help="Release to stand in for (24.07 ... 24.10)."),
+    scale: str = typer.Option(
+        "small", "--scale", help="small: fast stand-ins for tests; ngc: NGC's size, real CUDA libraries (24.09)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the images are present."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Build local stand-ins of NGC's full and min images, with a real Triton server inside."""
+    from composer.standin import build_standins, ngc
+
+    out = Printer(as_json)
+    if scale not in ("small", "ngc"):
+        raise UsageError(f"--scale {scale!r} is not a stand-in scale; use small or ngc")
+    release = Catalog.load().release(version)
+    build = ngc.build_standins if scale == "ngc" else build_standins
+    if scale == "ngc":
+        ngc.check_release(release)
+    engine = _engine()
+    result = build(engine, release, force=force, on_line=out.build_line)
+    payload = {"full": result.full_ref, "min": result.min_ref}
+    out.result(payload, f"{result.full_ref}\n{result.min_ref}")
+
+
+@app.command("version")
+@reports_errors
+def version_command() -> None:
+    """Print the composer's version."""
+    typer.echo(__version__)
+
+
+@app.callback(invoke_without_command=True)
+def main_options(
+    ctx: typer.Context,
+    show_version: bool = typer.Option(False, "--version", help="Print the composer's version and exit."),
+) -> None:
+    if show_version:
+        typer.echo(__version__)
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the command; the command-line library's own usage errors become one line (and JSON
+    under --json), exit 2, like every other refusal of bad input."""
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args
+    command = typer.main.get_command(app)
+    try:
+        _check_arguments(command, args)
+        code = command.main(args=args, prog_name="composer", standalone_mode=False)
+    except (_cli_errors.UsageError, UsageError) as error:
+        message = redact(error.format_message() if isinstance(error, _cli_errors.UsageError) else error.message)
+        message = printable(" ".join(message.split()))
+        if as_json:
+            typer.echo(json.dumps({"error": message, "exit_code": 2}, indent=2, sort_keys=True))
+        typer.secho(f"error: {message}", err=True, fg="red")
+        sys.exit(2)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except typer.Abort:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _check_arguments(command, args: list[str]) -> None:
+    """Refuse what the command-line library would take silently or choke on: an argument that is
+    not UTF-8, and a single-valued option given twice with different values (the last would win)."""
+    for number, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"argument {number} is not UTF-8 text") from None
+    name = next((a for a in args if not a.startswith("-")), None)
+    sub = getattr(command, "commands", {}).get(name) if name else None
+    if sub is None:
+        return
+    single = {opt: param for param in sub.params if param.param_type_name == "option"
+              and not param.multiple and not param.is_flag for opt in param.opts + param.secondary_opts}
+    seen: dict[str, tuple[str, str]] = {}
+    tokens = iter(args[args.index(name) + 1:])
+    for token in tokens:
+        if token == "--":
+            break
+        flag, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        param = single.get(flag)
+        if param is None:
+            continue
+        if not eq:
+            value = next(tokens, None)
+            if value is None:
+                return  # the library says the value is missing
+        first = seen.setdefault(param.name, (flag, value))
+        if first[1] != value:
+            raise UsageError(f"{flag} is given twice ({printable(redact(first[1]))[:80]} and "
+                             f"{printable(redact(value))[:80]}): give it once")

@@ -1,0 +1,238 @@
+"""`composer inspect`: an image's versions and parts without pulling it, and what differs between two.
+
+A remote image is read from its registry (manifest, config, the SBOM artifact next to it) with
+the same credentials and trust as `lock` and `mirror` (composer.registry.client); a local image
+from the engine (its configuration, history and the SBOM file it holds). The versions come from
+what NGC's images state in their environment (CUDA_VERSION, CUDNN_VERSION, TRT_VERSION, ...),
+the labels a composed image adds, and its SBOM.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from composer.engine.engine import Engine
+from composer.core.errors import RegistryError, UsageError
+from composer.cli.output import human_size
+from composer.core.refs import ImageRef
+from composer.verify.sbom import PROPERTY, SBOM_PATH
+
+PLATFORM = ("linux", "amd64")
+# version -> where images state it: environment variables, then labels
+SOURCES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("release", ("NVIDIA_TRITON_SERVER_VERSION",), ("org.triton-composer.release",)),
+    ("triton server", ("TRITON_SERVER_VERSION",), ("com.nvidia.tritonserver.version",)),
+    ("os", (), ("org.triton-composer.os",)),
+    ("cuda", ("CUDA_VERSION",), ("com.nvidia.cuda.version",)),
+    ("cudnn", ("CUDNN_VERSION",), ("com.nvidia.cudnn.version",)),
+    ("tensorrt", ("TRT_VERSION", "TENSORRT_VERSION"), ("com.nvidia.tensorrt.version",)),
+    ("nccl", ("NCCL_VERSION",), ("com.nvidia.nccl.version",)),
+    ("python", ("PYTHON_VERSION",), ("org.triton-composer.python.version",)),
+    ("numpy", (), ("org.triton-composer.numpy.version",)),
+)
+PARTS = (("backends", "org.triton-composer.backends"), ("repoagents", "org.triton-composer.repoagents"),
+         ("caches", "org.triton-composer.caches"))
+
+
+@dataclass(frozen=True)
+class ImageReport:
+    """What `inspect` tells of one image."""
+
+    ref: str
+    source: str  # "registry" or "engine"
+    digest: str | None
+    env: Mapping[str, str]
+    labels: Mapping[str, str]
+    layers: tuple[int, ...]  # bytes per layer, bottom first (compressed in a registry)
+    sbom: Mapping[str, Any] | None = None
+    versions: Mapping[str, str | None] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ref, source, digest, env, labels, layers, sbom) -> "ImageReport":
+        if not _is_triton(env, labels):
+            raise UsageError(f"{ref} is not a Triton image: its configuration states no TRITON_SERVER_VERSION, "
+                             "NVIDIA_TRITON_SERVER_VERSION or com.nvidia.tritonserver.version")
+        report = cls(ref, source, digest, dict(env), dict(labels), tuple(layers), sbom)
+        return cls(ref, source, digest, report.env, report.labels, report.layers, sbom, report._versions())
+
+    def _versions(self) -> dict[str, str | None]:
+        found = {}
+        for name, envs, labels in SOURCES:
+            found[name] = next((self.env[e] for e in envs if self.env.get(e)), None) or \
+                next((self.labels[k] for k in labels if self.labels.get(k)), None)
+        packages = self.packages()
+        found["numpy"] = found["numpy"] or packages.get("pypi:numpy")
+        os_property = _property(((self.sbom or {}).get("metadata") or {}).get("component") or {}, "os")
+        ubuntu = " ".join(filter(None, (self.labels.get("org.opencontainers.image.ref.name"),
+                                        self.labels.get("org.opencontainers.image.version")))) \
+            if self.labels.get("org.opencontainers.image.ref.name") == "ubuntu" else None
+        found["os"] = found["os"] or os_property or ubuntu  # Ubuntu's base images label themselves
+        return found
+
+    def parts(self) -> dict[str, list[str] | None]:
+        """Backends, repo agents and caches: from the composer's labels, else the SBOM; None: not stated."""
+        result: dict[str, list[str] | None] = {}
+        for kind, label in PARTS:
+            value = self.labels.get(label)
+            if value is None and self.sbom:
+                value = ",".join(sorted(c["name"] for c in self.sbom.get("components", [])
+                                        if c.get("group") == f"triton.{kind[:-1]}"))
+            result[kind] = [v for v in value.split(",") if v] if value is not None else None
+        return result
+
+    def composition(self) -> dict[str, str] | None:
+        """The composer's record of a composed image (its SBOM's metadata), or None."""
+        if not self.sbom:
+            return None
+        prefix = PROPERTY + ":"
+        return {p["name"][len(prefix):]: p["value"] for p in self.sbom.get("metadata", {}).get("properties", [])
+                if p.get("name", "").startswith(prefix)}
+
+    def packages(self) -> dict[str, str]:
+        """"deb:NAME" / "pypi:NAME" -> version, from the SBOM (empty without one)."""
+        found = {}
+        for component in (self.sbom or {}).get("components", []):
+            purl = component.get("purl", "")
+            for kind in ("deb", "pypi"):
+                if purl.startswith(f"pkg:{kind}/"):
+                    found[f"{kind}:{component['name'].lower() if kind == 'pypi' else component['name']}"] = \
+                        component.get("version", "")
+        return found
+
+    def to_dict(self) -> dict:
+        return {
+            "ref": self.ref, "source": self.source, "digest": self.digest, "versions": dict(self.versions),
+            **self.parts(), "layers": list(self.layers), "size": sum(self.layers),
+            "labels": dict(self.labels), "composition": self.composition(), "sbom": self.sbom,
+        }
+
+    def table(self) -> str:
+        rows = [("image", f"{self.ref} (from the {self.source})"), ("digest", self.digest or "-")]
+        rows += [(name, value or "-") for name, value in self.versions.items()]
+        rows += [(kind, ", ".join(names) or "none" if names is not None else "not stated")
+                 for kind, names in self.parts().items()]
+        composition = self.composition()
+        if composition:
+            rows.append(("composed by", f"triton-composer {composition.get('composer-version', '?')}"))
+        packages = self.packages()
+        debs = sum(1 for k in packages if k.startswith("deb:"))
+        rows.append(("sbom", f"{debs} packages, {len(packages) - debs} python packages" if self.sbom else "none"))
+        rows += [(f"layer {i}", human_size(size)) for i, size in enumerate(self.layers, 1)]
+        rows.append(("size", f"{human_size(sum(self.layers))} in {len(self.layers)} layers"
+                     + (" (compressed)" if self.source == "registry" else "")))
+        width = max(len(label) for label, _ in rows)
+        return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
+
+
+def _is_triton(env: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return bool(env.get("TRITON_SERVER_VERSION") or env.get("NVIDIA_TRITON_SERVER_VERSION")
+                or labels.get("com.nvidia.tritonserver.version"))
+
+
+def _property(component: Mapping[str, Any], name: str) -> str | None:
+    return next((p["value"] for p in component.get("properties", []) if p.get("name") == f"{PROPERTY}:{name}"), None)
+
+
+def _env(pairs) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in pairs or [] if "=" in item)
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def inspect_remote(registries, ref: str) -> ImageReport:
+    """From the registry: manifest (the linux/amd64 one of an index), config and SBOM; nothing pulled."""
+    from composer.publish.artifacts import find_sbom
+
+    target = ImageRef.parse(ref)
+    api = registries.client(target.host)
+    reference = target.digest or target.tag_or_latest
+    found = api.document(target.repository, reference)
+    if found is None:
+        raise RegistryError(f"{ref}: registry {target.host} holds no such image")
+    digest, media_type, manifest, _ = found
+    if "manifests" in manifest:
+        chosen = next((m for m in manifest["manifests"] if (m.get("platform") or {}).get("os") == PLATFORM[0]
+                       and (m.get("platform") or {}).get("architecture") == PLATFORM[1]), None)
+        if chosen is None:
+            raise RegistryError(f"{ref}: the registry's index has no {'/'.join(PLATFORM)} image")
+        found = api.document(target.repository, chosen["digest"])
+        if found is None:
+            raise RegistryError(f"{ref}: the registry lists {chosen['digest']} but does not hold it")
+        digest, media_type, manifest, _ = found
+    config_digest = (manifest.get("config") or {}).get("digest")
+    if not config_digest:
+        raise RegistryError(f"{ref}: the registry's manifest ({media_type}) names no image configuration")
+    config = json.loads(api.blob(target.repository, config_digest, 16 << 20))
+    settings = config.get("config") or {}
+    sbom = find_sbom(api, target.repository, digest)
+    return ImageReport.of(ref, "registry", digest, _env(settings.get("Env")), settings.get("Labels") or {},
+                          [int(layer.get("size", 0)) for layer in manifest.get("layers", [])],
+                          json.loads(sbom) if sbom else None)
+
+
+def inspect_local(engine: Engine, ref: str) -> ImageReport | None:
+    """From the engine (None: it holds no such image); the SBOM is read from the image's file."""
+    info = engine.image(ref)
+    if info is None:
+        return None
+    sbom = None
+    if _is_triton(info.env, info.labels) and info.labels.get("org.triton-composer.sbom") == SBOM_PATH:
+        done = engine.run_once(info.id, ["cat", SBOM_PATH], entrypoint=[])
+        sbom = json.loads(done.output) if done.exit_code == 0 else None
+    layers = [layer.size for layer in engine.layers(info.id) if layer.size]
+    return ImageReport.of(ref, "engine", info.digest, info.env, info.labels, layers, sbom)
+
+
+def inspect(engine: Engine, registries, ref: str, *, remote: bool = False) -> ImageReport:
+    """The engine's image when it holds `ref` (unless `remote`), else the registry's."""
+    local = None if remote else inspect_local(engine, ref)
+    return local if local is not None else inspect_remote(registries, ref)
+
+
+# -- two images -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Difference:
+    a: ImageReport
+    b: ImageReport
+
+    def versions(self) -> dict[str, tuple[str | None, str | None]]:
+        return {k: (self.a.versions.get(k), self.b.versions.get(k)) for k in self.a.versions
+                if self.a.versions.get(k) != self.b.versions.get(k)}
+
+    def parts(self) -> dict[str, tuple[list[str] | None, list[str] | None]]:
+        a, b = self.a.parts(), self.b.parts()
+        return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+    def packages(self) -> dict[str, dict]:
+        a, b = self.a.packages(), self.b.packages()
+        return {
+            "added": {k: b[k] for k in sorted(set(b) - set(a))},
+            "removed": {k: a[k] for k in sorted(set(a) - set(b))},
+            "changed": {k: [a[k], b[k]] for k in sorted(set(a) & set(b)) if a[k] != b[k]},
+        }
+
+    def to_dict(self) -> dict:
+        return {"a": self.a.ref, "b": self.b.ref, "versions": {k: list(v) for k, v in self.versions().items()},
+                "parts": {k: list(v) for k, v in self.parts().items()}, "packages": self.packages(),
+                "sbom": [self.a.sbom is not None, self.b.sbom is not None]}
+
+    def table(self) -> str:
+        lines = [f"a: {self.a.ref} (from the {self.a.source})", f"b: {self.b.ref} (from the {self.b.source})"]
+        lines += [f"{name}: {old or '-'} -> {new or '-'}" for name, (old, new) in self.versions().items()]
+        lines += [f"{kind}: {', '.join(old or []) or '-'} -> {', '.join(new or []) or '-'}"
+                  for kind, (old, new) in self.parts().items()]
+        packages = self.packages()
+        lines += [f"added    {k} {v}" for k, v in packages["added"].items()]
+        lines += [f"removed  {k} {v}" for k, v in packages["removed"].items()]
+        lines += [f"changed  {k} {old} -> {new}" for k, (old, new) in packages["changed"].items()]
+        for side in (self.a, self.b):
+            if side.sbom is None:
+                lines.append(f"note: {side.ref} has no SBOM, so its packages are not compared")
+        if len(lines) == 2:
+            lines.append("no differences")
+        return "\n".join(lines)

@@ -1,0 +1,528 @@
+"""Talking to registries over their HTTP API v2: credentials, trust (which CA, where plain
+http is allowed) and reads of what a registry holds (manifests, digests).
+
+Apart from composer.publish.push (push, mirror) so a lock or a --locked build can ask a registry
+without the push machinery. Credentials never appear in a message: RegistryAuth's repr hides
+the password.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+from urllib.parse import urlsplit
+
+import requests
+import requests.adapters
+
+from composer.engine.engine import Engine, ImageInfo
+from composer.core.errors import Invalid, RegistryError, UsageError
+from composer.core.files import read_text
+from composer.core.refs import DOCKER_HUB, ImageRef, digest_for
+MANIFEST_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+)
+INDEX_TYPES = (
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.index.v1+json",
+)
+# An index's children are checked one by one: stop after this many (multi-arch images have few).
+MAX_INDEX_CHILDREN = 16
+
+
+
+# -- credentials --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegistryAuth:
+    """A registry user and password; repr and str never show the password."""
+
+    username: str
+    password: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"RegistryAuth(username={self.username!r}, password='***')"
+
+    __str__ = __repr__
+
+    def as_config(self) -> dict[str, str]:
+        """The auth_config the engine (Docker SDK) takes."""
+        return {"username": self.username, "password": self.password}
+
+    def redact(self, text: str) -> str:
+        """`text` with the password (and its base64 forms) replaced by ***."""
+        for secret in _secret_forms(self):
+            text = text.replace(secret, "***")
+        return text
+
+
+def _secret_forms(auth: RegistryAuth) -> list[str]:
+    pair = f"{auth.username}:{auth.password}".encode()
+    forms = [auth.password, base64.b64encode(pair).decode(), base64.urlsafe_b64encode(pair).decode()]
+    return [form for form in forms if form]
+
+
+def load_auth(spec: str | None, *, environ: Mapping[str, str] | None = None) -> RegistryAuth | None:
+    """Credentials from `file:PATH` or `env:NAME`; None (no spec) leaves the engine's own.
+
+    A file holds `user:password` or JSON {"username": .., "password": ..}; a variable holds
+    `user:password`. Messages name the file or variable, never what it holds.
+    """
+    if spec is None:
+        return None
+    scheme, _, where = spec.partition(":")
+    if scheme == "file" and where:
+        path = Path(where).expanduser()
+        try:  # a small regular file of text: /dev/zero, a FIFO or a huge file is refused, not read
+            text = read_text(path, "credentials file", 64 << 10)
+        except Invalid as problem:
+            message = str(problem)
+            if message.startswith("no such"):
+                message = message.replace("no such credentials file", "cannot read the credentials file") + \
+                    ": no such file"
+            raise UsageError(message) from None
+        auth = _parse_credentials(text)
+        if auth is None:
+            raise UsageError(
+                f"the credentials file {path} holds neither user:password nor JSON "
+                '{"username": .., "password": ..}'
+            )
+        return auth
+    if scheme == "env" and where:
+        env = os.environ if environ is None else environ
+        if where not in env:
+            raise UsageError(f"the credentials variable {where} is not set")
+        auth = _parse_pair(env[where])
+        if auth is None:
+            raise UsageError(f"the credentials variable {where} does not hold user:password")
+        return auth
+    # The spec is not echoed: a mistyped one may be the password itself.
+    raise UsageError("registry credentials are given as file:PATH or env:NAME (holding user:password)")
+
+
+def _parse_credentials(text: str) -> RegistryAuth | None:
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except (json.JSONDecodeError, RecursionError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        username, password = data.get("username"), data.get("password")
+        if not username and not password and isinstance(data.get("auth"), str):
+            try:  # docker config's "auth": base64 of user:password
+                return _parse_pair(base64.b64decode(data["auth"]).decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                return None
+        if isinstance(username, str) and isinstance(password, str) and username and password:
+            return RegistryAuth(username, password)
+        return None
+    return _parse_pair(stripped)
+
+
+def _parse_pair(text: str) -> RegistryAuth | None:
+    username, sep, password = text.strip("\r\n").partition(":")
+    if not sep or not username or not password or "\n" in text.strip("\r\n"):
+        return None
+    return RegistryAuth(username, password)
+
+
+# -- trust: which CA, and where plain http is allowed -----------------------------------------
+
+SYSTEM_CERTS_D = Path("/etc/docker/certs.d")
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+
+
+def certs_dirs(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
+    """Where engines keep a CA per registry: the system engine's folder, then a rootless
+    engine's ($XDG_CONFIG_HOME/docker/certs.d) and the user's docker config folder."""
+    env = os.environ if environ is None else environ
+    home = Path(env.get("HOME") or Path.home())
+    config = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
+    return (SYSTEM_CERTS_D, config / "docker" / "certs.d", home / ".docker" / "certs.d")
+
+
+def ca_files(host: str, *, explicit: Path | None = None, dirs: Sequence[Path] | None = None) -> tuple[Path, ...]:
+    """The CA files to trust for `host`, besides the system's: every *.crt in <certs.d>/<host>/
+    (as the engine reads them), then the explicit one (--registry-ca)."""
+    found: list[Path] = []
+    for folder in certs_dirs() if dirs is None else dirs:
+        try:
+            found += sorted(path for path in (Path(folder) / host).glob("*.crt") if path.is_file())
+        except OSError:
+            continue
+    if explicit is not None:
+        found.append(Path(explicit))
+    return tuple(found)
+
+
+def check_ca_file(path: Path, what: str = "--registry-ca") -> Path:
+    """A readable PEM file holding at least one certificate."""
+    try:
+        text = Path(path).read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise UsageError(f"{what} {path}: not a PEM certificate file (expected -----BEGIN CERTIFICATE-----)")
+    return Path(path)
+
+
+@dataclass(frozen=True)
+class InsecureRegistries:
+    """The registries the engine calls insecure, the only ones spoken to over plain http:
+    its configured ones (`docker info`: RegistryConfig), 127.0.0.0/8 and localhost."""
+
+    names: frozenset[str] = frozenset()
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+    @classmethod
+    def from_engine_config(cls, config: Mapping) -> "InsecureRegistries":
+        indexes = config.get("IndexConfigs") or {}
+        names = frozenset(
+            name for name, index in indexes.items() if isinstance(index, Mapping) and index.get("Secure") is False
+        )
+        networks = []
+        for cidr in config.get("InsecureRegistryCIDRs") or ():
+            try:
+                networks.append(ipaddress.ip_network(cidr, strict=False))
+            except (TypeError, ValueError):
+                continue
+        return cls(names, tuple(networks))
+
+    def allows_http(self, host: str) -> bool:
+        if host in self.names:
+            return True
+        hostname = _hostname(host)
+        if hostname == "localhost":
+            return True
+        try:
+            address = ipaddress.ip_address(hostname)
+        except ValueError:
+            return False  # a name: only the engine's IndexConfigs can make it insecure
+        return address in LOOPBACK or any(address in network for network in self.networks)
+
+
+def _hostname(host: str) -> str:
+    """host[:port] without the port (IPv6 in brackets unwrapped)."""
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def may_send_credentials(realm: str, registry_host: str) -> bool:
+    """Credentials go to a token realm only over https, or to the registry's own host."""
+    url = urlsplit(realm)
+    if url.scheme == "https":
+        return True
+    return url.scheme == "http" and url.netloc.lower() == registry_host.lower()
+
+
+class _TrustAdapter(requests.adapters.HTTPAdapter):
+    """Verifies TLS against the system's CAs plus the registry's own (as the engine does)."""
+
+    def __init__(self, cafiles: Sequence[Path]):
+        self._context = ssl.create_default_context()
+        for cafile in cafiles:
+            try:
+                self._context.load_verify_locations(cafile=str(cafile))
+            except (OSError, ssl.SSLError):
+                raise UsageError(f"{cafile}: not a readable PEM CA certificate") from None
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs):
+        kwargs["ssl_context"] = self._context
+        return super().init_poolmanager(*args, **kwargs)
+
+
+# -- registry HTTP API --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemoteManifest:
+    """What a registry holds under a tag: the manifest digest and what it points at."""
+
+    digest: str
+    media_type: str
+    config_digest: str | None  # single-image manifests
+    children: tuple[str, ...] = ()  # manifest digests of an index / manifest list
+
+
+@dataclass
+class RegistryApi:
+    """A small client of a registry's HTTP API v2 (reads manifests only).
+
+    https, verified against the system's CAs plus `ca_files`; plain http only when the engine
+    calls the registry insecure (`insecure`), and then only after https did not answer. Basic
+    auth, plus the bearer-token dance registries such as nvcr.io and Docker Hub use.
+    """
+
+    host: str
+    auth: RegistryAuth | None = None
+    insecure: bool = False
+    ca_files: tuple[Path, ...] = ()
+    timeout: float = 10.0
+    session: requests.Session = field(default_factory=requests.Session)
+    _token: str | None = field(default=None, repr=False)
+    _base: str | None = field(default=None, repr=False)
+    _withheld: str | None = field(default=None, repr=False)  # a realm that got no credentials
+
+    def __post_init__(self) -> None:
+        if self.ca_files and hasattr(self.session, "mount"):
+            self.session.mount("https://", _TrustAdapter(self.ca_files))
+
+    @property
+    def api_host(self) -> str:
+        return "registry-1.docker.io" if self.host == DOCKER_HUB else self.host
+
+    def base_url(self) -> str:
+        """https://HOST; for an insecure registry whose https does not answer, http://HOST."""
+        if self._base is None:
+            self._base = f"https://{self.api_host}"
+            if self.insecure:
+                self._base = self._probe()
+        return self._base
+
+    def digest(self, ref: ImageRef) -> str | None:
+        """The digest `ref` (a tag) points at in its registry now; None when it has no such tag."""
+        found = self.manifest(ref.repository, ref.digest or ref.tag_or_latest)
+        return found.digest if found else None
+
+    def manifest(self, name: str, reference: str) -> RemoteManifest | None:
+        """The manifest `name:reference` (tag or digest), or None when the registry has none."""
+        sep = "@" if reference.startswith("sha256:") else ":"
+        what = f"{self.host}/{name}{sep}{reference}"
+        response = self._get(f"/v2/{name}/manifests/{reference}", name, what)
+        if response.status_code == 404:
+            return None
+        if response.status_code in (401, 403):
+            raise RegistryError(f"cannot read {what}: {self._refusal()}")
+        if response.status_code >= 400:
+            raise RegistryError(f"cannot read {what}: the registry answered HTTP {response.status_code}")
+        body = response.content
+        digest = response.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = {}
+        media_type = data.get("mediaType") or response.headers.get("Content-Type", "").split(";")[0]
+        if media_type in INDEX_TYPES or "manifests" in data:
+            children = tuple(m["digest"] for m in data.get("manifests", []) if "digest" in m)
+            return RemoteManifest(digest, media_type, None, children)
+        config = (data.get("config") or {}).get("digest")
+        return RemoteManifest(digest, media_type, config)
+
+    def holds_image(self, name: str, tag: str, image: ImageInfo) -> RemoteManifest | None:
+        """The manifest under `name:tag` if it is exactly the local `image`, else None."""
+        remote = self.manifest(name, tag)
+        if remote is None:
+            return None
+        if digest_for(ImageRef(self.host, name), image.repo_digests) == remote.digest:
+            return remote
+        if remote.config_digest == image.id:
+            return remote
+        for child in remote.children[:MAX_INDEX_CHILDREN]:
+            sub = self.manifest(name, child)
+            if sub is not None and sub.config_digest == image.id:
+                return remote
+        return None
+
+    def _refusal(self) -> str:
+        if self._withheld:
+            return (f"the registry wants a token from {self._withheld}, plain http on another host, "
+                    "so no credentials were sent there")
+        if self.auth is None:
+            return f"the registry asks for credentials and none were given (--registry-auth, or docker login {self.host})"
+        return "the registry refused the credentials"
+
+    def _untrusted(self) -> str:
+        return (f"cannot verify the TLS certificate of registry {self.host}: trust its CA in "
+                f"{SYSTEM_CERTS_D}/{self.host}/ca.crt (as the engine does) or give --registry-ca FILE")
+
+    def _probe(self) -> str:
+        """https if the registry answers it, else http (only called for insecure registries)."""
+        https, http = f"https://{self.api_host}", f"http://{self.api_host}"
+        try:
+            self.session.get(https + "/v2/", timeout=self.timeout)
+            return https
+        except requests.exceptions.SSLError as exc:
+            if "CERTIFICATE_VERIFY_FAILED" in str(exc) or "certificate verify failed" in str(exc):
+                raise RegistryError(self._untrusted()) from None
+            return http  # no TLS there at all
+        except (requests.ConnectionError, requests.Timeout):
+            return http
+        except requests.RequestException:
+            return http
+
+    def _get(self, path: str, name: str, what: str) -> requests.Response:
+        return self._request("GET", path, name, what, {"Accept": ", ".join(MANIFEST_TYPES)})
+
+    def _request(self, method: str, path: str, name: str, what: str, headers: dict[str, str], *,
+                 data: bytes | None = None, scope: str = "pull") -> requests.Response:
+        """One request (a path on the registry, or a URL it gave), with its credentials."""
+        try:
+            url = path if "://" in path else self.base_url() + path
+            response = self._send(url, headers, method, data)
+            if response.status_code == 401:
+                challenge = response.headers.get("WWW-Authenticate", "")
+                if challenge.lower().startswith("bearer") and self._fetch_token(challenge, name, scope):
+                    response = self._send(url, headers, method, data)
+        except requests.exceptions.SSLError:
+            raise RegistryError(self._untrusted()) from None
+        except (requests.ConnectionError, requests.Timeout):
+            raise RegistryError(f"cannot read {what}: registry {self.host} does not answer") from None
+        except requests.RequestException as exc:
+            raise RegistryError(f"cannot read {what}: {type(exc).__name__} from registry {self.host}") from None
+        return response
+
+    def _send(self, url: str, headers: dict[str, str], method: str = "GET", data: bytes | None = None) -> requests.Response:
+        if self._token:
+            headers = {**headers, "Authorization": f"Bearer {self._token}"}
+        basic = (self.auth.username, self.auth.password) if self.auth and not self._token else None
+        if method == "GET":
+            return self.session.get(url, headers=headers, auth=basic, timeout=self.timeout)
+        return self.session.request(method, url, headers=headers, auth=basic, data=data, timeout=self.timeout,
+                                    allow_redirects=False)
+
+    # -- whole documents, blobs, and writes (SBOMs, inspect) -------------------------
+
+    def document(self, name: str, reference: str) -> tuple[str, str, dict, int] | None:
+        """The manifest `name:reference` as (digest, media type, JSON, size), or None."""
+        sep = "@" if reference.startswith("sha256:") else ":"
+        what = f"{self.host}/{name}{sep}{reference}"
+        response = self._get(f"/v2/{name}/manifests/{reference}", name, what)
+        if response.status_code == 404:
+            return None
+        self._check(response, what)
+        body = response.content
+        digest = response.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise RegistryError(f"cannot read {what}: the registry's manifest is not JSON") from None
+        media_type = data.get("mediaType") or response.headers.get("Content-Type", "").split(";")[0]
+        return digest, media_type, data, len(body)
+
+    def blob(self, name: str, digest: str, limit: int = 64 << 20) -> bytes:
+        """A blob (a config, an SBOM) of at most `limit` bytes, checked against its digest."""
+        what = f"{self.host}/{name}@{digest}"
+        response = self._request("GET", f"/v2/{name}/blobs/{digest}", name, what, {})
+        self._check(response, what)
+        body = response.content[: limit + 1]
+        if len(body) > limit or "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise RegistryError(f"cannot read {what}: the registry's answer is not that blob")
+        return body
+
+    def referrers(self, name: str, digest: str) -> list[dict] | None:
+        """The referrers of `digest` (OCI 1.1 API), or None where the registry has no such API."""
+        what = f"{self.host}/{name}@{digest}"
+        response = self._request("GET", f"/v2/{name}/referrers/{digest}", name, what,
+                                 {"Accept": "application/vnd.oci.image.index.v1+json"})
+        if response.status_code != 200 or "json" not in response.headers.get("Content-Type", ""):
+            if response.status_code in (401, 403):
+                self._check(response, what)
+            return None
+        try:
+            return list(response.json().get("manifests") or [])
+        except (ValueError, AttributeError):
+            return None
+
+    def upload_blob(self, name: str, data: bytes) -> str:
+        """Upload `data` as a blob of repository `name` (one monolithic upload); its digest."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        what = f"{self.host}/{name}@{digest}"
+        started = self._request("POST", f"/v2/{name}/blobs/uploads/", name, what, {}, scope="pull,push")
+        self._check(started, what, 202, "write")
+        location = started.headers.get("Location", "")
+        url = location if "://" in location else self.base_url() + location
+        url += ("&" if "?" in url else "?") + f"digest={digest}"
+        done = self._request("PUT", url, name, what, {"Content-Type": "application/octet-stream"}, data=data,
+                             scope="pull,push")
+        self._check(done, what, 201, "write")
+        return digest
+
+    def put_manifest(self, name: str, reference: str, body: bytes, media_type: str) -> str:
+        """Store a manifest under `reference` (a tag or its digest); the digest the registry gives."""
+        what = f"{self.host}/{name}:{reference}"
+        done = self._request("PUT", f"/v2/{name}/manifests/{reference}", name, what, {"Content-Type": media_type},
+                             data=body, scope="pull,push")
+        self._check(done, what, 201, "write")
+        return done.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+
+    def _check(self, response: requests.Response, what: str, expected: int = 200, verb: str = "read") -> None:
+        if response.status_code in (401, 403):
+            raise RegistryError(f"cannot {verb} {what}: {self._refusal()}")
+        if response.status_code != expected and response.status_code >= 300:
+            detail = ""
+            try:
+                errors = response.json().get("errors") or []
+                detail = ": " + "; ".join(str(e.get("message", e.get("code", ""))) for e in errors[:2])
+            except (ValueError, AttributeError):
+                pass
+            raise RegistryError(f"cannot {verb} {what}: the registry answered HTTP {response.status_code}{detail}")
+
+    def _fetch_token(self, challenge: str, name: str, scope: str = "pull") -> bool:
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = params.pop("realm", None)
+        if not realm or urlsplit(realm).scheme not in ("http", "https"):
+            return False
+        params.setdefault("scope", f"repository:{name}:{scope}")
+        basic = None
+        if self.auth is not None:
+            if may_send_credentials(realm, self.api_host):
+                basic = (self.auth.username, self.auth.password)
+            else:
+                self._withheld = realm.split("?", 1)[0]
+        response = self.session.get(realm, params=params, auth=basic, timeout=self.timeout)
+        if response.status_code != 200:
+            return False
+        try:
+            data = response.json()
+        except ValueError:
+            return False
+        self._token = data.get("token") or data.get("access_token")
+        return bool(self._token)
+
+
+@dataclass
+class Registries:
+    """The registry clients of one command: the engine's trust (certs.d CAs, insecure
+    registries) and the command's credentials (explicit, else the engine's docker login)."""
+
+    engine: Engine
+    auth: RegistryAuth | None = None
+    ca_file: Path | None = None
+    _clients: dict[str, RegistryApi] = field(default_factory=dict, repr=False)
+    _insecure: InsecureRegistries | None = field(default=None, repr=False)
+
+    def client(self, host: str) -> RegistryApi:
+        if host not in self._clients:
+            if self._insecure is None:
+                self._insecure = InsecureRegistries.from_engine_config(self.engine.registry_config())
+            self._clients[host] = RegistryApi(
+                host,
+                self.auth or self.engine_auth(host),
+                insecure=self._insecure.allows_http(host),
+                ca_files=ca_files(host, explicit=self.ca_file),
+            )
+        return self._clients[host]
+
+    def engine_auth(self, host: str) -> RegistryAuth | None:
+        found = self.engine.credentials_for(host)
+        return RegistryAuth(found["username"], found["password"]) if found else None
+
+    def digest(self, ref: ImageRef) -> str | None:
+        """Where `ref` points in its registry now (None: no such tag); refusals are errors."""
+        return self.client(ref.host).digest(ref)

@@ -1,0 +1,291 @@
+"""Rendering: a CompositionPlan becomes a Dockerfile and its build context.
+
+The Dockerfile comes only from the Jinja2 templates in dockerfiles/; this module gathers the
+files the templates refer to. The same plan always renders byte-identical files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Union
+
+import jinja2
+
+from composer.core.errors import Invalid, UsageError
+from composer.core.files import check_output_file, digest, make_folders, path_problem, printable, read_text, write_file
+from composer.resolve.model_envs import CONFIG, pointed_config
+from composer.resolve.packages import installable_requirement
+from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
+
+# Scripts that run inside the build (collect and packages stages), copied into every context.
+BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py")
+PRUNE_SCRIPTS = ("prune.py", "prove.sh")  # and these, for a pruned base
+PRUNED_BASE = "pruned-base"  # the pruned base's own build context, a folder of the composition's
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    directory: Path
+    dockerfile: Path
+    pruned_base: Path | None = None  # the pruned base's own context (built first), when the plan has one
+
+
+def templates() -> jinja2.Environment:
+    """The template environment; strict, so a missing value fails rendering instead of the build."""
+    folder = resources.files("composer.dockerfiles")
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    environment.filters["quoted"] = dockerfile_quoted
+    return environment
+
+
+def dockerfile_quoted(value: str) -> str:
+    """A value as a Dockerfile ENV takes it literally: double quotes, with \\, " and $ escaped
+    (tojson would write > as \\u003e, which ENV keeps as it is)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+
+def collect_paths(plan: CompositionPlan) -> list[str]:
+    """What collect.py gathers the run-time needs of (paths under the Triton root)."""
+    paths = list(plan.core) + plan.component_paths()
+    paths += [f"backends/{c.name}" for c in plan.custom_backends]
+    paths += [f"backends/{f.name}" for f in plan.foreign_backends]
+    return paths
+
+
+def render_dockerfile(plan: CompositionPlan) -> str:
+    text = templates().get_template("compose.Dockerfile.j2").render(
+        plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
+    )
+    return text.rstrip("\n") + "\n"
+
+
+def render_pruned_base(plan: CompositionPlan) -> str:
+    """The pruned base's Dockerfile: the same collect and decide stages as the composition's."""
+    text = templates().get_template("pruned-base.Dockerfile.j2").render(
+        plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
+    )
+    return text.rstrip("\n") + "\n"
+
+
+def render_sbom_layer(image_id: str, path: str, labels: dict[str, str]) -> str:
+    """The last layer of a composed image: its SBOM, and labels stating the versions inside."""
+    text = templates().get_template("sbom.Dockerfile.j2").render(
+        image=image_id, path=path, labels=sorted(labels.items()))
+    return text.rstrip("\n") + "\n"
+
+
+def composition_record(plan: CompositionPlan) -> str:
+    return json.dumps(plan.record(), indent=2, sort_keys=True) + "\n"
+
+
+MARKER = ".triton-composer-context"  # in every folder render writes: the files it wrote, with digests
+MARKER_FORMAT = 1
+
+
+def check_output(directory: Path) -> Path:
+    """A folder render may write into: new, empty, or one it rendered before (its marker is
+    there) whose rendered files are as it left them. Anything else is a one-line error."""
+    _owned(Path(os.path.abspath(directory)))
+    return Path(os.path.abspath(directory))
+
+
+def _owned(directory: Path) -> dict[str, str]:
+    """The files render wrote into `directory` (relative path -> digest), each checked unchanged."""
+    shown = f"-o {printable(str(directory))}"
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise UsageError(f"{shown}: {path_problem(directory, 'folder') or exc}") from None
+    if info is None:
+        try:
+            check_output_file(directory, "-o")  # a folder can be made there
+        except Invalid as problem:
+            raise UsageError(str(problem)) from None
+        return {}
+    if not stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"{shown}: exists and is not a folder; give a new or empty folder")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"{shown}: is not writable")
+    marker = directory / MARKER
+    if not os.path.lexists(marker):
+        if any(directory.iterdir()):
+            raise UsageError(f"{shown}: the folder holds files the composer did not write; "
+                             "give a new or empty folder (or one composer render wrote before)")
+        return {}
+    try:
+        record = json.loads(read_text(marker, "render marker", 16 << 20))
+        files = record["files"]
+        if record.get("format") != MARKER_FORMAT or not isinstance(files, dict):
+            raise ValueError
+    except (Invalid, ValueError, KeyError, TypeError):
+        raise UsageError(f"{shown}: its {MARKER} is not one this composer wrote (an older render?); "
+                         "give a new or empty folder") from None
+    for name, written in files.items():
+        path = directory / name
+        if not _inside(directory, path) or not isinstance(written, str):
+            raise UsageError(f"{shown}: its {MARKER} names {printable(str(name))}, outside the folder")
+        if os.path.lexists(path) and (not _plain_path(directory, path) or digest(path) != written):
+            raise UsageError(f"{shown}: {printable(name)} was changed or replaced since composer render wrote it; "
+                             "move it away (or give a new folder): render replaces only its own files")
+    return files
+
+
+def _inside(directory: Path, path: Path) -> bool:
+    return os.path.normpath(path).startswith(str(directory) + os.sep)
+
+
+def _plain_path(directory: Path, path: Path) -> bool:
+    """No folder between `directory` and `path` is a link (a write would leave the folder)."""
+    for parent in path.relative_to(directory).parents:
+        if parent != Path(".") and os.path.islink(directory / parent):
+            return False
+    return True
+
+
+def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
+    """Write the Dockerfile and everything it copies into `directory`.
+
+    Only files render wrote there before (listed in its marker, unchanged since) are replaced
+    or removed; a user's other files stay; nothing is written through a symbolic link. The
+    marker is rewritten even when writing fails half-way, so it always lists what render owns."""
+    directory = Path(os.path.abspath(directory))
+    owned = dict(_owned(directory))
+    files = _context_files(plan)
+    for name in files:
+        blocker = _in_the_way(directory, name, owned)
+        if blocker:
+            raise UsageError(f"-o {printable(str(directory))}: {printable(blocker)} is in the way (composer render "
+                             "did not write it, or it is a link); move it away or give a new folder")
+    try:
+        make_folders(directory)
+        for name in sorted(set(owned) - set(files)):  # what the last render wrote and this one does not
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
+            del owned[name]
+            _remove_empty_parents(directory, directory / name)
+        for name, (data, mode) in sorted(files.items()):
+            path = directory / name
+            make_folders(path.parent)
+            if isinstance(data, str):  # a link kept as a link (custom backends)
+                if os.path.lexists(path):
+                    os.unlink(path)
+                os.symlink(data, path)
+            else:
+                write_file(path, data, mode)
+            owned[name] = digest(path)
+    except OSError as exc:
+        raise UsageError(f"cannot write the build context in {directory}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.isdir(directory):
+            record = {"format": MARKER_FORMAT, "written_by": "triton-composer render: it replaces only these files",
+                      "files": owned}
+            write_file(directory / MARKER, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    return BuildContext(directory=directory, dockerfile=directory / "Dockerfile",
+                        pruned_base=directory / PRUNED_BASE if plan.pruning else None)
+
+
+def _in_the_way(directory: Path, name: str, owned: dict[str, str]) -> str | None:
+    """What keeps render from writing `name`: a file of the user's there, or a folder on the
+    way that is a link or not a folder; None when nothing does."""
+    for parent in reversed(Path(name).parents):
+        if parent == Path("."):
+            continue
+        there = directory / parent
+        if os.path.islink(there) or (os.path.lexists(there) and not os.path.isdir(there)):
+            return str(parent)
+    if name not in owned and os.path.lexists(directory / name):
+        return name
+    return None
+
+
+def _remove_empty_parents(directory: Path, path: Path) -> None:
+    for parent in path.relative_to(directory).parents:
+        if parent == Path("."):
+            return
+        try:
+            os.rmdir(directory / parent)
+        except OSError:
+            return
+
+
+Content = tuple[Union[bytes, Path, str], int]  # bytes, a file to copy, or a link's target; mode
+
+
+def _context_files(plan: CompositionPlan) -> dict[str, Content]:
+    """Every file of the build context (relative path -> content), the same for the same plan."""
+    files: dict[str, Content] = {
+        "Dockerfile": (render_dockerfile(plan).encode(), 0o644),
+        "composition.json": (composition_record(plan).encode(), 0o644),
+    }
+    package = resources.files("composer.in_image")
+    for script in BUILD_SCRIPTS + (PRUNE_SCRIPTS if plan.pruning else ()):
+        files[script] = (package.joinpath(script).read_bytes(), 0o644)
+    if plan.pruning:
+        files["loaded-at-run-time.json"] = (plan.pruning.loaded_json().encode(), 0o644)
+    packages = plan.packages
+    if packages:
+        lines = [installable_requirement(spec) for spec in packages.specs]
+        files["packages/requirements.txt"] = ("".join(f"{line}\n" for line in lines).encode(), 0o644)
+        files["packages/constraints.txt"] = ("".join(f"{pin}\n" for pin in plan.constraints).encode(), 0o644)
+        for wheel in sorted(packages.wheelhouse.glob("*.whl")):
+            files[f"packages/wheelhouse/{wheel.name}"] = (wheel, 0o644)
+    for custom in plan.custom_backends:
+        files.update(_tree(custom.source, f"custom-backends/{custom.name}", keep_links=True))
+    if plan.pruning:  # the pruned base's context: what its Dockerfile copies, and no more
+        files[f"{PRUNED_BASE}/Dockerfile"] = (render_pruned_base(plan).encode(), 0o644)
+        for name in ("collect.py", "probe.py", "prune.py", "loaded-at-run-time.json"):
+            files[f"{PRUNED_BASE}/{name}"] = files[name]
+        for name in [n for n in files if n.startswith("custom-backends/")]:
+            files[f"{PRUNED_BASE}/{name}"] = files[name]
+    if plan.baked_models is not None:  # links are followed: the image holds the files themselves
+        files.update(_tree(plan.baked_models, "models", keep_links=False))
+    files.update(_model_env_files(plan))
+    return files
+
+
+def _model_env_files(plan: CompositionPlan) -> dict[str, Content]:
+    """Each model environment's requirements, pins and wheels; a baked model's configuration
+    pointed at its environment."""
+    files: dict[str, Content] = {}
+    if plan.model_envs:
+        files["make_env.py"] = (resources.files("composer.in_image").joinpath("make_env.py").read_bytes(), 0o644)
+    for env in plan.model_envs:
+        folder = f"model_envs/{env.model}"
+        lines = [installable_requirement(spec) for spec in env.requirements]
+        files[f"{folder}/requirements.txt"] = ("".join(f"{line}\n" for line in lines).encode(), 0o644)
+        files[f"{folder}/constraints.txt"] = ("".join(f"{pin}\n" for pin in plan.constraints).encode(), 0o644)
+        for wheel in sorted(env.wheelhouse.glob("*.whl")):
+            files[f"{folder}/wheelhouse/{wheel.name}"] = (wheel, 0o644)
+        if env.baked and plan.baked_models is not None:
+            config = plan.baked_models / env.model / CONFIG
+            text = pointed_config(read_text(config, "model configuration", 1 << 20), env)
+            files[f"models/{env.model}/{CONFIG}"] = (text.encode(), stat.S_IMODE(os.stat(config).st_mode))
+    return files
+
+
+def _tree(source: Path, prefix: str, keep_links: bool) -> dict[str, Content]:
+    files: dict[str, Content] = {}
+    for folder, dirs, names in os.walk(source, followlinks=not keep_links):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" or keep_links)
+        for name in sorted(names + ([d for d in dirs if os.path.islink(Path(folder) / d)] if keep_links else [])):
+            path = Path(folder) / name
+            relative = f"{prefix}/{path.relative_to(source).as_posix()}"
+            if keep_links and os.path.islink(path):
+                files[relative] = (os.readlink(path), 0)
+            else:
+                files[relative] = (path, stat.S_IMODE(os.stat(path).st_mode))
+    return files

@@ -1,0 +1,548 @@
+"""The composition plan: everything that goes into a composed image, as one plain typed value.
+
+Data flows one way: the spec (what the user asked, composer.spec.options) + the release + what the
+base images offer -> a CompositionPlan -> rendering. Validation against the images happens here,
+so rendering never sees a bad selection and cannot fail on user input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from composer import __version__
+from composer.spec.catalog import Catalog, Release
+from composer.core.errors import UsageError
+from composer.resolve.model_envs import ModelEnv, check_python, check_server, hints
+from composer.resolve.packages import public_requirement
+from composer.core.refs import ImageRef
+from composer.verify.smoke import SmokePlan
+from composer.spec.options import NAME_PATTERN, CompositionSpec, Packages, source_date_epoch
+
+ROOT = "/opt/tritonserver"
+MODELS_ROOT = "/models"  # where baked models go, and what the image serves by default
+KINDS = ("backend", "repoagent", "cache")
+FOLDERS = {"backend": "backends", "repoagent": "repoagents", "cache": "caches"}
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a full image offers, and where that knowledge came from (shown in errors)."""
+
+    source: str
+    core: tuple[str, ...]
+    has_include: bool
+    components: Mapping[str, tuple[str, ...]]  # kind -> names
+    python_based: frozenset[str] = frozenset()  # backends served through the python backend
+    has_pip: bool = True  # whether the python of the full image has pip
+    python: str | None = None  # the python the python backend stub runs on, e.g. "3.11"
+    runtime_python: str | None = None  # the image's own python3 (a venv runs it)
+    # How NGC's final stage treats this image, read from the full image (else the catalog's):
+    tree_owner: str = "1000:1000"  # "uid:gid" of the Triton tree; "0:0" from 26.06 on
+    externally_managed: bool = False  # its python carries the PEP 668 marker
+    entrypoint_d: bool = True  # /opt/nvidia/entrypoint.d
+    serve: bool = False  # /usr/bin/serve (SageMaker-enabled images)
+
+    @classmethod
+    def from_layout(cls, catalog: Catalog, release: Release) -> "Offer":
+        layout = catalog.ngc_layout
+        backends = tuple(b for b in layout.backends if release.tensorflow or b != "tensorflow")
+        return cls(
+            source=f"NGC's {release.name} full image (as catalogued; no engine was asked)",
+            core=layout.core,
+            has_include=True,
+            components={"backend": backends, "repoagent": layout.repoagents, "cache": layout.caches},
+            python=release.python,
+            runtime_python=release.python,
+            tree_owner=release.tree_owner,
+            externally_managed=release.externally_managed,
+        )
+
+    @classmethod
+    def from_contents(cls, contents) -> "Offer":
+        """From composer.resolve.contents.FullImageContents (what the probe found in the image)."""
+        names = {kind: tuple(contents.names(kind)) for kind in KINDS}
+        core = tuple(p.rsplit("/", 1)[-1] for p in contents.core_paths if not p.endswith("/include"))
+        return cls(
+            source=f"image {contents.image}",
+            core=core,
+            has_include=any(p.endswith("/include") for p in contents.core_paths),
+            components=names,
+            python_based=frozenset(c.name for c in contents.components if c.kind == "backend" and c.python_based),
+            has_pip=bool(contents.python and contents.python.has_pip),
+            python=contents.stub_python or (contents.python.version if contents.python else None),
+            runtime_python=contents.python.version if contents.python else None,
+            tree_owner="0:0" if contents.owner and contents.owner[0] == 0 else "1000:1000",
+            externally_managed=bool(contents.python and contents.python.externally_managed),
+            entrypoint_d=contents.entrypoint_d,
+            serve=contents.serve,
+        )
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    """A base image of the composition: the ref the user gave, and what it resolved to."""
+
+    role: str  # "full", "min" or "backend:<name>"
+    ref: str
+    id: str | None = None
+    digest: str | None = None  # the registry digest of ref's own repository, when it has one
+    # What the Dockerfile builds FROM, as resolved (composer.core.refs.build_source): repo@digest, the
+    # image id, or the name; None where nothing was resolved (a plan from the catalog).
+    source: str | None = None
+
+    @property
+    def from_ref(self) -> str:
+        """What the Dockerfile builds FROM: pinned by digest when there is one."""
+        if self.source:
+            return self.source
+        if self.digest:
+            return str(ImageRef.parse(self.ref).without_tag().with_digest(self.digest))
+        return self.ref
+
+    def record(self) -> dict:
+        return {"ref": self.ref, "id": self.id, "digest": self.digest}
+
+
+@dataclass(frozen=True)
+class BaseConfig:
+    """The min image's configuration: a pruned base is built FROM scratch, so the image restates it."""
+
+    env: tuple[tuple[str, str], ...] = ()
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    workdir: str = ""
+
+    @classmethod
+    def of(cls, info) -> "BaseConfig":
+        """From composer.engine.engine.ImageInfo."""
+        return cls(tuple(info.env.items()), tuple(info.entrypoint), tuple(info.cmd), info.workdir)
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """How a pruned base is made (--base pruned): the catalog's run-time loads for the release."""
+
+    loaded_at_run_time: tuple[tuple[str, tuple[str, ...]], ...]  # library -> what it loads by name
+    min_config: BaseConfig
+    keep_tensorrt_builder: bool = False
+
+    def loaded_json(self) -> str:
+        return json.dumps({library: list(loads) for library, loads in self.loaded_at_run_time}, indent=1) + "\n"
+
+
+@dataclass(frozen=True)
+class CustomBackend:
+    """A backend folder from the user's machine, copied in as backends/<name>."""
+
+    name: str
+    source: Path
+
+
+@dataclass(frozen=True)
+class ForeignBackend:
+    """A backend taken from another full image, e.g. another release's (--backend-image)."""
+
+    name: str
+    image: BaseImage
+    release: str | None  # that image's release, when it says
+    python_based: bool = False
+
+    @property
+    def stage(self) -> str:
+        return "backend-" + re.sub(r"[^a-z0-9_.-]", "-", self.name.lower())
+
+    def record(self) -> dict:
+        return {**self.image.record(), "release": self.release}
+
+
+def foreign_backend(name: str, image: BaseImage, offer: Offer, release: str | None) -> ForeignBackend:
+    """Check that `image` offers backend `name` before the plan takes it from there."""
+    _validated("backend", (name,), offer)
+    return ForeignBackend(name, image, release, name in offer.python_based)
+
+
+@dataclass(frozen=True)
+class CompositionPlan:
+    """Everything the rendered Dockerfile and build context are made from."""
+
+    release: Release
+    full: BaseImage
+    min: BaseImage
+    backends: tuple[str, ...]
+    repoagents: tuple[str, ...]
+    caches: tuple[str, ...]
+    custom_backends: tuple[CustomBackend, ...]
+    core: tuple[str, ...]
+    with_headers: bool
+    env: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    tag: str
+    notes: tuple[str, ...] = ()
+    packages: Packages = Packages()
+    constraints: tuple[str, ...] = ()  # release pins pip must hold (numpy<2)
+    pip_in_image: bool = True  # the full image's python has pip (else it must come from the wheelhouse)
+    # Where added packages go: a folder the stub's python puts on sys.path by itself (the stub
+    # ignores PYTHONPATH), ahead of the system's numpy.
+    site_packages: str | None = None
+    foreign_backends: tuple[ForeignBackend, ...] = ()
+    composer_version: str = __version__
+    server_version: str = ""  # the server inside, as the full image states it (else the catalog's)
+    # NGC's final stage for this image's generation (read from the full image, see Offer):
+    chown: str | None = "1000:1000"  # --chown of every Triton COPY; None: root's, as from 26.06
+    copy_entrypoint_d: bool = False
+    copy_serve: bool = False
+    gpu: bool = True  # TRITON_SERVER_GPU_ENABLED: wire the CUDA compat libraries
+    pip_command: tuple[str, ...] = ()  # how the packages stage runs pip (the image's, or the wheelhouse's)
+    baked_models: Path | None = None  # a model repository on this machine, copied in at MODELS_ROOT
+    model_envs: tuple[ModelEnv, ...] = ()  # python models' own environments (composer.resolve.model_envs)
+    python: str | None = None  # the stub's python, which model environments are built for
+    smoke: SmokePlan | None = None  # how the built image is smoke-tested (None: --no-smoke-test)
+    pruning: Pruning | None = None  # --base pruned: a new base of only what the selection needs of the min image
+
+    @property
+    def all_backends(self) -> tuple[str, ...]:
+        """Backends in the image: from the full image, from other images, and custom ones."""
+        others = {c.name for c in self.custom_backends} | {f.name for f in self.foreign_backends}
+        return tuple(sorted(set(self.backends) | others))
+
+    @property
+    def python_runtime(self) -> bool:
+        """Whether the image gets the python the stub runs on (its own layer): the python backend,
+        or a custom backend that is a model.py served through it."""
+        return "python" in self.all_backends or any(
+            (c.source / "model.py").is_file() and not (c.source / f"libtriton_{c.name}.so").is_file()
+            for c in self.custom_backends)
+
+    def component_paths(self) -> list[str]:
+        """Folders copied from the full image, relative to /opt/tritonserver."""
+        paths = [f"backends/{b}" for b in self.backends]
+        paths += [f"repoagents/{r}" for r in self.repoagents]
+        paths += [f"caches/{c}" for c in self.caches]
+        return paths
+
+    def record(self) -> dict:
+        """The composition record written into the image as composition.json."""
+        return {
+            "composer_version": self.composer_version,
+            "release": self.release.name,
+            "server_version": self.server_version,
+            "backends": list(self.all_backends),
+            "custom_backends": [c.name for c in self.custom_backends],
+            "repoagents": list(self.repoagents),
+            "caches": list(self.caches),
+            "with_headers": self.with_headers,
+            "base_images": {"full": self.full.record(), "min": self.min.record()},
+            "backend_images": {f.name: f.record() for f in self.foreign_backends},
+            "requested_packages": [public_requirement(spec) for spec in self.packages.specs],
+            # Where baked models are (the smoke test serves them from there); not what they are, so
+            # a change of the models leaves every layer before theirs as it was.
+            "baked_models": MODELS_ROOT if self.baked_models else None,
+            **({"model_envs": {e.model: e.record() for e in self.model_envs}} if self.model_envs else {}),
+            "base": "pruned" if self.pruning else "min",
+        }
+
+
+def check_release(release: Release, full_env: Mapping[str, str] | None) -> Release:
+    """The full image must be of the release the composition is for, when it says which."""
+    stated = (full_env or {}).get("NVIDIA_TRITON_SERVER_VERSION")
+    if stated and stated != release.name:
+        raise UsageError(f"--version {release.name} does not match the full image, which is release {stated}")
+    return release
+
+
+def resolve_release(version: str | None, catalog: Catalog, full_env: Mapping[str, str] | None) -> Release:
+    """The release: --version if given, else read from the full image's environment."""
+    if version:
+        return check_release(catalog.release(version), full_env)
+    if full_env is None:
+        raise UsageError("give --version YY.MM, or --image full=REF so the release can be read from the image")
+    name = full_env.get("NVIDIA_TRITON_SERVER_VERSION")
+    if name:
+        return catalog.release(name)
+    server = full_env.get("TRITON_SERVER_VERSION")
+    release = catalog.by_server(server) if server else None
+    if release is None:
+        raise UsageError(
+            "cannot tell the Triton release of the full image (no NVIDIA_TRITON_SERVER_VERSION "
+            "or known TRITON_SERVER_VERSION in its environment); give --version YY.MM"
+        )
+    return release
+
+
+def image_refs(spec: CompositionSpec, release: Release) -> tuple[str, str]:
+    """The full and min image references for this release, honouring --image and --registry."""
+    images = spec.images
+    return images.full or release.full_ref(images.registry), images.min or release.min_ref(images.registry)
+
+
+def make_plan(
+    spec: CompositionSpec,
+    release: Release,
+    offer: Offer,
+    catalog: Catalog,
+    full: BaseImage,
+    minimal: BaseImage,
+    full_env: Mapping[str, str] | None = None,
+    foreign: tuple[ForeignBackend, ...] = (),
+    created: str | None = None,
+    notes: tuple[str, ...] = (),
+    packages: Packages | None = None,
+    model_envs: tuple[ModelEnv, ...] = (),
+    min_config: BaseConfig | None = None,
+) -> CompositionPlan:
+    """Check the selection against what the full image offers and fix every detail of the image.
+
+    `created` is the image's creation time for its OCI label (resolved once, by the caller);
+    `packages` the spec's packages as the build installs them (fetched into a wheelhouse by
+    composer.resolve.resolve), so the spec itself is never rewritten; `min_config` the min image's
+    configuration (needed for --base pruned).
+    """
+    options = spec.selection
+    custom = _custom_backends(options.custom_backends)
+    custom_names = {c.name for c in custom}
+    foreign = tuple(sorted(foreign, key=lambda f: f.name))
+    clash = custom_names & {f.name for f in foreign}
+    if clash:
+        raise UsageError(f"backend {sorted(clash)[0]} is given both as --custom-backend and --backend-image")
+    custom_names |= {f.name for f in foreign}
+    backends = _validated("backend", options.backends, offer, exclude=custom_names)
+    repoagents = _validated("repoagent", options.repoagents, offer)
+    caches = _validated("cache", options.caches, offer)
+
+    notes: list[str] = list(notes)
+    for other in foreign:
+        if other.release and other.release != release.name:
+            notes.append(
+                f"warning: backend {other.name} comes from release {other.release} ({other.image.ref}) but the "
+                f"server is {release.name}: backends and server of different releases may not work together"
+            )
+    # A Python-based backend (a model.py in its folder) is served through the python backend.
+    needs_python = sorted({b for b in backends if b in offer.python_based} | {f.name for f in foreign if f.python_based})
+    if needs_python and "python" not in backends:
+        if "python" not in offer.components.get("backend", ()):
+            raise UsageError(
+                f"backend {needs_python[0]} is Python-based and needs the python backend, "
+                f"which {offer.source} does not offer"
+            )
+        backends = tuple(sorted(set(backends) | {"python"}))
+        notes.append(f"added the python backend: {', '.join(needs_python)} run through it")
+    if options.with_headers and not offer.has_include:
+        raise UsageError(f"--with-headers: {offer.source} has no /opt/tritonserver/include")
+
+    all_backends = sorted(set(backends) | custom_names)
+    packages = spec.packages if packages is None else packages
+    if packages:
+        if "python" not in all_backends:
+            raise UsageError("--pip/--requirements add packages for python models: select --backend python too")
+    server_version = (full_env or {}).get("TRITON_SERVER_VERSION") or release.server
+    model_envs = _model_envs(model_envs, all_backends, offer, server_version)
+    notes += hints(model_envs, spec.result.model_repository)
+    if server_version != release.server:
+        notes.append(f"warning: the full image states server {server_version}, but release {release.name} "
+                     f"ships server {release.server}: the image's own version is used and checked")
+    env = _environment(release, server_version, catalog, all_backends, full_env, offer)
+    tag = spec.result.tag or default_tag(release, all_backends, repoagents, caches)
+    labels = _labels(release, server_version, full, minimal, all_backends, repoagents, caches, created,
+                     spec.result.labels)
+    return CompositionPlan(
+        release=release,
+        full=full,
+        min=minimal,
+        backends=backends,
+        repoagents=repoagents,
+        caches=caches,
+        custom_backends=custom,
+        core=offer.core,
+        with_headers=options.with_headers,
+        env=env,
+        labels=labels,
+        tag=tag,
+        notes=tuple(notes),
+        packages=packages,
+        constraints=release_constraints(release) if packages or model_envs else (),
+        pip_in_image=offer.has_pip,
+        site_packages=f"/usr/local/lib/python{offer.python or release.python}/dist-packages" if packages else None,
+        foreign_backends=foreign,
+        pip_command=_pip_command(packages, offer, full.ref),
+        server_version=server_version,
+        chown=None if offer.tree_owner == "0:0" else offer.tree_owner,
+        copy_entrypoint_d=offer.entrypoint_d,
+        copy_serve=offer.serve,
+        gpu=dict(env).get("TRITON_SERVER_GPU_ENABLED") == "1",
+        baked_models=options.bake_models,
+        model_envs=model_envs,
+        python=offer.python if model_envs else None,
+        smoke=SmokePlan.of(all_backends, server_version, spec.result) if spec.result.smoke_test else None,
+        pruning=_pruning(options, release, catalog, min_config),
+    )
+
+
+def _pruning(options, release: Release, catalog: Catalog, min_config: BaseConfig | None) -> Pruning | None:
+    """How the pruned base is made, or None for the min base; refused where it cannot be made."""
+    if options.base != "pruned":
+        return None
+    loaded = catalog.pruning_list(release.name)
+    if min_config is None:
+        raise UsageError("--base pruned needs the min image's configuration: render it with a Docker engine")
+    return Pruning(tuple(sorted(loaded.items())), min_config, options.keep_tensorrt_builder)
+
+
+def _pip_command(packages: Packages, offer: Offer, full_ref: str) -> tuple[str, ...]:
+    """How the packages stage runs pip: the full image's own, or pip straight from its wheel.
+
+    The build installs from a wheelhouse only (composer build fetches one on the host when the
+    packages come from an index), so no index URL ever reaches the engine.
+    """
+    if not packages:
+        return ()
+    if packages.wheelhouse is None:
+        raise UsageError(
+            "python packages are installed from a wheelhouse: give --wheelhouse DIR (composer wheels -o DIR "
+            "fills one), or let composer build or render fetch them with an engine at hand"
+        )
+    pips = sorted(packages.wheelhouse.glob("pip-*.whl"))
+    if pips:
+        return ("python3", f"/composer/packages/wheelhouse/{pips[-1].name}/pip")
+    if not offer.has_pip:
+        raise UsageError(
+            f"--wheelhouse {packages.wheelhouse} holds no pip wheel and the full image has no pip "
+            "(composer wheels puts one in)"
+        )
+    return ("python3", "-m", "pip")
+
+
+def _model_envs(envs: tuple[ModelEnv, ...], backends, offer: Offer, server_version: str) -> tuple[ModelEnv, ...]:
+    """The environments, checked against the image: the python backend, its stub's python (the
+    image's own), a server that takes a folder; each with how its build stage runs pip."""
+    if not envs:
+        return ()
+    if "python" not in backends:
+        raise UsageError(f"model {envs[0].model} has its own python environment: select --backend python too")
+    check_python(offer.runtime_python, offer.python, offer.source)
+    check_server(server_version)
+    ready = []
+    for env in envs:
+        if env.wheelhouse is None:
+            raise UsageError(f"model {env.model}: its environment is built from wheels fetched on this machine: "
+                             "give --wheelhouse DIR, or let composer build or render fetch them with an engine at hand")
+        pips = sorted(env.wheelhouse.glob("pip-*.whl"))
+        pip = (f"/composer/model_envs/{env.model}/wheelhouse/{pips[-1].name}/pip",) if pips else ("-m", "pip")
+        ready.append(dataclasses.replace(env, pip=pip))
+    return tuple(ready)
+
+
+def release_constraints(release: Release) -> tuple[str, ...]:
+    """The pins pip must hold for the release's python backend (numpy<2 from 24.06 on)."""
+    return (release.numpy,) if release.numpy else ()
+
+
+def created_label(environ: Mapping[str, str]) -> str:
+    """The image's creation time (RFC 3339, UTC): SOURCE_DATE_EPOCH when set, so two builds
+    with the same inputs and epoch carry the same labels; else now."""
+    import datetime
+
+    epoch = environ.get("SOURCE_DATE_EPOCH")
+    if epoch is not None:
+        moment = datetime.datetime.fromtimestamp(source_date_epoch(epoch), tz=datetime.timezone.utc)
+    else:
+        moment = datetime.datetime.now(tz=datetime.timezone.utc).replace(microsecond=0)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def default_tag(release: Release, backends, repoagents=(), caches=()) -> str:
+    """e.g. triton-composer/tritonserver:24.09-onnxruntime-python"""
+    parts = [release.name, *sorted(backends), *sorted(repoagents), *(f"cache-{c}" for c in sorted(caches))]
+    tag = "-".join(parts)
+    if len(tag) > 128:  # Docker's limit on a tag
+        import hashlib
+
+        tag = f"{release.name}-{hashlib.sha256(tag.encode()).hexdigest()[:12]}"
+    return f"triton-composer/tritonserver:{tag}"
+
+
+def suggest(name: str, offered: tuple[str, ...]) -> str | None:
+    """The offered name the user most likely meant (`onnx` -> `onnxruntime`)."""
+    prefixed = [o for o in offered if o.startswith(name) or name.startswith(o)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    close = difflib.get_close_matches(name, offered, n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
+def _validated(kind: str, names: tuple[str, ...], offer: Offer, exclude=frozenset()) -> tuple[str, ...]:
+    offered = tuple(offer.components.get(kind, ()))
+    for name in names:
+        if name in exclude:
+            continue
+        if name not in offered:
+            hint = suggest(name, offered)
+            did_you_mean = f" (did you mean '{hint}'?)" if hint else ""
+            listing = ", ".join(offered) if offered else "none"
+            raise UsageError(
+                f"unknown {kind} '{name}'{did_you_mean}: {offer.source} offers {FOLDERS[kind]}: {listing}"
+            )
+    return tuple(sorted(set(n for n in names if n not in exclude)))
+
+
+def _custom_backends(pairs: tuple[tuple[str, Path], ...]) -> tuple[CustomBackend, ...]:
+    result = []
+    for name, source in pairs:
+        if not NAME_PATTERN.match(name):
+            raise UsageError(f"--custom-backend {name}: a backend name is letters, digits, '.', '_' or '-'")
+        if not source.is_dir():
+            raise UsageError(f"--custom-backend {name}={source}: no such folder")
+        has_library = (source / f"libtriton_{name}.so").is_file()
+        if not has_library and not (source / "model.py").is_file():
+            raise UsageError(
+                f"--custom-backend {name}={source}: the folder holds neither libtriton_{name}.so nor model.py"
+            )
+        result.append(CustomBackend(name, source.resolve()))
+    return tuple(sorted(result, key=lambda c: c.name))
+
+
+def _environment(release: Release, server_version: str, catalog: Catalog, backends, full_env,
+                 offer: Offer) -> tuple[tuple[str, str], ...]:
+    """The environment NGC's final stage sets for this generation, plus what the backends need."""
+    full_env = full_env or {}
+    env = {
+        "TRITON_SERVER_VERSION": server_version,
+        "NVIDIA_TRITON_SERVER_VERSION": release.name,
+        "TRITON_SERVER_USER": "triton-server",
+        "TRITON_SERVER_GPU_ENABLED": full_env.get("TRITON_SERVER_GPU_ENABLED", "1"),
+        "PATH": "/opt/tritonserver/bin:${PATH}",
+        **catalog.final_stage_env,
+    }
+    if "tensorflow" in offer.components.get("backend", ()):
+        env.update(catalog.tensorflow_env)
+    if offer.externally_managed and "python" in backends:
+        env.update(catalog.externally_managed_env)
+    for backend in backends:
+        env.update(catalog.backend_env.get(backend, {}))
+    return tuple(env.items())
+
+
+def _labels(release, server_version: str, full: BaseImage, minimal: BaseImage, backends, repoagents, caches, created=None,
+            user=()) -> tuple[tuple[str, str], ...]:
+    labels = {
+        **dict(user),
+        "org.opencontainers.image.created": created,
+        "com.nvidia.tritonserver.version": server_version,
+        "org.opencontainers.image.title": "Triton Inference Server (composed)",
+        "org.opencontainers.image.version": release.name,
+        "org.opencontainers.image.base.name": minimal.ref,
+        "org.triton-composer.version": __version__,
+        "org.triton-composer.release": release.name,
+        "org.triton-composer.backends": ",".join(backends),
+        "org.triton-composer.repoagents": ",".join(repoagents),
+        "org.triton-composer.caches": ",".join(caches),
+        "org.triton-composer.full-image": full.ref,
+    }
+    if minimal.digest:
+        labels["org.opencontainers.image.base.digest"] = minimal.digest
+    return tuple(sorted((key, value) for key, value in labels.items() if value))

@@ -1,0 +1,324 @@
+"""Answer checks for the user's own models: test cases, and a default request from the config.
+
+A model proves it serves only by answering. Cases come from a file given with --smoke-cases,
+or from `smoke_cases.json` (or `.yaml`) next to a model's config.pbtxt, which Triton ignores:
+
+    cases:
+      - model: my_model            # optional in a model's own file
+        name: doubles              # optional; names the case in a failure
+        inputs:
+          - {name: INPUT0, datatype: FP32, shape: [4], data: [1, 2, 3, 4]}
+        expected:
+          - {name: OUTPUT0, datatype: FP32, shape: [4], data: [2, 4, 6, 8], tolerance: 1.0e-5}
+          - {name: OUTPUT1, datatype: INT64, shape: [4]}   # shape and datatype only
+
+A model without cases still gets a real request built from its configuration as the server
+reports it, and the answer must hold every configured output with its datatype and a shape
+consistent with the configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from composer.core.errors import Invalid
+from composer.core.files import load_structured, read_text
+from composer.verify.triton_client import TensorData
+
+CASE_FILES = ("smoke_cases.json", "smoke_cases.yaml", "smoke_cases.yml")
+FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64", "BF16"})
+DATATYPES = frozenset({"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+                       "FP16", "FP32", "FP64", "BF16", "BYTES"})
+DEFAULT_TOLERANCE = 1e-5  # relative, for floating-point outputs when a case names none
+
+
+class CaseError(ValueError):
+    """A case file that cannot be used; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Expected:
+    """An output a case expects: its data within a tolerance, or only its shape and datatype."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...] | None = None
+    data: tuple | None = None
+    tolerance: float = DEFAULT_TOLERANCE
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    name: str
+    inputs: tuple[TensorData, ...]
+    expected: tuple[Expected, ...]
+    source: str = ""  # the file it came from
+
+    def check(self, outputs: Mapping[str, TensorData]) -> str | None:
+        """None when `outputs` hold the expected answer, else one line naming the case."""
+        for want in self.expected:
+            problem = _mismatch(want, outputs.get(want.name), outputs)
+            if problem:
+                return f"case {self.name}: {problem}"
+        return None
+
+
+def _mismatch(want: Expected, got: TensorData | None, outputs: Mapping[str, TensorData]) -> str | None:
+    if got is None:
+        return f"no output {want.name} (got {', '.join(sorted(outputs)) or 'none'})"
+    if got.datatype != want.datatype:
+        return f"{want.name} has datatype {got.datatype}, expected {want.datatype}"
+    if want.shape is not None and tuple(got.shape) != want.shape:
+        return f"{want.name} has shape {list(got.shape)}, expected {list(want.shape)}"
+    if want.data is None:
+        return None
+    if len(got.data) != len(want.data):
+        return f"{want.name} has {len(got.data)} values, expected {len(want.data)}"
+    tolerance = want.tolerance if want.datatype in FLOAT_TYPES else 0.0
+    for index, (g, w) in enumerate(zip(got.data, want.data)):
+        if not close(g, w, tolerance):
+            return f"{want.name}[{index}] is {g!r}, expected {w!r}" + (f" (tolerance {tolerance:g})" if tolerance else "")
+    return None
+
+
+def close(got: Any, want: Any, tolerance: float) -> bool:
+    """Equal, or within `tolerance` relative to the expected value (absolute below 1)."""
+    if isinstance(want, (bool, str)) or isinstance(got, (bool, str)):
+        return got == want
+    try:
+        g, w = float(got), float(want)
+    except (TypeError, ValueError):
+        return got == want
+    if math.isnan(w):
+        return math.isnan(g)
+    return abs(g - w) <= tolerance * max(1.0, abs(w)) if tolerance else g == w
+
+
+# -- reading cases -------------------------------------------------------------------
+
+
+def read_cases_file(path: Path, model: str | None = None) -> tuple[Case, ...]:
+    """The cases of one file (JSON or YAML); `model` is the default for a model's own file."""
+    try:
+        text = read_text(Path(path), "case file")
+    except Invalid as problem:
+        raise CaseError(str(problem)) from None
+    return cases_from_text(text, str(path), model)
+
+
+def cases_from_text(text: str, source: str, model: str | None = None) -> tuple[Case, ...]:
+    """The cases of a file's text: JSON when `source` ends in .json, else YAML."""
+    as_json = source.endswith(".json")
+    try:  # depth, alias expansion and string keys checked: a bomb is refused, not expanded
+        raw = load_structured(text, source, as_json)
+    except Invalid as problem:
+        raise CaseError(str(problem)) from None
+    return parse_cases(raw, source, model)
+
+
+def parse_cases(raw: Any, source: str, model: str | None = None) -> tuple[Case, ...]:
+    """Cases from a loaded document: {cases: [...]} or a list of cases."""
+    items = raw.get("cases") if isinstance(raw, dict) else raw
+    if not isinstance(items, list) or not items:
+        raise CaseError(f"{source}: expected a list of cases under 'cases:'")
+    cases = []
+    for number, item in enumerate(items, 1):
+        where = f"{source}: case {number}"
+        if not isinstance(item, dict):
+            raise CaseError(f"{where}: expected a mapping with inputs and expected")
+        unknown = sorted(set(item) - {"model", "name", "inputs", "expected"})
+        if unknown:
+            raise CaseError(f"{where}: unknown key {unknown[0]} (model, name, inputs, expected)")
+        name_of_model = str(item.get("model") or model or "")
+        if not name_of_model:
+            raise CaseError(f"{where}: names no model (model: NAME)")
+        if model and name_of_model != model:
+            raise CaseError(f"{where}: names model {name_of_model}, but the file is in model {model}'s folder")
+        name = str(item.get("name") or f"{name_of_model}#{number}")
+        inputs = tuple(_input(t, f"{where} ({name})") for t in _list(item.get("inputs"), "inputs", where))
+        expected = tuple(_expected(t, f"{where} ({name})") for t in _list(item.get("expected"), "expected", where))
+        cases.append(Case(name_of_model, name, inputs, expected, source))
+    names = [(c.model, c.name) for c in cases]
+    for pair in names:
+        if names.count(pair) > 1:
+            raise CaseError(f"{source}: case {pair[1]} of model {pair[0]} is given twice")
+    return tuple(cases)
+
+
+def model_cases(model_dir: Path) -> tuple[Case, ...]:
+    """The cases a model folder carries by the convention (none when it has no such file)."""
+    found = [model_dir / f for f in CASE_FILES if (model_dir / f).is_file()]
+    if len(found) > 1:
+        raise CaseError(f"{model_dir}: give one of {', '.join(CASE_FILES)}, not {len(found)}")
+    return read_cases_file(found[0], model_dir.name) if found else ()
+
+
+def model_folders(repository: Path) -> dict[str, Path]:
+    """Model name -> folder, for every folder of a model repository (hidden ones left out)."""
+    return {p.name: p for p in sorted(Path(repository).iterdir()) if p.is_dir() and not p.name.startswith(".")}
+
+
+def repository_cases(repository: Path) -> tuple[Case, ...]:
+    """Every case the model folders of a repository carry."""
+    cases: list[Case] = []
+    for folder in model_folders(repository).values():
+        cases += model_cases(folder)
+    return tuple(cases)
+
+
+def repository_problem(repository: Path) -> str | None:
+    """What makes `repository` unusable as a model repository (None: it is fine). Checked before
+    any work, so a bad case file is refused before a build starts."""
+    if not repository.is_dir():
+        return "no such folder"
+    try:
+        if not model_folders(repository):
+            return "no model folders in it (a model repository holds one folder per model)"
+        repository_cases(repository)
+    except CaseError as error:
+        return str(error)
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or exc})"
+    return None
+
+
+def by_model(cases: Iterable[Case]) -> dict[str, list[Case]]:
+    grouped: dict[str, list[Case]] = {}
+    for case in cases:
+        grouped.setdefault(case.model, []).append(case)
+    return grouped
+
+
+def _list(value: Any, key: str, where: str) -> list:
+    if not isinstance(value, list) or not value:
+        raise CaseError(f"{where}: '{key}' must be a non-empty list of tensors")
+    return value
+
+
+def _tensor_head(raw: Any, where: str, need_data: bool) -> tuple[str, str, tuple[int, ...] | None]:
+    if not isinstance(raw, dict):
+        raise CaseError(f"{where}: a tensor is a mapping of name, datatype, shape, data")
+    name, datatype = raw.get("name"), str(raw.get("datatype", "")).upper()
+    if not name:
+        raise CaseError(f"{where}: a tensor has no name")
+    if datatype not in DATATYPES:
+        raise CaseError(f"{where}: {name} has datatype {raw.get('datatype')!r}; valid: {', '.join(sorted(DATATYPES))}")
+    shape = raw.get("shape")
+    if shape is None and not need_data:
+        return str(name), datatype, None
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise CaseError(f"{where}: {name} needs a shape, a list of sizes (e.g. [1, 4])")
+    return str(name), datatype, tuple(shape)
+
+
+def _flat(data: Any) -> list:
+    if not isinstance(data, list):
+        return [data]
+    return [x for item in data for x in _flat(item)]
+
+
+def _input(raw: Any, where: str) -> TensorData:
+    name, datatype, shape = _tensor_head(raw, where, need_data=True)
+    if "data" not in raw:
+        raise CaseError(f"{where}: input {name} has no data")
+    data = _flat(raw["data"])
+    if len(data) != math.prod(shape):
+        raise CaseError(f"{where}: input {name} has {len(data)} values for shape {list(shape)}")
+    return TensorData(name, datatype, shape, tuple(data))
+
+
+def _expected(raw: Any, where: str) -> Expected:
+    name, datatype, shape = _tensor_head(raw, where, need_data="data" in (raw or {}))
+    unknown = sorted(set(raw) - {"name", "datatype", "shape", "data", "tolerance"})
+    if unknown:
+        raise CaseError(f"{where}: output {name}: unknown key {unknown[0]}")
+    data = tuple(_flat(raw["data"])) if "data" in raw else None
+    if data is not None and shape is not None and len(data) != math.prod(shape):
+        raise CaseError(f"{where}: output {name} has {len(data)} values for shape {list(shape)}")
+    if data is None and shape is None:
+        raise CaseError(f"{where}: output {name} needs data or a shape")
+    try:
+        tolerance = float(raw.get("tolerance", DEFAULT_TOLERANCE))
+    except (TypeError, ValueError):
+        raise CaseError(f"{where}: output {name}: tolerance must be a number") from None
+    return Expected(name, datatype, shape, data, tolerance)
+
+
+# -- a request from the configuration --------------------------------------------------
+
+
+def datatype_of(config_type: str) -> str:
+    """TYPE_FP32 -> FP32; TYPE_STRING -> BYTES (the protocol's name for strings)."""
+    name = str(config_type).removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def _zero(datatype: str) -> Any:
+    if datatype == "BYTES":
+        return ""
+    if datatype == "BOOL":
+        return False
+    return 0.0 if datatype in FLOAT_TYPES else 0
+
+
+def _batched(config: Mapping[str, Any]) -> bool:
+    return int(config.get("max_batch_size") or 0) > 0
+
+
+def default_request(config: Mapping[str, Any]) -> tuple[TensorData, ...]:
+    """Zeros for every required input: variable dimensions 1, a batch of 1 where the model
+    batches. Raises CaseError when the configuration has no inputs (nothing can be asked)."""
+    inputs = [i for i in config.get("input") or [] if not i.get("optional")]
+    if not inputs:
+        raise CaseError("its configuration has no inputs, so no request can be made "
+                        "(a model without a config.pbtxt whose backend did not complete one?)")
+    tensors = []
+    for entry in inputs:
+        dims = [int(d) for d in entry.get("dims") or []]
+        shape = ([1] if _batched(config) else []) + [1 if d < 0 else d for d in dims]
+        datatype = datatype_of(entry.get("data_type", ""))
+        tensors.append(TensorData(str(entry["name"]), datatype, tuple(shape),
+                                  tuple(_zero(datatype) for _ in range(math.prod(shape)))))
+    return tuple(tensors)
+
+
+def check_against_config(config: Mapping[str, Any], outputs: Mapping[str, TensorData]) -> str | None:
+    """None when the answer holds every configured output with its datatype and a shape
+    consistent with the configuration (batch of 1 first where the model batches)."""
+    configured = config.get("output") or []
+    if not configured:
+        return "its configuration has no outputs"
+    batch = [1] if _batched(config) else []
+    for entry in configured:
+        name = str(entry["name"])
+        got = outputs.get(name)
+        if got is None:
+            return f"no output {name} in the answer (got {', '.join(sorted(outputs)) or 'none'})"
+        want_type = datatype_of(entry.get("data_type", ""))
+        if got.datatype != want_type:
+            return f"{name} has datatype {got.datatype}, the configuration says {want_type}"
+        shapes = [batch + [int(d) for d in entry.get("dims") or []]]
+        reshape = (entry.get("reshape") or {}).get("shape")
+        if reshape is not None:
+            shapes.append(batch + [int(d) for d in reshape])
+        if not any(_fits(got.shape, shape) for shape in shapes):
+            return f"{name} has shape {list(got.shape)}, the configuration says {shapes[0]} (-1: any)"
+        if len(got.data) != math.prod(got.shape):
+            return f"{name} holds {len(got.data)} values for shape {list(got.shape)}"
+    return None
+
+
+def _fits(shape: Iterable[int], configured: list[int]) -> bool:
+    shape = list(shape)
+    return len(shape) == len(configured) and all(c < 0 or s == c for s, c in zip(shape, configured))
+
+
+def describe_request(inputs: Iterable[TensorData]) -> str:
+    return ", ".join(f"{t.name} {t.datatype} {list(t.shape)}" for t in inputs)

@@ -1,0 +1,109 @@
+"""The release catalog: which Triton container release carries which server, OS and python.
+
+The facts live in composer/data/releases.yaml; this module only loads and looks them up.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+
+import yaml
+
+from composer.core.errors import UsageError
+
+RELEASE_PATTERN = re.compile(r"^\d\d\.\d\d$")
+
+
+@dataclass(frozen=True)
+class Release:
+    """One Triton container release (YY.MM)."""
+
+    name: str
+    server: str
+    os: str
+    python: str
+    numpy: str | None  # the numpy requirement the python backend needs, e.g. "numpy<2"
+    # From the catalog's generations (the fallback when no full image is looked into):
+    tree_owner: str = "1000:1000"  # who owns /opt/tritonserver ("0:0": root)
+    externally_managed: bool = False  # python is PEP 668 managed (Ubuntu 24.04 generation)
+    tensorflow: bool = True  # the full image carries a tensorflow backend
+
+    def full_ref(self, registry: str) -> str:
+        return f"{registry.rstrip('/')}/tritonserver:{self.name}-py3"
+
+    def min_ref(self, registry: str) -> str:
+        return f"{registry.rstrip('/')}/tritonserver:{self.name}-py3-min"
+
+
+@dataclass(frozen=True)
+class NgcLayout:
+    """What NGC's full image carries: used to validate and render when no engine is at hand."""
+
+    core: tuple[str, ...]
+    backends: tuple[str, ...]
+    repoagents: tuple[str, ...]
+    caches: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    releases: dict[str, Release]
+    ngc_layout: NgcLayout
+    backend_env: dict[str, dict[str, str]]
+    final_stage_env: dict[str, str]
+    tensorflow_env: dict[str, str]
+    externally_managed_env: dict[str, str]
+    # release -> {library: libraries it loads by name at run time} (for a pruned base)
+    loaded_at_run_time: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls) -> "Catalog":
+        text = resources.files("composer.spec.data").joinpath("releases.yaml").read_text()
+        raw = yaml.safe_load(text)
+        layout = {key: tuple(value) for key, value in raw["ngc_full_image"].items()}
+        generations = sorted(raw["generations"], key=lambda g: g["from"])
+        releases = {}
+        for name, fields in raw["releases"].items():
+            traits: dict = {}
+            for generation in generations:
+                if generation["from"] <= name:  # YY.MM sorts as text
+                    traits.update({k: v for k, v in generation.items() if k != "from"})
+            releases[name] = Release(name=name, **fields, **traits)
+        return cls(
+            releases=releases,
+            ngc_layout=NgcLayout(**layout),
+            backend_env={name: dict(env) for name, env in (raw.get("backend_env") or {}).items()},
+            final_stage_env=dict(raw["final_stage_env"]),
+            tensorflow_env=dict(raw["tensorflow_env"]),
+            externally_managed_env=dict(raw["externally_managed_env"]),
+            loaded_at_run_time={release: {library: tuple(loads) for library, loads in table.items()}
+                                for release, table in (raw.get("loaded_at_run_time") or {}).items()},
+        )
+
+    def release(self, name: str) -> Release:
+        """The release `name`; an unknown one is a usage error naming the known ones."""
+        if name in self.releases:
+            return self.releases[name]
+        known = sorted(self.releases)
+        hint = "" if RELEASE_PATTERN.match(name) else " (releases are named YY.MM)"
+        raise UsageError(
+            f"unknown Triton release '{name}'{hint}; known releases: {known[0]} ... {known[-1]}: "
+            + ", ".join(known)
+        )
+
+    def pruning_list(self, name: str) -> dict[str, tuple[str, ...]]:
+        """The libraries loaded by name at run time in release `name`, which a pruned base needs."""
+        if name not in self.loaded_at_run_time:
+            known = ", ".join(sorted(self.loaded_at_run_time)) or "none"
+            raise UsageError(f"--base pruned: the catalog lists no run-time loaded libraries for release {name} "
+                             f"(releases with a list: {known}); use --base min")
+        return self.loaded_at_run_time[name]
+
+    def by_server(self, server_version: str) -> Release | None:
+        """The release that carries server `server_version` (e.g. 2.50.0)."""
+        for release in self.releases.values():
+            if release.server == server_version:
+                return release
+        return None
