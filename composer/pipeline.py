@@ -26,10 +26,17 @@ from composer.build.pruning import PrunedBase, PruningReport, proof_failure, pru
 from composer.core.redaction import redact
 from composer.render.render import BuildContext, write_context
 from composer.resolve.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
-from composer.verify.sbom import SBOM_PATH, add_sbom, is_sbom
+from composer.spec.options import is_sbom
+from composer.verify.sbom import SBOM_PATH, add_sbom
 from composer.verify.sizes import SizeReport, measure
-from composer.verify.smoke import SmokeReport, smoke_test
+from composer.verify.smoke import SmokePlan, SmokeReport, smoke_test
 from composer.spec.options import CompositionSpec
+from composer.publish.bundle import ReadBundle, open_bundle
+from composer.publish.lock import verify_lock
+from composer.registry.client import Registries
+from composer.publish.push import push_image
+from composer.publish.artifacts import push_sbom
+from composer.core.refs import ImageRef
 
 
 # -- build, smoke test, tag ------------------------------------------------------------
@@ -78,7 +85,7 @@ def build_image(
     on_line: LineSink = quiet,
     on_smoke_line: LineSink | None = None,
 ) -> BuildResult:
-    """Build the plan; tag the image only once its smoke test (plan.smoke) passed.
+    """Build the plan; tag the image only once its smoke test (with plan.smoke's settings) passed.
 
     A failed build or smoke test leaves the tag where it was: the new image is built untagged
     and discarded if it does not serve. `labels` mark what the build and smoke test leave on
@@ -119,7 +126,8 @@ def build_image(
     report = None
     if plan.smoke is not None:
         try:
-            report = smoke_test(engine, image_id, plan.smoke, on_line=on_smoke_line or on_line, labels=labels)
+            smoke = SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke)
+            report = smoke_test(engine, image_id, smoke, on_line=on_smoke_line or on_line, labels=labels)
         except BaseException:  # Ctrl-C or a lost engine: the untagged new image goes, every tag stays
             engine.discard_untagged(image_id)
             raise
@@ -213,9 +221,6 @@ def compose(
         return _build_and_push(engine, resolve_recorded(spec, catalog, inspection, run.on_line), run)
     targets = resolve_targets(spec, catalog, engine)
     if run.locked:
-        from composer.publish.lock import verify_lock
-        from composer.registry.client import Registries
-
         registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
         targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)
     with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
@@ -242,8 +247,6 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
         run.on_line(f"SBOM written to {spec.result.sbom}")
     pushed = None
     if spec.result.push:
-        from composer.publish.push import push_image
-
         run.on_line(f"pushing {spec.result.push}")
         try:
             digest = push_image(engine, result.tag, spec.result.push, auth=run.registry_auth, on_line=run.on_line)
@@ -263,10 +266,6 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
 
 def _push_sbom(engine: Engine, spec: CompositionSpec, run: Run, digest: str, document: str) -> str:
     """The SBOM next to the pushed image, with the push's credentials and the registry's trust."""
-    from composer.publish.artifacts import push_sbom
-    from composer.core.refs import ImageRef
-    from composer.registry.client import Registries
-
     target = ImageRef.parse(spec.result.push)
     api = Registries(engine, run.registry_auth, spec.images.registry_ca).client(target.host)
     return push_sbom(api, target.repository, digest, document)
@@ -287,3 +286,9 @@ def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catal
         except ComposerError as error:
             outcomes.append(Outcome(spec, error=error))
     return outcomes
+
+
+def compose_bundle(engine: Engine, read: ReadBundle, given: dict, catalog: Catalog, run: Run) -> list[Outcome]:
+    """Load the bundle's images and compose its spec (with the given result options)."""
+    opened = open_bundle(engine, read, on_line=run.on_line)
+    return compose_all(engine, [opened.spec.with_fields(given)], catalog, run, opened.inspection)

@@ -22,7 +22,7 @@ from typing import Mapping
 
 from composer.engine.engine import Engine
 from composer.core.errors import BuildFailed, ComposerError
-from composer.cli.output import human_size
+from composer.core.units import human_size
 from composer.resolve.plan import ROOT, CompositionPlan
 from composer.core.progress import LineSink, quiet
 

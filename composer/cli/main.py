@@ -18,18 +18,36 @@ from typing import Any, List, Optional
 import typer
 
 from composer import __version__
-from composer.spec.catalog import Catalog
-from composer.core.errors import (
-    BuildFailed,
-    ComposerError,
-    Invalid,
-    SmokeTestFailed,
-    UsageError,
-)
-from composer.cli.output import Printer, human_size, smoke_table
-from composer.core.redaction import redact
+from composer.cli.output import Printer, smoke_table
+from composer.core.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
 from composer.core.files import check_output_file, printable
-from composer.core.refs import is_image_id
+from composer.core.redaction import redact
+from composer.core.refs import check_registry_prefix, is_image_id
+from composer.core.units import human_size
+from composer.engine.engine import Engine
+from composer.pipeline import compose_all, compose_bundle, Run
+from composer.publish.bundle import check_bundle_output, check_overrides, unpacked, write_bundle
+from composer.publish.inspect import Difference, inspect as inspect_image
+from composer.publish.junit import check_junit_output, outcome_entries, write_junit
+from composer.publish.lock import check_lock_output, check_locked, lock_spec
+from composer.publish.push import mirror_release
+from composer.registry.client import load_auth, Registries
+from composer.render.render import check_output, write_context
+from composer.resolve.packages import python_target
+from composer.resolve.resolve import (
+    fetch_model_env_wheels,
+    fetch_wheels,
+    inspect_images,
+    probe,
+    require_full,
+    resolve,
+    resolve_for_render,
+    resolve_targets,
+)
+from composer.spec.catalog import Catalog
+from composer.spec.sets import specs_from_sets
+from composer.standin import build_standins, ngc
+from composer.verify.smoke import image_smoke_plan, smoke_test
 from composer.spec.options import (
     BACKENDS,
     BUILD,
@@ -116,8 +134,6 @@ def check_wheelhouse_output(folder: Path) -> None:
 
 
 def _engine():
-    from composer.engine.engine import Engine
-
     return Engine.connect()
 
 
@@ -173,8 +189,6 @@ def _specs(command: str, set_files: list[str], given: dict[str, Any]) -> list[Co
 
     Everything is checked here, before any work starts.
     """
-    from composer.spec.sets import specs_from_sets
-
     if set_files:
         if len(set_files) > 1 and ("result.tag" in given or "result.push" in given):
             raise UsageError("--tag and --push name one image: with several --set files, put them in the sets")
@@ -212,33 +226,22 @@ def build(
     as_json: bool = JsonOpt,
 ) -> None:
     """Compose, build and smoke-test a slim image; tag (and push) it only once it serves."""
-    from composer.pipeline import Run, compose_all
-    from composer.registry.client import load_auth
-
-    from composer.publish.junit import check_junit_output
-
     out = Printer(as_json)
     catalog = Catalog.load()
     if junit is not None:
         junit = check_junit_output(junit)
     check_environment(os.environ)
     if bundle is not None:
-        from composer.publish.bundle import check_overrides
-
         check_overrides(given, set_files=set_files, locked=locked)
     else:
         specs = _specs(BUILD, set_files, given)
         if explain and not all(spec.selection.base == "pruned" for spec in specs):
             raise UsageError("--explain lists what a pruned base keeps and drops: add --base pruned")
         if locked:
-            from composer.publish.lock import check_locked
-
             check_locked(specs)
     auth = load_auth(registry_auth)
     with contextlib.ExitStack() as stack:
         if bundle is not None:
-            from composer.publish.bundle import compose_bundle, unpacked
-
             read = stack.enter_context(unpacked(bundle))  # checked before any engine is asked
         engine = _engine()
 
@@ -258,8 +261,6 @@ def build(
 
 def _report(out: Printer, outcomes, junit: Optional[Path], explain: bool = False) -> None:
     """Print the outcomes (and write JUnit); any failure makes the command fail."""
-    from composer.publish.junit import outcome_entries, write_junit
-
     for outcome in outcomes:
         if isinstance(outcome.error, SmokeTestFailed):
             out.smoke_failure(outcome.error.report, outcome.error.log_tail)
@@ -313,12 +314,6 @@ def lock(
     as_json: bool = JsonOpt,
 ) -> None:
     """Resolve a set's base images to digests into a lock file beside it (for --locked builds)."""
-    from composer.publish.lock import lock_spec
-    from composer.resolve.resolve import resolve_targets
-    from composer.registry.client import Registries, load_auth
-
-    from composer.publish.lock import check_lock_output
-
     out = Printer(as_json)
     catalog = Catalog.load()
     specs = _specs(BUILD, set_files, {})
@@ -348,11 +343,6 @@ def mirror(
     as_json: bool = JsonOpt,
 ) -> None:
     """Copy a release's full and min images into a private registry; only what is missing moves."""
-    from composer.publish.push import mirror_release
-    from composer.registry.client import load_auth
-
-    from composer.core.refs import check_registry_prefix
-
     out = Printer(as_json)
     images = CompositionSpec().with_fields(given).images
     if images.version is None:
@@ -382,9 +372,6 @@ def inspect_command(
     as_json: bool = JsonOpt,
 ) -> None:
     """An image's versions, parts and SBOM without pulling it (from its registry, or the engine's copy)."""
-    from composer.publish.inspect import Difference, inspect as inspect_image
-    from composer.registry.client import Registries, load_auth
-
     out = Printer(as_json)
     if len(images) > 2:
         raise UsageError(f"inspect takes one image, or two to compare; got {len(images)}")
@@ -414,9 +401,6 @@ def bundle(
 ) -> None:
     """Write one archive with everything a build needs, for a machine that reaches no registry."""
     import tempfile
-
-    from composer.publish.bundle import check_bundle_output, write_bundle
-    from composer.resolve.resolve import resolve
 
     out = Printer(as_json)
     catalog = Catalog.load()
@@ -448,8 +432,6 @@ def render(
     """Write the Dockerfile and build context only (no build)."""
     import tempfile
 
-    from composer.render.render import check_output
-
     out = Printer(as_json)
     catalog = Catalog.load()
     spec = _one_spec(RENDER, set_files, given)
@@ -460,9 +442,6 @@ def render(
 
 
 def _render(out: Printer, spec: CompositionSpec, catalog: Catalog, output: Path, offline: bool, wheels: Path) -> None:
-    from composer.render.render import write_context
-    from composer.resolve.resolve import resolve_for_render
-
     plan = resolve_for_render(None if offline else _engine, spec, catalog, wheels=wheels, on_line=out.step).plan
     for note in plan.notes:
         out.step(f"note: {note}")
@@ -488,8 +467,6 @@ def smoke_test_command(
     as_json: bool = JsonOpt,
 ) -> None:
     """Serve the samples (or your models) from IMAGE and check the answers."""
-    from composer.verify.smoke import image_smoke_plan, smoke_test
-
     out = Printer(as_json)
     problem = check_reference(image_ref) if not is_image_id(image_ref) else None
     if problem:
@@ -511,8 +488,6 @@ def smoke_test_command(
 @spec_options(BACKENDS)
 def backends(given: dict, as_json: bool = JsonOpt) -> None:
     """List what a full image offers (backends, repo agents, caches) with their sizes."""
-    from composer.resolve.resolve import probe, require_full, resolve_targets
-
     out = Printer(as_json)
     catalog = Catalog.load()
     spec = check(CompositionSpec().with_fields(given), BACKENDS)
@@ -545,9 +520,6 @@ def wheels(
     as_json: bool = JsonOpt,
 ) -> None:
     """Download on this machine the wheels a build's packages need, so the build runs offline."""
-    from composer.resolve.packages import python_target
-    from composer.resolve.resolve import fetch_model_env_wheels, fetch_wheels, inspect_images, resolve_targets
-
     out = Printer(as_json)
     catalog = Catalog.load()
     if not set_files and "selection.backends" not in given:
@@ -581,8 +553,6 @@ def standin(
     as_json: bool = JsonOpt,
 ) -> None:
     """Build local stand-ins of NGC's full and min images, with a real Triton server inside."""
-    from composer.standin import build_standins, ngc
-
     out = Printer(as_json)
     if scale not in ("small", "ngc"):
         raise UsageError(f"--scale {scale!r} is not a stand-in scale; use small or ngc")

@@ -61,12 +61,3 @@ def smoke_table(report: "SmokeReport") -> str:
             cells[2] = typer.style(cells[2], fg=color)
         lines.append("  ".join(cells + [row[6]]))
     return "\n".join(lines)
-
-
-def human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{size} B"

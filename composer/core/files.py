@@ -26,6 +26,8 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 
 from composer.core.errors import Invalid
 
+MAX_VALUE = 4096  # characters of one text value (a label, a requirement, a name): refused beyond
+
 MAX_TEXT_BYTES = 1 << 20  # set files, case files, requirement files: a megabyte is plenty
 MAX_DEPTH = 32  # nesting of a structured file (sets check their own, stricter, shape)
 MAX_NODES = 100_000  # nodes of a structured file, aliases counted each time they are used

@@ -21,13 +21,11 @@ from pathlib import Path
 from typing import Iterator
 
 from composer import __version__
-from composer.spec.catalog import Catalog
 from composer.engine.engine import Engine
 from composer.core.errors import ComposerError, Invalid, UsageError
 from composer.core.files import check_output_file, fresh_folder, path_problem, printable, read_text
-from composer.pipeline import Outcome, Run, compose_all
 from composer.resolve.resolve import Inspection, Resolved
-from composer.resolve.packages import public_requirement
+from composer.spec.requirements import public_requirement
 from composer.spec.options import CompositionSpec
 from composer.core.progress import LineSink, quiet
 
@@ -195,12 +193,6 @@ def unpacked(archive: Path) -> Iterator[ReadBundle]:
         yield read_bundle(archive, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def compose_bundle(engine: Engine, read: ReadBundle, given: dict, catalog: Catalog, run: Run) -> list[Outcome]:
-    """Load the bundle's images and compose its spec (with the given result options)."""
-    opened = open_bundle(engine, read, on_line=run.on_line)
-    return compose_all(engine, [opened.spec.with_fields(given)], catalog, run, opened.inspection)
 
 
 def open_bundle(engine: Engine, read: ReadBundle, *, on_line: LineSink = quiet) -> OpenedBundle:

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from composer.engine.engine import Engine
 from composer.core.errors import RegistryError, UsageError
-from composer.cli.output import human_size
+from composer.core.units import human_size
 from composer.core.refs import ImageRef
 from composer.verify.sbom import PROPERTY, SBOM_PATH
 
@@ -32,6 +32,7 @@ SOURCES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("python", ("PYTHON_VERSION",), ("org.triton-composer.python.version",)),
     ("numpy", (), ("org.triton-composer.numpy.version",)),
 )
+from composer.publish.artifacts import find_sbom
 PARTS = (("backends", "org.triton-composer.backends"), ("repoagents", "org.triton-composer.repoagents"),
          ("caches", "org.triton-composer.caches"))
 
@@ -144,8 +145,6 @@ def _env(pairs) -> dict[str, str]:
 
 def inspect_remote(registries, ref: str) -> ImageReport:
     """From the registry: manifest (the linux/amd64 one of an index), config and SBOM; nothing pulled."""
-    from composer.publish.artifacts import find_sbom
-
     target = ImageRef.parse(ref)
     api = registries.client(target.host)
     reference = target.digest or target.tag_or_latest

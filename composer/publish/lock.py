@@ -20,10 +20,11 @@ from composer.core.errors import ImageNotFound, Invalid, UsageError
 from composer.core.files import check_output_file, load_structured, read_text, write_file
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef, digest_for
+from composer.spec.sets import presets_dir
+from composer.registry.client import Registries
 
-if TYPE_CHECKING:  # the engine and registry clients are only passed through here
+if TYPE_CHECKING:  # the engine is only passed through here
     from composer.engine.engine import Engine
-    from composer.registry.client import Registries
 
 LOCK_SUFFIX = ".lock.yaml"
 LOCK_VERSION = 1
@@ -295,8 +296,6 @@ def _role_key(image: LockedImage) -> tuple[int, str]:
 
 def _check_not_shipped(set_path: Path) -> None:
     """A shipped preset lives inside the installed package: its lock belongs with the user's copy."""
-    from composer.spec.sets import presets_dir
-
     if set_path.resolve().parent == presets_dir().resolve():
         raise UsageError(
             f"{set_path.stem} is a shipped preset: copy {set_path} into your project and lock the copy"
@@ -339,6 +338,4 @@ def verify_lock(engine: "Engine", spec, targets, on_line: LineSink = quiet, *,
 
 def _registries(engine: "Engine") -> "Registries":
     """The engine's own trust and docker login, when the caller gave no credentials."""
-    from composer.registry.client import Registries
-
     return Registries(engine)

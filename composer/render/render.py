@@ -19,8 +19,8 @@ import jinja2
 
 from composer.core.errors import Invalid, UsageError
 from composer.core.files import check_output_file, digest, make_folders, path_problem, printable, read_text, write_file
-from composer.resolve.model_envs import CONFIG, pointed_config
-from composer.resolve.packages import installable_requirement
+from composer.spec.model_envs import CONFIG, pointed_config
+from composer.spec.requirements import installable_requirement
 from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.

@@ -23,7 +23,8 @@ from composer.resolve.contents import FullImageContents
 from composer.core.errors import ComposerError, UsageError
 from composer.spec.options import Packages
 from composer.core.progress import LineSink, quiet
-from composer.core.redaction import redact, strip_url
+from composer.core.redaction import redact
+from composer.spec.requirements import installable_requirement, requirement_url
 
 
 
@@ -90,46 +91,18 @@ def redactor(secrets: Iterable[str]) -> Callable[[str], str]:
     return lambda text: redact(text, secrets)
 
 
-def requirement_url(line: str) -> str | None:
-    """The URL of a requirement line (NAME @ URL, or a bare URL), else None."""
-    if "://" not in line:
-        return None
-    name, at, url = line.partition("@")
-    if at and "://" not in name:
-        return url.strip()
-    return line.strip()
-
-
-def public_requirement(line: str) -> str:
-    """A requirement line as it may be recorded: credentials and query removed from its URL."""
-    url = requirement_url(line)
-    if url is None:
-        return line
-    if url == line.strip():
-        return strip_url(url)
-    return f"{line.partition('@')[0].strip()} @ {strip_url(url)}"
-
-
-def installable_requirement(line: str) -> str:
-    """A requirement line as the build installs it from a wheelhouse: a direct URL becomes its
-    name (the wheel was fetched on the host; the build reaches no URL), a bare wheel URL the
-    name and version its file name says."""
-    from packaging.utils import parse_wheel_filename
-
-    url = requirement_url(line)
-    if url is None:
-        return line
-    if url != line.strip():
-        return line.split("@", 1)[0].strip()
-    name, version, _, _ = parse_wheel_filename(url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
-    return f"{name}=={version}"
-
-
 def python_target(contents: FullImageContents) -> PythonTarget:
-    """The python backend's python and the image's C library and machine, which decide which
-    wheels fit: all read by the one probe run (composer.resolve.contents), no container of its own."""
+    """The python that wheels are fetched for, which is the python they are installed into: the
+    python backend stub's, which must be the image's own python3 (packages land in its
+    dist-packages; an environment is a venv of that interpreter). The one check of it, for --pip
+    and model environments alike, with the image's C library and machine: all read by the one
+    probe run (composer.resolve.contents), no container of its own."""
     if contents.python is None:
-        raise UsageError(f"{contents.image} has no python: --pip packages need the python backend's python")
+        raise UsageError(f"{contents.image} has no python: python packages and model environments need the python "
+                         "backend's python")
+    if contents.stub_python and contents.python.version != contents.stub_python:
+        raise UsageError(f"{contents.image} has python {contents.python.version} but its python backend stub is built "
+                         f"for python {contents.stub_python}: python packages must be of the stub's python")
     if not re.match(r"^\d+\.\d+", contents.libc) or not contents.machine:
         raise ComposerError(f"cannot tell the C library of {contents.image}: the probe found "
                             f"{contents.libc or 'none'} on {contents.machine or 'an unknown machine'}")

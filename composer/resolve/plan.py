@@ -18,11 +18,10 @@ from typing import Mapping
 from composer import __version__
 from composer.spec.catalog import Catalog, Release
 from composer.core.errors import UsageError
-from composer.resolve.model_envs import ModelEnv, check_python, check_server, hints
-from composer.resolve.packages import public_requirement
+from composer.spec.model_envs import ModelEnv, hints
+from composer.spec.requirements import public_requirement
 from composer.core.refs import ImageRef
-from composer.verify.smoke import SmokePlan
-from composer.spec.options import NAME_PATTERN, CompositionSpec, Packages, source_date_epoch
+from composer.spec.options import NAME_PATTERN, CompositionSpec, Packages, Result, source_date_epoch
 
 ROOT = "/opt/tritonserver"
 MODELS_ROOT = "/models"  # where baked models go, and what the image serves by default
@@ -202,7 +201,7 @@ class CompositionPlan:
     baked_models: Path | None = None  # a model repository on this machine, copied in at MODELS_ROOT
     model_envs: tuple[ModelEnv, ...] = ()  # python models' own environments (composer.resolve.model_envs)
     python: str | None = None  # the stub's python, which model environments are built for
-    smoke: SmokePlan | None = None  # how the built image is smoke-tested (None: --no-smoke-test)
+    smoke: Result | None = None  # the smoke test's settings, as the spec gave them (None: --no-smoke-test)
     pruning: Pruning | None = None  # --base pruned: a new base of only what the selection needs of the min image
 
     @property
@@ -378,7 +377,7 @@ def make_plan(
         baked_models=options.bake_models,
         model_envs=model_envs,
         python=offer.python if model_envs else None,
-        smoke=SmokePlan.of(all_backends, server_version, spec.result) if spec.result.smoke_test else None,
+        smoke=spec.result if spec.result.smoke_test else None,
         pruning=_pruning(options, release, catalog, min_config),
     )
 
@@ -424,7 +423,6 @@ def _model_envs(envs: tuple[ModelEnv, ...], backends, offer: Offer, server_versi
         return ()
     if "python" not in backends:
         raise UsageError(f"model {envs[0].model} has its own python environment: select --backend python too")
-    check_python(offer.runtime_python, offer.python, offer.source)
     check_server(server_version)
     ready = []
     for env in envs:
@@ -435,6 +433,17 @@ def _model_envs(envs: tuple[ModelEnv, ...], backends, offer: Offer, server_versi
         pip = (f"/composer/model_envs/{env.model}/wheelhouse/{pips[-1].name}/pip",) if pips else ("-m", "pip")
         ready.append(dataclasses.replace(env, pip=pip))
     return tuple(ready)
+
+
+FIRST_SERVER_TAKING_FOLDERS = (2, 36, 0)  # python backend: takes an environment folder as it is
+
+
+def check_server(server_version: str) -> None:
+    """The release's python backend must take an environment folder as it is."""
+    numbers = tuple(int(n) for n in re.findall(r"\d+", server_version)[:3])
+    if numbers and numbers < FIRST_SERVER_TAKING_FOLDERS:
+        raise UsageError(f"model environments need server 2.36.0 (23.07) or newer, whose python backend takes "
+                         f"an environment folder; this image's server is {server_version}")
 
 
 def release_constraints(release: Release) -> tuple[str, ...]:

@@ -18,9 +18,8 @@ from typing import Callable, Mapping
 from composer.spec.catalog import Catalog, Release
 from composer.resolve.contents import FullImageContents, inspect_full
 from composer.engine.engine import Engine, ImageInfo
-from composer.resolve import model_envs
 from composer.core.errors import EngineUnavailable, ImageNotFound, UsageError
-from composer.resolve.model_envs import ModelEnv
+from composer.spec.model_envs import ModelEnv
 from composer.resolve.packages import PythonTarget, check_wheelhouse, download_wheels, python_target
 from composer.resolve.plan import (
     BaseConfig,
@@ -133,11 +132,9 @@ def _model_envs(spec: CompositionSpec, release: Release, contents: FullImageCont
     are: index settings stay here) for the stub's python, before any image work; a package with
     no wheel for that python and platform (one that needs a compiler) fails here, named.
     `shared`: every model's wheels go into `folder` itself (composer wheels fills one wheelhouse)."""
-    envs = model_envs.requested(spec.selection.bake_models, spec.selection.model_envs)
+    envs = spec.model_envs()
     if not envs:
         return (), []
-    model_envs.check_python(contents.python.version if contents.python else None, contents.stub_python,
-                            f"image {contents.image}")
     target = python_target(contents)
     given = spec.packages.wheelhouse
     fetched: list[Path] = []
@@ -347,7 +344,7 @@ def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | N
         foreign_backend(name, BaseImage(f"backend:{name}", ref), offer, None) for name, ref in targets.backend_images
     )
     envs = tuple(dataclasses.replace(e, wheelhouse=spec.packages.wheelhouse)  # no engine: a given wheelhouse only
-                 for e in model_envs.requested(spec.selection.bake_models, spec.selection.model_envs))
+                 for e in spec.model_envs())
     return make_plan(spec, targets.release, offer, catalog, BaseImage("full", targets.full),
                      BaseImage("min", targets.min), foreign=foreign, created=created or created_label(os.environ),
                      model_envs=envs)

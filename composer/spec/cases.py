@@ -19,17 +19,46 @@ consistent with the configuration.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import yaml
-
 from composer.core.errors import Invalid
 from composer.core.files import load_structured, read_text
-from composer.verify.triton_client import TensorData
+
+
+@dataclass(frozen=True)
+class TensorData:
+    """A named tensor as the JSON protocol carries it: flat data in row-major order."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: tuple
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape), "data": list(self.data)}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> "TensorData":
+        return cls(
+            name=str(raw["name"]),
+            datatype=str(raw["datatype"]),
+            shape=tuple(int(d) for d in raw.get("shape", ())),
+            data=tuple(_flatten(raw.get("data", ()))),
+        )
+
+
+def _flatten(data: Any) -> list:
+    """The server may answer nested lists; the composer compares flat ones."""
+    if not isinstance(data, (list, tuple)):
+        return [data]
+    flat: list = []
+    for item in data:
+        flat.extend(_flatten(item) if isinstance(item, (list, tuple)) else [item])
+    return flat
+
 
 CASE_FILES = ("smoke_cases.json", "smoke_cases.yaml", "smoke_cases.yml")
 FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64", "BF16"})

@@ -11,25 +11,28 @@ replaces the set's value of that field (lists included: nothing is merged).
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from composer.spec.catalog import RELEASE_PATTERN
+from composer.spec.catalog import RELEASE_PATTERN, Catalog
 from composer.core.errors import Invalid, UsageError
-from composer.core.files import check_output_file, path_problem, printable, read_text, tree_problem
+from composer.core.files import MAX_VALUE, check_output_file, path_problem, printable, tree_problem
+from composer.spec.model_envs import ModelEnv, requested
+from composer.spec.requirements import check_requirement, read_requirement_file
 from composer.core.redaction import redact_url
 from composer.core.refs import SHAPE, prefix_problem, reference_problem
+from composer.spec.cases import repository_problem
+from composer.spec.cases import CaseError, read_cases_file
 
 DEFAULT_REGISTRY = "nvcr.io/nvidia"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Label keys: letters, digits and . _ - / (reverse-DNS style, as OCI recommends).
 LABEL_KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
-MAX_VALUE = 4096  # characters of one text value (a label, a requirement, a name): refused beyond
-MAX_REQUIREMENT_FILE = 1 << 20
 # Labels the composer sets itself: a user's --label may not change them.
 OWN_LABEL_PREFIXES = ("org.triton-composer.", "org.opencontainers.image.", "com.nvidia.")
 
@@ -109,6 +112,11 @@ class CompositionSpec:
     result: Result = Result()
     name: str = "command line"  # a set's file stem, or "command line"
     source: Path | None = None  # the set file it came from
+
+    def model_envs(self) -> tuple[ModelEnv, ...]:
+        """The python environments this spec asks for (baked models' requirements.txt and each
+        --model-env), read from its files: the one place they are derived from a spec."""
+        return requested(self.selection.bake_models, self.selection.model_envs)
 
     def get(self, path: str) -> Any:
         group, name = path.split(".")
@@ -297,10 +305,15 @@ class OutputFile(LocalPath):
             raise Invalid(str(problem).partition(": ")[2]) from None
 
 
-def _is_sbom(path: Path) -> bool:
-    from composer.verify.sbom import is_sbom
-
-    return is_sbom(path)
+def is_sbom(path) -> bool:
+    """Whether the file at `path` is an SBOM this composer wrote (so --sbom may replace it)."""
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read(64 * 1024 * 1024))
+        return data.get("bomFormat") == "CycloneDX" and any(
+            t.get("name") == "triton-composer" for t in data["metadata"]["tools"]["components"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 class Tree(LocalPath):
@@ -322,8 +335,6 @@ class ModelRepository(Tree):
     them (composer.spec.cases) readable, checked before any work starts."""
 
     def read(self, raw: Any, base: Path) -> Path:
-        from composer.spec.cases import repository_problem
-
         path = super().read(raw, base)
         problem = repository_problem(path)
         if problem:
@@ -352,8 +363,6 @@ class CasesFile(LocalPath):
         super().__init__("file")
 
     def read(self, raw: Any, base: Path) -> Path:
-        from composer.spec.cases import CaseError, read_cases_file
-
         path = super().read(raw, base)
         try:
             read_cases_file(path)
@@ -447,35 +456,6 @@ def check_prefix(value: str) -> str | None:
     return prefix_problem(value)
 
 
-def check_requirement(value: str) -> str | None:
-    """pip's requirement grammar (PEP 508, read by `packaging`), or a URL of a wheel."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
-    if value.startswith("-"):
-        return (f"pip options ({printable(redact_url(value.split()[0]))}) are not packages: use --pip-index-url, "
-                "--pip-extra-index-url or --wheelhouse")
-    if any(ord(c) < 32 for c in value):
-        return f"'{printable(redact_url(value))}' holds control characters"
-    if _is_bare_url(value):
-        try:
-            parse_wheel_filename(value.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
-        except InvalidWheelFilename:
-            return (f"'{printable(redact_url(value))}' is a URL but not of a wheel: "
-                    "give NAME @ URL (pip's requirement syntax)")
-        return None
-    try:
-        Requirement(value)
-    except InvalidRequirement:
-        return (f"'{printable(redact_url(value))}' is not a pip requirement: expected NAME, NAME[extras], "
-                "NAME==VERSION (or another specifier), or NAME @ URL")
-    return None
-
-
-def _is_bare_url(value: str) -> bool:
-    return "://" in value.split("@", 1)[0] and not re.match(r"^[A-Za-z0-9._-]+\s*(\[[^\]]*\])?\s*@", value)
-
-
 def check_url(value: str) -> str | None:
     try:
         parts = urlsplit(value)
@@ -554,26 +534,6 @@ def check_label_value(value: str) -> str | None:
     if any(ord(c) < 32 or c == "\x7f" for c in value):
         return "a label value is one line of text (no control characters)"
     return None
-
-
-def read_requirement_file(path: Path) -> list[str]:
-    """Requirement lines of a file; pip options belong on the command line, not in it."""
-    specs = []
-    text = read_text(path, "requirements file", MAX_REQUIREMENT_FILE)  # a regular file of text only
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("-"):
-            raise Invalid(
-                f"{path}:{number}: pip options ({printable(redact_url(line.split()[0]))}) go on the command line "
-                "(--pip-index-url, --pip-extra-index-url, --wheelhouse)"
-            )
-        problem = check_requirement(line) if len(line) <= MAX_VALUE else f"a line is longer than {MAX_VALUE}"
-        if problem:
-            raise Invalid(f"{path}:{number}: {problem}")
-        specs.append(line)
-    return specs
 
 
 # -- the declarations -------------------------------------------------------------
@@ -676,7 +636,7 @@ OPTIONS: tuple[Option, ...] = (
            "Serve only your models in the smoke test, not the samples.", commands=(BUILD, SMOKE)),
     Option("result.push", "--push", "push", _TAG_REF, "Push the image as REF once its smoke test passed.",
            commands=(BUILD,)),
-    Option("result.sbom", "--sbom", "sbom", OutputFile(_is_sbom),
+    Option("result.sbom", "--sbom", "sbom", OutputFile(is_sbom),
            "Write the image's SBOM (CycloneDX JSON, as the image holds it) to this file too.", commands=(BUILD,),
            portable=False),
     Option("result.gpus", "--gpus", "gpus", Text(check_gpus, "auto, all, none or a number"),
@@ -857,16 +817,12 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
     if found:
         raise UsageError(found[0].on_command_line)
     if spec.images.version:
-        from composer.spec.catalog import Catalog
-
         catalog = Catalog.load()
         catalog.release(spec.images.version)  # unknown: refused before any work
         if spec.selection.base == "pruned":
             catalog.pruning_list(spec.images.version)  # none for the release: refused as early
     if command in (BUILD, RENDER, BUNDLE, WHEELS):
-        from composer.resolve.model_envs import requested
-
-        envs = requested(spec.selection.bake_models, spec.selection.model_envs)  # a model named twice, a config naming one
+        envs = spec.model_envs()  # a model named twice, a config naming one: refused here
         if envs and command == BUNDLE:
             raise UsageError(f"model {envs[0].model} has its own python environment, which bundles do not carry yet: "
                              "build it where the index is reachable (or leave out --model-env and the models' "

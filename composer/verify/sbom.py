@@ -22,10 +22,11 @@ from typing import Any, Mapping
 
 from composer import __version__
 from composer.core.errors import BuildFailed
-from composer.resolve.model_envs import ENVS_ROOT
+from composer.spec.model_envs import ENVS_ROOT
 from composer.resolve.plan import ROOT, BaseImage, CompositionPlan
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef, is_image_id
+from composer.render.render import render_sbom_layer
 
 SBOM_PATH = f"{ROOT}/sbom.cdx.json"  # where every composed image holds its SBOM
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
@@ -398,17 +399,6 @@ def validate(document: str) -> str | None:
     return str(error) if error else None
 
 
-def is_sbom(path) -> bool:
-    """Whether the file at `path` is an SBOM this composer wrote (so --sbom may replace it)."""
-    try:
-        with open(path, "rb") as fh:
-            data = json.loads(fh.read(64 * 1024 * 1024))
-        return data.get("bomFormat") == "CycloneDX" and any(
-            t.get("name") == "triton-composer" for t in data["metadata"]["tools"]["components"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
-
-
 def version_labels(facts: ImageFacts) -> dict[str, str]:
     """Labels the final layer adds so registry browsers show the versions inside."""
     labels = {"org.triton-composer.sbom": SBOM_PATH, "org.triton-composer.os": facts.os}
@@ -428,8 +418,6 @@ def add_sbom(engine, image_id: str, plan: CompositionPlan, *, labels: Mapping[st
     (no network); the new image's id and the document. The image stays untagged."""
     import tempfile
     from pathlib import Path
-
-    from composer.render.render import render_sbom_layer
 
     facts = read_facts(engine, image_id, labels)
     document = make_sbom(plan, facts)

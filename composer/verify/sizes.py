@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 
 from composer.engine.engine import Engine, Layer
-from composer.cli.output import human_size
+from composer.core.units import human_size
 from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
 from composer.verify.sbom import SBOM_PATH
 

@@ -28,6 +28,7 @@ from composer.core.errors import ComposerError, EngineError, UsageError
 from composer.verify.samples import Sample, samples_for
 from composer.verify.triton_client import TritonHTTP
 from composer.core.progress import LineSink, quiet
+from composer.spec.options import check_gpus
 
 HTTP_PORT = 8000
 METRICS_PORT = 8002
@@ -114,8 +115,6 @@ class SmokePlan:
 
     def __post_init__(self):
         if isinstance(self.gpus, str):  # the one rule of --gpus (composer.spec.options.check_gpus)
-            from composer.spec.options import check_gpus
-
             problem = check_gpus(self.gpus)
             if problem:
                 raise UsageError(f"gpus: {problem}")

@@ -7,48 +7,16 @@ and JSON inference. No tritonclient dependency, so the composer stays pip-light.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import requests
 
 from composer.core.errors import ComposerError
+from composer.spec.cases import TensorData
 
 
 class InferenceError(ComposerError):
     """A request to the server failed or was refused; the message is one line."""
-
-
-@dataclass(frozen=True)
-class TensorData:
-    """A named tensor as the JSON protocol carries it: flat data in row-major order."""
-
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-    data: tuple
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape), "data": list(self.data)}
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> "TensorData":
-        return cls(
-            name=str(raw["name"]),
-            datatype=str(raw["datatype"]),
-            shape=tuple(int(d) for d in raw.get("shape", ())),
-            data=tuple(_flatten(raw.get("data", ()))),
-        )
-
-
-def _flatten(data: Any) -> list:
-    """The server may answer nested lists; the composer compares flat ones."""
-    if not isinstance(data, (list, tuple)):
-        return [data]
-    flat: list = []
-    for item in data:
-        flat.extend(_flatten(item) if isinstance(item, (list, tuple)) else [item])
-    return flat
 
 
 def _one_line(text: str, limit: int = 300) -> str:

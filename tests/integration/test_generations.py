@@ -17,7 +17,8 @@ from tests.cli import composer
 
 from composer.in_image import probe as probe_module
 from composer.verify.samples import load_samples, models_dir
-from composer.verify.triton_client import TensorData, TritonHTTP
+from composer.spec.cases import TensorData
+from composer.verify.triton_client import TritonHTTP
 from tests.conftest import GENERATION_2404_RELEASES, TEST_LABEL
 
 pytestmark = pytest.mark.integration

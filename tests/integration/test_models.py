@@ -22,7 +22,8 @@ from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.verify.samples import models_dir
 from composer.verify.smoke import SmokePlan
-from composer.verify.triton_client import TensorData, TritonHTTP
+from composer.spec.cases import TensorData
+from composer.verify.triton_client import TritonHTTP
 from tests.conftest import TEST_LABEL
 from tests.specs import spec
 

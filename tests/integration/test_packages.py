@@ -18,7 +18,8 @@ from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.spec.options import Packages
 from tests.specs import spec
-from composer.verify.triton_client import TensorData, TritonHTTP
+from composer.spec.cases import TensorData
+from composer.verify.triton_client import TritonHTTP
 from composer.verify.samples import load_samples
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from composer.spec.cases import (
     CaseError, check_against_config, default_request, model_cases, parse_cases, read_cases_file,
     repository_problem,
 )
-from composer.verify.triton_client import TensorData
+from composer.spec.cases import TensorData
 
 CASE = {
     "model": "affine",

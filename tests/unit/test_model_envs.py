@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from composer.core.errors import UsageError
-from composer.resolve.model_envs import ENVS_ROOT, ModelEnv, check_python, check_server, hints, pointed_config, requested
+import dataclasses
+
+from composer.resolve.packages import python_target
+from composer.resolve.plan import check_server
+from composer.spec.model_envs import ENVS_ROOT, ModelEnv, hints, pointed_config, requested
+from composer.resolve.contents import PythonRuntime
+from tests.unit.test_pipeline import _contents
 from composer.render.render import write_context
 from composer.spec.options import given_on_command_line
 
@@ -71,12 +77,19 @@ def test_model_env_flag_reads_the_file(tmp_path):
     assert given["selection.model_envs"] == (("m", tmp_path / "r.txt"),)
 
 
-def test_python_of_the_environment_must_be_the_stubs():
-    assert check_python("3.12", "3.12", "image x") == "3.12"
+def test_packages_are_for_the_stubs_python_which_must_be_the_images():
+    """One check, for --pip and model environments alike: the python wheels are fetched for is
+    the python they are installed into."""
+    runtime = PythonRuntime("3.11", "/usr/bin/python3", "/usr/lib/python3.11", "1.26.4", (), (), True, (), (), 1)
+    contents = dataclasses.replace(_contents("image x"), python=runtime, stub_python="3.11", libc="2.36",
+                                   machine="x86_64")
+    assert python_target(contents).version == contents.python.version
+    other = dataclasses.replace(contents, stub_python="3.12",
+                                python=dataclasses.replace(contents.python, version="3.10"))
     with pytest.raises(UsageError, match="has python 3.10 but its python backend stub is built for python 3.12"):
-        check_python("3.10", "3.12", "image x")
-    with pytest.raises(UsageError, match="does not hold"):
-        check_python(None, "3.12", "image x")
+        python_target(other)
+    with pytest.raises(UsageError, match="has no python"):
+        python_target(dataclasses.replace(contents, python=None))
 
 
 def test_servers_before_2_36_take_only_archives():

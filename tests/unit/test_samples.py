@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from composer.verify.samples import load_samples, samples_for
-from composer.verify.triton_client import TensorData
+from composer.spec.cases import TensorData
 
 MODEL_FILE = {"python": "model.py", "onnxruntime": "model.onnx", "pytorch": "model.pt"}
 

@@ -8,7 +8,7 @@ from composer.verify import smoke
 from composer.engine.engine import RunResult
 from composer.verify.smoke import SmokePlan, smoke_test
 from composer.core.errors import EngineError, UsageError
-from composer.verify.triton_client import TensorData
+from composer.spec.cases import TensorData
 from tests.unit.fake_engine import FakeEngine
 
 

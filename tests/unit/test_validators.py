@@ -16,9 +16,9 @@ from composer.spec.options import (
     check_label_key,
     check_name,
     check_reference,
-    check_requirement,
     source_date_epoch,
 )
+from composer.spec.requirements import check_requirement
 
 
 @pytest.mark.parametrize("value", ["3", "1024", "auto", "all", "none"])
@@ -132,7 +132,8 @@ def test_redaction_is_linear():
 
 
 def test_requirement_forms_are_recorded_without_credentials():
-    from composer.resolve.packages import installable_requirement, public_requirement, secrets_of
+    from composer.resolve.packages import secrets_of
+    from composer.spec.requirements import installable_requirement, public_requirement
     from composer.spec.options import Packages
 
     lines = ("six @ https://u:TOKEN@h/six-1.16.0-py2.py3-none-any.whl", "https://TOKEN@h/pkg-1.0-py3-none-any.whl?k=TOKEN")

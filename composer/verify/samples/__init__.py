@@ -14,7 +14,7 @@ from typing import Any, Iterable
 import yaml
 
 from composer.spec.cases import close
-from composer.verify.triton_client import TensorData
+from composer.spec.cases import TensorData
 
 FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64", "BF16"})
 

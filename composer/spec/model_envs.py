@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from composer.core.errors import UsageError
+from composer.spec.requirements import public_requirement, read_requirement_file
 
 ENVS_ROOT = "/opt/tritonserver/model_envs"
 REQUIREMENTS = "requirements.txt"
 CONFIG = "config.pbtxt"
 FORM = "directory"  # how environments are stored (see the module's docstring)
-FIRST_SERVER_TAKING_FOLDERS = (2, 36, 0)
 ENV_KEY = "EXECUTION_ENV_PATH"
 
 
@@ -53,8 +53,6 @@ class ModelEnv:
         return f'parameters: {{ key: "{ENV_KEY}", value: {{ string_value: "{self.path}" }} }}'
 
     def record(self) -> dict:
-        from composer.resolve.packages import public_requirement
-
         return {"path": self.path, "form": FORM, "baked": self.baked,
                 "requirements": [public_requirement(line) for line in self.requirements]}
 
@@ -62,8 +60,6 @@ class ModelEnv:
 def requested(baked: Path | None, named: tuple[tuple[str, Path], ...]) -> tuple[ModelEnv, ...]:
     """The environments a spec asks for: each baked model with a requirements.txt beside its
     config.pbtxt, and each --model-env MODEL=FILE (files were checked when the spec was read)."""
-    from composer.spec.options import read_requirement_file
-
     envs: dict[str, ModelEnv] = {}
     if baked is not None:
         for folder in sorted(p for p in baked.iterdir() if (p / CONFIG).is_file() and (p / REQUIREMENTS).is_file()):
@@ -76,25 +72,6 @@ def requested(baked: Path | None, named: tuple[tuple[str, Path], ...]) -> tuple[
                              "keep one of them")
         envs[model] = ModelEnv(model, tuple(read_requirement_file(file)), False)
     return tuple(envs[m] for m in sorted(envs))
-
-
-def check_python(image_python: str | None, stub_python: str | None, source: str) -> str:
-    """The python environments are built for: the stub's, which must be the image's own python
-    (a venv runs the interpreter it was made from)."""
-    if not stub_python or not image_python:
-        raise UsageError(f"model environments need the python backend's python, which {source} does not hold")
-    if image_python != stub_python:
-        raise UsageError(f"model environments: {source} has python {image_python} but its python backend stub "
-                         f"is built for python {stub_python}; an environment must be of the stub's python")
-    return stub_python
-
-
-def check_server(server_version: str) -> None:
-    """The release's python backend must take an environment folder as it is."""
-    numbers = tuple(int(n) for n in re.findall(r"\d+", server_version)[:3])
-    if numbers and numbers < FIRST_SERVER_TAKING_FOLDERS:
-        raise UsageError(f"model environments need server 2.36.0 (23.07) or newer, whose python backend takes "
-                         f"an environment folder; this image's server is {server_version}")
 
 
 def pointed_config(text: str, env: ModelEnv) -> str:
