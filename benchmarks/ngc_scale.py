@@ -35,7 +35,7 @@ from composer.spec.catalog import Catalog
 from composer.engine.engine import Engine
 from composer.core.errors import ComposerError
 from composer.pipeline import build_image
-from composer.build.pruning import BuildStages
+from composer.build.pruning import sweep_stages
 from composer.resolve.resolve import resolve
 from composer.verify.smoke import SmokePlan, smoke_test
 from composer.spec.options import CompositionSpec
@@ -129,9 +129,8 @@ def run(engine, catalog, version: str, backends: tuple[str, ...]) -> None:
             report, smoke_s = timed(lambda: smoke_test(engine, tag, SmokePlan(backends=backends), labels=LABEL))
             pruned_spec = spec.with_fields({"selection.base": "pruned", "result.tag": pruned_tag})
             pruned_plan = replace(resolve(engine, pruned_spec, catalog).plan, smoke=None)
-            stages = BuildStages()
             try:
-                pruned, first_s = timed(lambda: build_image(engine, pruned_plan, labels=LABEL, on_line=stages))
+                pruned, first_s = timed(lambda: build_image(engine, pruned_plan, labels=LABEL))
                 base_made = pruned.pruned_base if pruned.pruned_base.made else None
                 pruned_report = smoke_test(engine, pruned_tag, SmokePlan(backends=backends), labels=LABEL)
                 # Again, once the base is made: both images and the pruned build's stages removed
@@ -139,13 +138,12 @@ def run(engine, catalog, version: str, backends: tuple[str, ...]) -> None:
                 # build writes its layers anew.
                 engine.remove_image(tag, force=True)
                 engine.remove_image(pruned_tag, force=True)
-                stages.sweep(engine)
-                stages = BuildStages()
+                sweep_stages(engine)
                 _, again_s = timed(lambda: build_image(engine, plan, labels=LABEL))
-                again, reused_s = timed(lambda: build_image(engine, pruned_plan, labels=LABEL, on_line=stages))
+                again, reused_s = timed(lambda: build_image(engine, pruned_plan, labels=LABEL))
                 assert not again.pruned_base.made
             finally:
-                stages.sweep(engine)
+                sweep_stages(engine)
             with tempfile.TemporaryDirectory(prefix="compose-py-") as tmp:
                 (Path(tmp) / "Dockerfile").write_text(compose_py_dockerfile(full.id, minimal.id, backends))
                 _, style_s = timed(lambda: engine.build(Path(tmp), tag=style_tag, labels=LABEL, network_mode="host"))

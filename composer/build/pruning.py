@@ -139,31 +139,13 @@ class PruningReport:
         return "\n".join(lines)
 
 
-class BuildStages:
-    """A line sink that remembers the last image of each stage of classic builds (a pruned base's
-    build and the composition's), so the stage images no tag keeps can be swept: they stay in the
-    build cache, like every stage of a multi-stage build."""
+STAGE_LABEL = "org.triton-composer.stage"  # on the stages no image keeps: decide, pruned, proof
 
-    SWEPT = ("decide", "pruned", "proof")  # the pruned base's own stages; collect's cache is shared
 
-    def __init__(self, on_line=lambda _line: None):
-        self.on_line = on_line
-        self.ends: list[tuple[str, str]] = []  # (stage name, its last image)
-        self._stage, self._last = "", None
-
-    def __call__(self, line: str) -> None:
-        self.on_line(line)
-        stage = re.match(r"\s*Step \d+/\d+ : FROM \S+(?: AS (\S+))?", line)
-        if stage:
-            if self._last:
-                self.ends.append((self._stage, self._last))
-            self._stage, self._last = stage.group(1) or "", None
-        found = re.match(r"\s*---> ([0-9a-f]{12})$", line)
-        if found:
-            self._last = found.group(1)
-
-    def sweep(self, engine: Engine) -> None:
-        """Remove the pruned base's stage images and the build's last one, unless named (a tag stays)."""
-        last = [self._last] if self._last else []
-        for image in [i for name, i in self.ends if name in self.SWEPT] + last:
-            engine.discard_untagged(image)
+def sweep_stages(engine: Engine) -> None:
+    """Remove the images of the pruned base's own stages (decide, pruned, proof) that no tag names.
+    Each such stage labels itself first thing, so every image of it carries the label, a failed
+    step's last one included; they stay in the build cache otherwise, as every stage of a
+    multi-stage build does. Found by label, whatever builder made them."""
+    for image in engine.images_labelled(STAGE_LABEL, untagged=True):
+        engine.discard_untagged(image)

@@ -5,9 +5,11 @@
 # selection loads by name at run time (required.txt, from prune.py) must be there. Driver
 # libraries come from the host at run time (the NVIDIA container runtime), never the image.
 # The first miss is one line, naming the file and the library, and the build fails.
-# Usage: prove.sh REQUIRED_TXT
+# Usage: prove.sh REQUIRED_TXT VERDICT (the verdict file is written only when the proof holds; the
+# composed image copies it, so no builder can skip this stage)
 set -u
 required="$1"
+verdict="$2"
 folders="$(ldconfig -v 2>/dev/null | sed -n 's|^\(/[^:]*\):.*|\1|p') $(echo "${LD_LIBRARY_PATH:-}" | tr ':' ' ')"
 existing=""
 for folder in $folders; do
@@ -46,4 +48,4 @@ while IFS="$(printf '\t')" read -r lib why; do
   echo "proof failed: $lib is missing ($why)" >&2
   exit 1
 done < "$required"
-echo "proof: $checked ELF files resolve every NEEDED entry; $(grep -c . "$required") run-time loaded libraries present"
+echo "proof: $checked ELF files resolve every NEEDED entry; $(grep -c . "$required") run-time loaded libraries present" | tee "$verdict"

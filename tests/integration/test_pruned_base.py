@@ -14,7 +14,7 @@ import pytest
 from composer.spec.catalog import Catalog
 from composer.core.errors import BuildFailed
 from composer.pipeline import build_image
-from composer.build.pruning import BuildStages
+from composer.build.pruning import sweep_stages
 from composer.resolve.resolve import resolve
 from composer.standin import ngc
 from tests.conftest import TEST_LABEL
@@ -34,12 +34,11 @@ def pruned(engine, ngc_standins, tmp_path_factory):
     tag = f"triton-composer-test/tritonserver:pruned-{uuid.uuid4().hex[:10]}"
     plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY, tag=tag, base="pruned",
                                 model_repository=_repository(root), smoke_cases=_cases(root)), Catalog.load()).plan
-    steps = BuildStages()
     try:
-        yield {"result": build_image(engine, plan, labels=TEST_LABEL, on_line=steps), "tag": tag}
+        yield {"result": build_image(engine, plan, labels=TEST_LABEL), "tag": tag}
     finally:
         engine.remove_image(tag, force=True)
-        steps.sweep(engine)
+        sweep_stages(engine)
 
 
 def run(engine, image: str, script: str) -> str:
@@ -113,29 +112,27 @@ def test_a_missing_runtime_library_fails_the_proof_and_the_tag_stays(engine, pru
     plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY,
                                 min_image=min_without_a_runtime_library, tag=tag, base="pruned"),
                    Catalog.load()).plan
-    steps = BuildStages()
     try:
         with pytest.raises(BuildFailed) as failed:
-            build_image(engine, plan, labels=TEST_LABEL, on_line=steps)
+            build_image(engine, plan, labels=TEST_LABEL)
         assert failed.value.message.startswith(f"pruned base: {REMOVED} is missing (backend "), failed.value.message
         assert failed.value.message.endswith(f"{tag} was not moved")
         assert engine.image(tag).id == engine.image(min_without_a_runtime_library).id
     finally:
         engine.remove_image(tag)
-        steps.sweep(engine)
+        sweep_stages(engine)
 
 
 def test_the_small_standins_take_a_pruned_base_too_made_once_and_reused(engine, standin_images):
     """Debian minbase with no CUDA package: the required packages and what python needs stay. A second
     build of the selection reuses the base the first made (its layer is the image's first)."""
     tags = [f"triton-composer-test/tritonserver:small-pruned-{uuid.uuid4().hex[:10]}" for _ in range(2)]
-    steps = BuildStages()
     try:
         results = []
         for tag in tags:
             plan = resolve(engine, spec(backends=("python",), version="24.09", registry="localhost/standin", tag=tag,
                                         base="pruned"), Catalog.load()).plan
-            results.append(build_image(engine, plan, labels=TEST_LABEL, on_line=steps))
+            results.append(build_image(engine, plan, labels=TEST_LABEL))
         first, second = results
         assert first.smoke.passed, [(r.subject, r.model, r.detail) for r in first.smoke.failures()]
         assert first.pruning.loaded_at_run_time == ()  # nothing reaches cuDNN and the like here
@@ -149,4 +146,4 @@ def test_the_small_standins_take_a_pruned_base_too_made_once_and_reused(engine, 
     finally:
         for tag in tags:
             engine.remove_image(tag, force=True)
-        steps.sweep(engine)
+        sweep_stages(engine)

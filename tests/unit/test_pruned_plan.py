@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import re
 import pytest
 
 from composer.engine.engine import ImageInfo
@@ -46,8 +47,8 @@ def test_the_dockerfile_builds_on_the_base_given_restates_the_min_config_and_pro
     assert 'NVIDIA_REQUIRE_CUDA="cuda>=9.0"' in text  # literally, not JSON's \u003e
     assert 'ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]' in text
     assert '"--keep-tensorrt-builder", "bin", "lib"' in text and '"backends/onnxruntime", "backends/python"]' in text
-    assert text.rstrip().endswith("FROM composed")
-    assert 'RUN ["/bin/sh", "/composer-proof/prove.sh", "/composer-proof/required.txt"]' in text
+    assert text.rstrip().endswith("FROM composed\nCOPY --from=proof /composer-proof/proved.txt /opt/tritonserver/proved.txt")
+    assert 'RUN ["/bin/sh", "/composer-proof/prove.sh", "/composer-proof/required.txt", "/composer-proof/proved.txt"]' in text
     assert "FROM scratch" not in render_dockerfile(ngc_plan("onnxruntime", "python"))
 
 
@@ -69,21 +70,31 @@ def test_the_proofs_line_is_the_error():
     assert proof_failure("Step 3/9 : RUN false") is None
 
 
-def test_build_stages_sweeps_the_pruned_stages_and_the_last_image_only():
-    from composer.build.pruning import BuildStages
+def test_stage_images_are_swept_by_their_label_not_the_build_log():
+    from composer.build.pruning import STAGE_LABEL, sweep_stages
     from tests.unit.fake_engine import FakeEngine
 
-    stages = BuildStages()
-    for line in ("Step 1/9 : FROM full:1 AS full", " ---> 111111111111", "Step 2/9 : FROM full AS collect",
-                 " ---> 222222222222", "Step 3/9 : FROM min:1 AS pruned", " ---> 333333333333",
-                 " ---> 444444444444", "Step 5/9 : FROM scratch AS composed", " ---> 555555555555"):
-        stages(line)
-    assert stages.ends == [("full", "111111111111"), ("collect", "222222222222"), ("pruned", "444444444444")]
-    discarded = []
+    asked, discarded = [], []
     engine = FakeEngine()
+    engine.images_labelled = lambda label, untagged=False: asked.append((label, untagged)) or ["sha256:1", "sha256:2"]
     engine.discard_untagged = discarded.append
-    stages.sweep(engine)
-    assert discarded == ["444444444444", "555555555555"]
+    sweep_stages(engine)
+    assert asked == [(STAGE_LABEL, True)] and discarded == ["sha256:1", "sha256:2"]
+
+
+def test_every_stage_no_image_keeps_labels_itself_first_and_the_image_needs_the_proof(ngc_plan, tmp_path):
+    """BuildKit and Podman build only the stages the target needs: the image copies the proof's
+    verdict, so the proof runs under every builder; each swept stage is labelled before any step."""
+    plan = ngc_plan("onnxruntime", "python", base="pruned")
+    context = write_context(plan, tmp_path / "context")
+    for dockerfile in (context.directory / "Dockerfile", context.pruned_base / "Dockerfile"):
+        lines = dockerfile.read_text().splitlines()
+        for index, line in enumerate(lines):
+            stage = re.match(r"FROM \S+ AS (decide|pruned|proof)$", line)
+            if stage:
+                assert lines[index + 1] == f'LABEL org.triton-composer.stage="{stage.group(1)}"', dockerfile
+    final = (context.directory / "Dockerfile").read_text().rsplit("\nFROM ", 1)[1]
+    assert final.startswith("composed\n") and "COPY --from=proof /composer-proof/proved.txt" in final
 
 
 def test_the_pruned_base_is_its_own_context_sharing_the_collect_and_decide_steps(ngc_plan, tmp_path):
