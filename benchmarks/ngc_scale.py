@@ -15,7 +15,7 @@ packages from Debian's mirror (the stand-ins are Debian); its network steps outs
 left out and said so: pip's upgrade and installs from PyPI (containers here cannot reach PyPI)
 and DCGM from NVIDIA's repository. So its size is a lower bound of compose.py's.
 
-    .venv/bin/python benchmarks/ngc_scale.py     (needs `composer standin --scale ngc` first)
+    .venv/bin/python benchmarks/ngc_scale.py     (needs `triton-standin --scale ngc` first)
 
 It removes every image it makes.
 """
@@ -39,7 +39,7 @@ from composer.build.pruning import sweep_stages
 from composer.resolve.resolve import resolve
 from composer.verify.smoke import SmokePlan, smoke_test
 from composer.spec.options import CompositionSpec
-from composer.standin import ngc
+from triton_standins import ngc
 
 SELECTIONS = (("onnxruntime", "python"), ("onnxruntime", "python", "tensorrt", "pytorch"))
 LABEL = {"triton-composer.benchmark": "ngc-scale"}

@@ -54,7 +54,7 @@ def _stage_images(engine: Engine) -> list[str]:
     """Untagged images built on the stand-ins: the stages of multi-stage builds (collect, packages,
     a pruned base's), which the build cache keeps and no test label reaches (the engine puts a
     build's labels on its last image only)."""
-    from composer.standin import LABEL_STANDIN
+    from triton_standins import LABEL_STANDIN
 
     return engine.images_labelled(LABEL_STANDIN, untagged=True)
 
@@ -75,7 +75,7 @@ def _remove_stage_images(engine: Engine, before: set[str]) -> None:
 @pytest.fixture(scope="session")
 def standin_images(engine: Engine):
     """The 24.09 stand-in images (built once per machine; seconds when present)."""
-    from composer.standin import build_standins
+    from triton_standins import build_standins
 
     # Progress is dropped: a failure raises BuildFailed carrying the build's last lines.
     return build_standins(engine, Catalog.load().release(STANDIN_RELEASE), on_line=lambda _line: None)
@@ -84,7 +84,7 @@ def standin_images(engine: Engine):
 @pytest.fixture(scope="session")
 def ngc_standins(engine: Engine):
     """The NGC-scale 24.09 stand-ins (scripts/test builds them first; seconds when present)."""
-    from composer.standin import ngc
+    from triton_standins import ngc
 
     return ngc.build_standins(engine, Catalog.load().release(STANDIN_RELEASE), on_line=lambda _line: None)
 
@@ -97,7 +97,7 @@ GENERATION_2404_RELEASES = ("25.01", "26.07")
 @pytest.fixture(scope="session")
 def standins(engine: Engine):
     """release -> its stand-in images (built once per machine; seconds when present)."""
-    from composer.standin import build_standins
+    from triton_standins import build_standins
 
     built = {}
 

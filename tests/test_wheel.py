@@ -1,11 +1,15 @@
-"""The built wheel carries its templates, samples and build scripts: install it fresh and render."""
+"""The built wheel carries its templates, samples and build scripts: install it fresh and render.
+It carries nothing of the stand-in images' recipe (their own distribution, standins/)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,11 +20,23 @@ def run(*args, cwd=None):
     return done
 
 
-def test_wheel_installs_and_renders(tmp_path):
-    dist = tmp_path / "dist"
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
     run(sys.executable, "-m", "build", "--wheel", "--outdir", dist, ROOT)
-    wheel = next(dist.glob("triton_composer-*.whl"))
+    return next(dist.glob("triton_composer-*.whl"))
 
+
+def test_wheel_holds_no_c_source_and_no_standin_recipe(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("composer/dockerfiles/") and n.endswith(".j2") for n in names)  # it is the product's
+    sources = [n for n in names if n.endswith((".c", ".cc", ".h"))]
+    assert not sources, sources
+    recipe = [n for n in names if "standin" in n.lower() or n.startswith("triton_standins/")]
+    assert not recipe, recipe
+
+
+def test_wheel_installs_and_renders(wheel, tmp_path):
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
@@ -38,3 +54,7 @@ def test_wheel_installs_and_renders(tmp_path):
     where = run(python, "-c", "import composer, composer.verify.samples as s; print(composer.__file__); "
                 "print(len(s.load_samples()))", cwd=tmp_path).stdout.split()
     assert str(env_dir) in where[0] and int(where[1]) >= 4
+    # The installed product has no stand-in command and no stand-in module.
+    refused = subprocess.run([env_dir / "bin" / "composer", "standin"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "No such command 'standin'" in refused.stderr
+    assert not list((env_dir / "lib").glob("python*/site-packages/composer/standin"))

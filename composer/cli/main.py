@@ -46,7 +46,6 @@ from composer.resolve.resolve import (
 )
 from composer.spec.catalog import Catalog
 from composer.spec.sets import specs_from_sets
-from composer.standin import build_standins, ngc
 from composer.verify.smoke import image_smoke_plan, smoke_test
 from composer.spec.options import (
     BACKENDS,
@@ -540,30 +539,6 @@ def wheels(
          "wheels": [f.name for f in files]},
         f"{len(files)} wheels in {output} (build with --wheelhouse {output})",
     )
-
-
-@app.command()
-@reports_errors
-def standin(
-    version: str = typer.Option("24.09", "--version", "-v", help="Release to stand in for (24.07 ... 24.10)."),
-    scale: str = typer.Option(
-        "small", "--scale", help="small: fast stand-ins for tests; ngc: NGC's size, real CUDA libraries (24.09)."
-    ),
-    force: bool = typer.Option(False, "--force", help="Rebuild even if the images are present."),
-    as_json: bool = JsonOpt,
-) -> None:
-    """Build local stand-ins of NGC's full and min images, with a real Triton server inside."""
-    out = Printer(as_json)
-    if scale not in ("small", "ngc"):
-        raise UsageError(f"--scale {scale!r} is not a stand-in scale; use small or ngc")
-    release = Catalog.load().release(version)
-    build = ngc.build_standins if scale == "ngc" else build_standins
-    if scale == "ngc":
-        ngc.check_release(release)
-    engine = _engine()
-    result = build(engine, release, force=force, on_line=out.build_line)
-    payload = {"full": result.full_ref, "min": result.min_ref}
-    out.result(payload, f"{result.full_ref}\n{result.min_ref}")
 
 
 @app.command("version")

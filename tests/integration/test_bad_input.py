@@ -28,6 +28,7 @@ V = ("--version", "24.09")
 B = ("-b", "python")
 BIG = "a" * 100_000  # a 100 KB argument: refused quickly (tests/unit/test_validators.py times the check itself)
 TOKEN = "tok-bad-input-5f3a"
+STANDIN = "triton-standin"  # a case's first word: the stand-ins' command (python -m triton_standins)
 
 
 @dataclass(frozen=True)
@@ -171,9 +172,11 @@ def _cases(tmp: Path) -> list[Case]:
         C(("mirror", *V, "--to", "x.example/n", "--registry", "bad prefix"), "--registry bad prefix: not a valid registry prefix"),
         C(("mirror", *V, "--to", "x.example/n", "--registry-ca", "/nonexistent.pem"), "--registry-ca /nonexistent.pem: no such file"),
         C(("lock", "--set", "nope.yaml"), "no such set file"),
-        C(("standin", "--version", "24.9"), "unknown Triton release '24.9'"),
-        C(("standin", "--scale", "huge"), "--scale 'huge' is not a stand-in scale; use small or ngc"),
-        C(("standin", "--scale", "ngc", "--version", "25.01"), "no NGC-scale stand-in recipe for release 25.01; releases with one: 24.09"),
+        # the stand-ins' own command (standins/), and the product, which has none
+        C((STANDIN, "--version", "24.9"), "unknown Triton release '24.9'"),
+        C((STANDIN, "--scale", "huge"), "--scale 'huge' is not a stand-in scale; use small or ngc"),
+        C((STANDIN, "--scale", "ngc", "--version", "25.01"), "no NGC-scale stand-in recipe for release 25.01; releases with one: 24.09"),
+        C(("standin", "--version", "24.09"), "No such command 'standin'"),
         C(("backends", "--version", "24.9"), "'24.9' is not a release"),
         C(("backends", "--image", "full=::bad::"), "not a valid image reference"),
     ]
@@ -351,7 +354,10 @@ def _run(args: tuple, cwd: Path, env: dict | None = None) -> subprocess.Complete
            **(env or {})}
     env.pop("COMPOSER_DEBUG", None)
     env.pop("SOURCE_DATE_EPOCH", None) if "SOURCE_DATE_EPOCH" not in (env or {}) else None
-    command = [sys.executable.encode(), b"-m", b"composer",
+    module = b"composer"
+    if args and args[0] == STANDIN:
+        module, args = b"triton_standins", args[1:]
+    command = [sys.executable.encode(), b"-m", module,
                *(a if isinstance(a, bytes) else a.encode("utf-8", "surrogateescape") for a in args)]
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=120,
                           errors="replace")

@@ -11,7 +11,7 @@ from composer.spec.catalog import Catalog
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from tests.specs import spec
-from composer.standin import build_standins
+from triton_standins import build_standins
 
 pytestmark = pytest.mark.integration
 

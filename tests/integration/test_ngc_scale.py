@@ -17,7 +17,7 @@ from composer.spec.catalog import Catalog
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.verify.smoke import SmokePlan, smoke_test
-from composer.standin import ngc
+from triton_standins import ngc
 from tests.conftest import TEST_LABEL
 from tests.specs import spec
 

@@ -16,7 +16,7 @@ from composer.core.errors import BuildFailed
 from composer.pipeline import build_image
 from composer.build.pruning import sweep_stages
 from composer.resolve.resolve import resolve
-from composer.standin import ngc
+from triton_standins import ngc
 from tests.conftest import TEST_LABEL
 from tests.integration.test_ngc_scale import BACKENDS, SERVED, _cases, _repository
 from tests.specs import spec

@@ -8,7 +8,7 @@ import pytest
 
 from composer.spec.catalog import Catalog
 from composer.verify.samples import load_samples
-from composer.standin import build_standins
+from triton_standins import build_standins
 from composer.verify.triton_client import TritonHTTP
 pytestmark = pytest.mark.integration
 

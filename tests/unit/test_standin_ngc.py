@@ -10,9 +10,8 @@ import urllib.request
 import pytest
 
 from composer.in_image import collect
-from composer.render.render import templates
-from composer.standin import debs, ngc
-from composer.standin import ngc_packages as pkgs
+from triton_standins import debs, ngc, templates
+from triton_standins import ngc_packages as pkgs
 
 
 def test_wheel_libraries_get_ngcs_versioned_names_and_soname_links():

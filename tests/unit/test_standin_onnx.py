@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from composer.standin import _standin_file
+from triton_standins import _standin_file
 
 
 @pytest.fixture(scope="module")

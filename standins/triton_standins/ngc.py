@@ -1,4 +1,4 @@
-"""NGC-scale stand-ins (`composer standin --scale ngc`): images that weigh and behave like NGC's.
+"""NGC-scale stand-ins (`triton-standin --scale ngc`): images that weigh and behave like NGC's.
 
 The min image is the small min stand-in plus NVIDIA's real runtime libraries of the release
 (from PyPI wheels), TensorRT stand-ins and the development bulk NGC's min carries, each as a
@@ -25,10 +25,9 @@ from composer.spec.catalog import Release
 from composer.engine.engine import Engine, ImageInfo
 from composer.core.errors import BuildFailed, UsageError
 from composer.core.progress import LineSink
-from composer.render.render import templates
-from composer.standin import StandinResult, debs, host
-from composer.standin import build_standins as build_small
-from composer.standin import ngc_packages as pkgs
+from triton_standins import StandinResult, debs, host, template_file, templates
+from triton_standins import build_standins as build_small
+from triton_standins import ngc_packages as pkgs
 
 
 REGISTRY = "localhost/standin-ngc"
@@ -54,13 +53,13 @@ def check_release(release: Release) -> None:
 
 
 def _file(*parts: str) -> Path:
-    return Path(str(resources.files("composer.standin").joinpath(*parts)))
+    return Path(str(resources.files("triton_standins").joinpath(*parts)))
 
 
 def recipe_digest(small_min_id: str) -> str:
     """Everything that shapes the NGC-scale min image (a change rebuilds it)."""
     digest = hashlib.sha256(small_min_id.encode())
-    digest.update(resources.files("composer.dockerfiles").joinpath("standin-ngc-min.Dockerfile.j2").read_bytes())
+    digest.update(template_file("standin-ngc-min.Dockerfile.j2").read_bytes())
     for name in ("ngc_packages.py", "debs.py"):
         digest.update(_file(name).read_bytes())
     for path in sorted(_file("ngc", "tensorrt_libs").iterdir()) + [_file("ngc", "pad.sh")]:
@@ -295,7 +294,7 @@ def layers() -> tuple[Layer, ...]:
 
 
 def _small_base(engine: Engine, on_line: LineSink) -> str:
-    from composer.standin import _base_image
+    from triton_standins import _base_image
 
     return _base_image(engine, force=False, on_line=on_line)
 
@@ -375,10 +374,10 @@ C_BACKENDS = {"tensorrt": "/trt", "onnxruntime": "/ort", "pytorch": "/torch"}
 
 def _full_digest(min_id: str) -> str:
     """Everything that shapes the NGC-scale full image beyond its min image."""
-    from composer.standin import _recipe_digest
+    from triton_standins import _recipe_digest
 
     digest = hashlib.sha256(f"{min_id} {_recipe_digest(full=True)}".encode())
-    digest.update(resources.files("composer.dockerfiles").joinpath("standin-ngc-full.Dockerfile.j2").read_bytes())
+    digest.update(template_file("standin-ngc-full.Dockerfile.j2").read_bytes())
     digest.update(repr((pkgs.ORT_WHEEL, pkgs.TORCH_WHEEL, pkgs.TORCH_LEAVE_OUT, pkgs.SIZE_STANDINS, C_BACKENDS)).encode())
     # What the build compiles or runs, not the notes beside it.
     for path in sorted(p for p in _file("ngc").rglob("*")
@@ -412,7 +411,7 @@ def _lay_out_onnxruntime(capi: Path, dest: Path) -> None:
 
 def build_full(engine: Engine, release: Release, min_info: ImageInfo, *, force: bool, on_line: LineSink) -> tuple[ImageInfo, bool]:
     """Build (or reuse) the NGC-scale full image on the NGC-scale min image; (image, built)."""
-    from composer import standin as small
+    import triton_standins as small
 
     recipe = small.recipe_for(release)
     assert recipe is not None

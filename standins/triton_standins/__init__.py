@@ -19,12 +19,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
+import jinja2
+
 from composer.spec.catalog import Catalog, Release
 from composer.engine.engine import Engine, ImageInfo
 from composer.core.errors import BuildFailed, UsageError
-from composer.render.render import templates
-from composer.standin import host
 from composer.core.progress import LineSink
+from triton_standins import host
 
 
 REGISTRY = "localhost/standin"
@@ -245,7 +246,23 @@ def build_full(
 
 
 def _standin_file(*parts: str) -> Path:
-    return Path(str(resources.files("composer.standin").joinpath(*parts)))
+    return Path(str(resources.files("triton_standins").joinpath(*parts)))
+
+
+def template_file(name: str) -> Path:
+    """One of the stand-in recipes' Dockerfile templates (in this package's templates/)."""
+    return _standin_file("templates", name)
+
+
+def templates() -> jinja2.Environment:
+    """The stand-in recipes' own template environment, set as the composer's own: strict, so a
+    missing value fails rendering instead of the build."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_standin_file("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
 
 
 def _backend_sources() -> list[Path]:
@@ -257,10 +274,10 @@ def _recipe_digest(*, full: bool) -> str:
     """A digest of everything that shapes the min (or the full) image, so a changed recipe
     rebuilds it; a backend change leaves the min image, and the layers on it, as they are."""
     digest = hashlib.sha256()
-    digest.update(resources.files("composer.dockerfiles").joinpath("standin-min.Dockerfile.j2").read_bytes())
+    digest.update(template_file("standin-min.Dockerfile.j2").read_bytes())
     digest.update(_standin_file("nvidia_entrypoint.sh").read_bytes())
     if full:
-        digest.update(resources.files("composer.dockerfiles").joinpath("standin-full.Dockerfile.j2").read_bytes())
+        digest.update(template_file("standin-full.Dockerfile.j2").read_bytes())
         digest.update(repr((sorted(BACKEND_PACKAGES.items()), C_BACKENDS, NUMPY_REQUIREMENT)).encode())
         for path in _backend_sources():
             digest.update(path.name.encode() + b"\0" + path.read_bytes())

@@ -1,0 +1,3 @@
+from triton_standins.cli import main
+
+main()
