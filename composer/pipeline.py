@@ -288,7 +288,8 @@ def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catal
     return outcomes
 
 
-def compose_bundle(engine: Engine, read: ReadBundle, given: dict, catalog: Catalog, run: Run) -> list[Outcome]:
-    """Load the bundle's images and compose its spec (with the given result options)."""
-    opened = open_bundle(engine, read, on_line=run.on_line)
-    return compose_all(engine, [opened.spec.with_fields(given)], catalog, run, opened.inspection)
+def compose_bundle(engine: Engine, read: ReadBundle, spec: CompositionSpec, catalog: Catalog, run: Run) -> list[Outcome]:
+    """Load the bundle's images and compose `spec`: the bundle's own, checked with the result
+    options given (composer.spec.options.check, as for every build)."""
+    inspection = open_bundle(engine, read, on_line=run.on_line)
+    return compose_all(engine, [spec], catalog, run, inspection)

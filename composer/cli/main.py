@@ -232,16 +232,15 @@ def build(
     check_environment(os.environ)
     if bundle is not None:
         check_overrides(given, set_files=set_files, locked=locked)
-    else:
-        specs = _specs(BUILD, set_files, given)
+    with contextlib.ExitStack() as stack:
+        read = stack.enter_context(unpacked(bundle)) if bundle is not None else None
+        # One check for every path: a bundle's spec (with the result flags given) as the flags' or a set's.
+        specs = [check(read.spec().with_fields(given), BUILD)] if read else _specs(BUILD, set_files, given)
         if explain and not all(spec.selection.base == "pruned" for spec in specs):
             raise UsageError("--explain lists what a pruned base keeps and drops: add --base pruned")
         if locked:
             check_locked(specs)
-    auth = load_auth(registry_auth)
-    with contextlib.ExitStack() as stack:
-        if bundle is not None:
-            read = stack.enter_context(unpacked(bundle))  # checked before any engine is asked
+        auth = load_auth(registry_auth)
         engine = _engine()
 
         def show_plan(plan) -> None:
@@ -251,8 +250,8 @@ def build(
 
         run = Run(locked=locked, registry_auth=auth, on_line=out.step, on_build_line=out.build_line,
                   on_plan=show_plan)
-        if bundle is not None:
-            outcomes = compose_bundle(engine, read, given, catalog, run)
+        if read is not None:
+            outcomes = compose_bundle(engine, read, specs[0], catalog, run)
         else:
             outcomes = compose_all(engine, specs, catalog, run)
     _report(out, outcomes, junit, explain)

@@ -35,12 +35,6 @@ IMAGES = "images.tar"
 
 
 
-@dataclass(frozen=True)
-class OpenedBundle:
-    spec: CompositionSpec
-    inspection: Inspection
-
-
 def is_bundle(path: Path) -> bool:
     """A bundle archive this composer wrote: its first member is the manifest (so a rerun may
     replace it, and nothing else)."""
@@ -195,8 +189,8 @@ def unpacked(archive: Path) -> Iterator[ReadBundle]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def open_bundle(engine: Engine, read: ReadBundle, *, on_line: LineSink = quiet) -> OpenedBundle:
-    """Load a read bundle's images into the engine, and return what to build."""
+def open_bundle(engine: Engine, read: ReadBundle, *, on_line: LineSink = quiet) -> Inspection:
+    """Load a read bundle's images into the engine, and return what was learnt of them."""
     inspection = read.inspection
     wanted = [inspection.full, inspection.min] + [info for _, info, _ in inspection.backend_images]
     for info in wanted:  # never move a name that already means something else here
@@ -212,18 +206,22 @@ def open_bundle(engine: Engine, read: ReadBundle, *, on_line: LineSink = quiet) 
     for info in wanted:
         if engine.image(info.ref) is None:
             engine.tag(info.id, info.ref)
-    return OpenedBundle(read.spec(), inspection)
+    return inspection
 
 
 def _spec_from(manifest: dict, root: Path, archive: Path) -> CompositionSpec:
-    """The spec the bundle was made for, with its folders where the bundle was unpacked."""
+    """The spec the bundle was made for, read and checked as a set file is (each value by its
+    option's declaration), with its folders where the bundle was unpacked."""
     try:
-        spec = CompositionSpec.from_dict(manifest["spec"], name=archive.name)
+        spec = CompositionSpec.from_dict(manifest["spec"], base=root, source=f"--bundle {archive}: {MANIFEST}",
+                                         name=archive.name)
         return spec.with_fields({
             "selection.custom_backends": tuple(
                 (name, root / "custom-backends" / name) for name in manifest["custom_backends"]),
             "packages.wheelhouse": root / "wheelhouse" if manifest["wheelhouse"] else None,
             "selection.bake_models": root / "models" if manifest.get("bake_models") else None,
         })
+    except UsageError:
+        raise
     except (KeyError, TypeError, ValueError, AttributeError, ComposerError) as exc:
         raise UsageError(f"--bundle {archive}: its {MANIFEST} is not one this composer wrote ({exc})") from None

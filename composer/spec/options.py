@@ -141,12 +141,23 @@ class CompositionSpec:
         return out
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any], **extra: Any) -> "CompositionSpec":
+    def from_dict(cls, values: Mapping[str, Any], *, base: Path | None = None, source: str = "record",
+                  **extra: Any) -> "CompositionSpec":
+        """The spec a record holds (a bundle's manifest): each value read and checked by its
+        option's declaration, as a set file's are, and named `source: key: problem` when refused."""
         by_field = {o.field: o for o in unique_fields()}
         unknown = sorted(set(values) - set(by_field))
         if unknown:
-            raise UsageError(f"unknown composition field {unknown[0]}")
-        return cls(**extra).with_fields({f: by_field[f].kind.typed(v) for f, v in values.items()})
+            raise UsageError(f"{source}: {unknown[0]}: not a key of a composition")
+        read = {}
+        for field, raw in values.items():
+            option = by_field[field]
+            try:
+                read[field] = None if raw is None else option.kind.read(raw, base or Path.cwd())
+            except Invalid as problem:
+                item = f"[{problem.item}]" if problem.item is not None else ""
+                raise UsageError(f"{source}: {option.key or option.field}{item}: {problem}") from None
+        return cls(**extra).with_fields(read)
 
 
 # -- kinds: how one option's value is read and checked ----------------------------
@@ -198,7 +209,9 @@ class Flag(Kind):
         self.inverted = inverted  # --no-smoke-test sets smoke_test to False
 
     def read(self, raw: bool, base: Path) -> bool:
-        return bool(raw)
+        if not isinstance(raw, bool):
+            raise Invalid(f"expected true or false, got {type(raw).__name__}")
+        return raw
 
 
 class Strings(Kind):

@@ -115,3 +115,53 @@ def test_render_with_missing_images_falls_back_to_the_catalog(engine, tmp_path):
                                           on_line=lines.append)
     assert resolved.inspection is None and "catalogued layout instead" in lines[-1]
     assert not engine.runs and not engine.starts  # no container for an image that is not there
+
+
+def _bundle(tmp_path: Path, engine, spec: dict) -> Path:
+    """A bundle of the shape `composer bundle` writes (its images archive empty: never loaded here)."""
+    import io
+    import tarfile
+
+    from composer.resolve.contents import FullImageContents
+    from composer.resolve.resolve import Inspection
+
+    inspection = Inspection(engine.image(FULL), engine.image(MIN), FullImageContents.from_dict(PROBE_DOC, FULL))
+    manifest = {"format": 1, "spec": spec, "custom_backends": [], "wheelhouse": False, "bake_models": False,
+                "inspection": inspection.to_dict(), "tag": "t:1"}
+    archive = tmp_path / "b.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name, data in (("bundle.json", json.dumps(manifest).encode()), ("images.tar", b"")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return archive
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--no-samples"], "--no-samples leaves the smoke test nothing to serve"),
+])
+def test_build_from_a_bundle_is_checked_like_any_build_before_any_engine_call(engine, monkeypatch, tmp_path,
+                                                                              flags, says):
+    archive = _bundle(tmp_path, engine, {"images.version": "24.09", "images.registry": "localhost/standin",
+                                         "selection.backends": ["python"]})
+    monkeypatch.setattr(cli, "_engine", lambda: pytest.fail("the engine was asked before the check"))
+    result = CliRunner().invoke(cli.app, ["build", "--bundle", str(archive), *flags])
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+
+
+@pytest.mark.parametrize("spec, says", [
+    ({"images.version": "99.99", "selection.backends": ["python"]}, "unknown Triton release '99.99'"),
+    ({"images.version": "24.09", "selection.backends": ["bad name!"]}, "bundle.json: backends[0]:"),
+    ({"images.version": "24.09", "selection.backends": ["python"], "result.smoke_test": "yes"},
+     "bundle.json: smoke_test: expected true or false"),
+    ({"images.version": "24.09", "selection.backends": ["python"], "images.full": "UPPER/Case"},
+     "bundle.json: images.full:"),
+    ({"images.version": "24.09", "selection.whatever": 1}, "bundle.json: selection.whatever: not a key"),
+])
+def test_a_bundles_manifest_is_read_and_checked_as_a_set_file_is(engine, monkeypatch, tmp_path, spec, says):
+    archive = _bundle(tmp_path, engine, spec)
+    monkeypatch.setattr(cli, "_engine", lambda: pytest.fail("the engine was asked before the check"))
+    result = CliRunner().invoke(cli.app, ["build", "--bundle", str(archive)])
+    assert result.exit_code == 2, result.output
+    assert says in result.output and len(result.output.strip().splitlines()) == 1, result.output
