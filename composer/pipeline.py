@@ -68,7 +68,7 @@ class BuildResult:
             "labels": dict(self.plan.labels),
             "smoke_test": self.smoke.to_dict() if self.smoke else None,
             "sizes": self.sizes.to_dict() if self.sizes else None,
-            "base": "pruned" if self.plan.pruning else "min",
+            "base": self.plan.base,
             "pruning": self.pruning.to_dict() if self.pruning else None,
             "pruned_base": self.pruned_base.to_dict() if self.pruned_base else None,
             "sbom_path": SBOM_PATH if self.sbom else None,

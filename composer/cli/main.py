@@ -342,9 +342,7 @@ def mirror(
 ) -> None:
     """Copy a release's full and min images into a private registry; only what is missing moves."""
     out = Printer(as_json)
-    images = CompositionSpec().with_fields(given).images
-    if images.version is None:
-        raise UsageError("--version is required: the release to mirror, YY.MM (e.g. 24.09)")
+    images = check(CompositionSpec().with_fields(given), MIRROR).images
     release = Catalog.load().release(images.version)
     check_registry_prefix(to, "--to")
     source, registry_ca = images.registry, images.registry_ca
@@ -469,9 +467,9 @@ def smoke_test_command(
     problem = check_reference(image_ref) if not is_image_id(image_ref) else None
     if problem:
         raise UsageError(f"IMAGE {printable(image_ref[:200])}: {problem}")
+    spec = check(CompositionSpec().with_fields(given), SMOKE)
     engine = _engine()
     info = engine.require_image(image_ref, on_line=out.step)
-    spec = CompositionSpec().with_fields(given)
     plan, record = image_smoke_plan(engine, info, image_ref, spec.selection.backends, spec.result)
     report = smoke_test(engine, info.id, plan, on_line=out.step, record=record)
     if not report.passed:

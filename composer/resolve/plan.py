@@ -205,6 +205,11 @@ class CompositionPlan:
     pruning: Pruning | None = None  # --base pruned: a new base of only what the selection needs of the min image
 
     @property
+    def base(self) -> str:
+        """What the image is built on, as --base names it: "pruned" or "min"."""
+        return "pruned" if self.pruning else "min"
+
+    @property
     def all_backends(self) -> tuple[str, ...]:
         """Backends in the image: from the full image, from other images, and custom ones."""
         others = {c.name for c in self.custom_backends} | {f.name for f in self.foreign_backends}
@@ -243,11 +248,11 @@ class CompositionPlan:
             # a change of the models leaves every layer before theirs as it was.
             "baked_models": MODELS_ROOT if self.baked_models else None,
             **({"model_envs": {e.model: e.record() for e in self.model_envs}} if self.model_envs else {}),
-            "base": "pruned" if self.pruning else "min",
+            "base": self.base,
         }
 
 
-def check_release(release: Release, full_env: Mapping[str, str] | None) -> Release:
+def check_image_release(release: Release, full_env: Mapping[str, str] | None) -> Release:
     """The full image must be of the release the composition is for, when it says which."""
     stated = (full_env or {}).get("NVIDIA_TRITON_SERVER_VERSION")
     if stated and stated != release.name:
@@ -258,7 +263,7 @@ def check_release(release: Release, full_env: Mapping[str, str] | None) -> Relea
 def resolve_release(version: str | None, catalog: Catalog, full_env: Mapping[str, str] | None) -> Release:
     """The release: --version if given, else read from the full image's environment."""
     if version:
-        return check_release(catalog.release(version), full_env)
+        return check_image_release(catalog.release(version), full_env)
     if full_env is None:
         raise UsageError("give --version YY.MM, or --image full=REF so the release can be read from the image")
     name = full_env.get("NVIDIA_TRITON_SERVER_VERSION")
@@ -306,9 +311,6 @@ def make_plan(
     custom = _custom_backends(options.custom_backends)
     custom_names = {c.name for c in custom}
     foreign = tuple(sorted(foreign, key=lambda f: f.name))
-    clash = custom_names & {f.name for f in foreign}
-    if clash:
-        raise UsageError(f"backend {sorted(clash)[0]} is given both as --custom-backend and --backend-image")
     custom_names |= {f.name for f in foreign}
     backends = _validated("backend", options.backends, offer, exclude=custom_names)
     repoagents = _validated("repoagent", options.repoagents, offer)

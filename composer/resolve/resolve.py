@@ -26,7 +26,7 @@ from composer.resolve.plan import (
     BaseImage,
     CompositionPlan,
     Offer,
-    check_release,
+    check_image_release,
     created_label,
     foreign_backend,
     image_refs,
@@ -271,7 +271,7 @@ def require_full(engine: Engine, targets: Targets, on_line: LineSink = quiet) ->
     checked against the release before anything slow."""
     on_line(f"full image: {targets.full}")
     info = targets.full_info or engine.require_image(targets.full, on_line=on_line)
-    check_release(targets.release, info.env)
+    check_image_release(targets.release, info.env)
     return info
 
 

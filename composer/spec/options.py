@@ -441,7 +441,7 @@ class FromEnvironment(Kind):
 # -- checks shared by every input -------------------------------------------------
 
 
-def check_release(value: str) -> str | None:
+def check_release_name(value: str) -> str | None:
     if not RELEASE_PATTERN.fullmatch(value):
         return f"'{printable(value)}' is not a release: releases are named YY.MM, e.g. 24.09"
     return None
@@ -594,7 +594,7 @@ _TAG_REF = Text(check_tag_reference, "an image reference")
 
 OPTIONS: tuple[Option, ...] = (
     # images
-    Option("images.version", "--version", "version", Text(check_release, "a release YY.MM"),
+    Option("images.version", "--version", "version", Text(check_release_name, "a release YY.MM"),
            "Triton release, YY.MM (e.g. 24.09).", short="-v", commands=COMPOSING + (WHEELS, BACKENDS, MIRROR)),
     Option("images.registry", "--registry", "registry", Text(check_prefix, "a registry prefix"),
            f"Registry prefix holding tritonserver images: a mirror, or localhost/standin (default {DEFAULT_REGISTRY}).",
@@ -778,12 +778,15 @@ class Problem:
 def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem]:
     """What is wrong with the spec as a whole (each field was checked when it was read)."""
     found = []
-    if not spec.images.version and not spec.images.full:
+    if command == MIRROR and not spec.images.version:
+        found.append(Problem("version", 'missing: give version: "YY.MM"',
+                             "--version is required: the release to mirror, YY.MM (e.g. 24.09)"))
+    elif command not in (MIRROR, SMOKE) and not spec.images.version and not spec.images.full:
         found.append(Problem(
             "version", 'missing: give version: "YY.MM" (or images: {full: REF})',
             "give --version YY.MM (or --image full=REF), or a backend set with --set"))
     s = spec.selection
-    if command != BACKENDS and not (s.backends or s.custom_backends or s.backend_images):
+    if command in (None, BUILD, RENDER, BUNDLE, WHEELS) and not (s.backends or s.custom_backends or s.backend_images):
         found.append(Problem(
             "backends", "select at least one backend (backends: [NAME, ...] or custom_backends)",
             "select at least one backend with --backend NAME (composer backends lists them)"))

@@ -48,7 +48,7 @@ def standin(
     release = Catalog.load().release(version)
     build = ngc.build_standins if scale == "ngc" else build_standins
     if scale == "ngc":
-        ngc.check_release(release)
+        ngc.check_ngc_scale_release(release)
     engine = Engine.connect()
     result = build(engine, release, force=force, on_line=out.build_line)
     payload = {"full": result.full_ref, "min": result.min_ref}

@@ -45,7 +45,7 @@ class Layer:
     packages: tuple[str, ...]
 
 
-def check_release(release: Release) -> None:
+def check_ngc_scale_release(release: Release) -> None:
     if release.name not in RELEASES:
         raise UsageError(
             f"no NGC-scale stand-in recipe for release {release.name}; releases with one: {', '.join(RELEASES)}"
@@ -351,7 +351,7 @@ def build_min(engine: Engine, release: Release, small_min: ImageInfo, *, force: 
 
 def build_standins(engine: Engine, release: Release, *, force: bool = False, on_line: LineSink = print) -> StandinResult:
     """Build (or reuse) localhost/standin-ngc/tritonserver:<release>-py3 and -py3-min."""
-    check_release(release)
+    check_ngc_scale_release(release)
     started = time.monotonic()
     small = build_small(engine, release, on_line=on_line)
     small_min = engine.image(small.min_ref)
