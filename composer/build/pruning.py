@@ -106,8 +106,9 @@ class PruningReport:
 
     kept: tuple[dict, ...]
     dropped: tuple[dict, ...]
-    loaded_at_run_time: tuple[dict, ...]
+    loaded_at_run_time: tuple[dict, ...]  # each library loaded by name that the image holds (the proof requires it)
     dropped_files: dict
+    named_not_in_image: tuple[dict, ...] = ()  # named by a kept file, but the image holds none (the driver's)
 
     @classmethod
     def read(cls, engine: Engine, image: str) -> "PruningReport":
@@ -115,14 +116,15 @@ class PruningReport:
         try:
             raw = json.loads(result.output)
             return cls(tuple(raw["kept"]), tuple(raw["dropped"]), tuple(raw["loaded_at_run_time"]),
-                       dict(raw["dropped_files_of_kept_packages"]))
+                       dict(raw["dropped_files_of_kept_packages"]), tuple(raw.get("named_not_in_image", ())))
         except (ValueError, KeyError, TypeError):
             raise ComposerError(f"the image holds no readable {REPORT}") from None
 
     def to_dict(self) -> dict:
         return {"kept": list(self.kept), "dropped": list(self.dropped),
                 "loaded_at_run_time": list(self.loaded_at_run_time),
-                "dropped_files_of_kept_packages": self.dropped_files}
+                "dropped_files_of_kept_packages": self.dropped_files,
+                "named_not_in_image": list(self.named_not_in_image)}
 
     def explain(self) -> str:
         kept = sum(p["size"] for p in self.kept)
@@ -136,6 +138,10 @@ class PruningReport:
         lines += [f"  dropped  {p['package'].ljust(width)}  {human_size(p['size']).rjust(9)}"
                   for p in sorted(self.dropped, key=lambda p: -p["size"])]
         lines += [f"  run-time {item['library']}: {item['why']}" for item in self.loaded_at_run_time]
+        named = sorted({item["library"] for item in self.named_not_in_image})
+        if named:
+            lines.append(f"  named, not in the image ({len(named)}: the CUDA driver's, other platforms'): "
+                         + ", ".join(named))
         return "\n".join(lines)
 
 

@@ -221,6 +221,50 @@ def is_under(path, prefix):
     return path == prefix or path.startswith(prefix.rstrip("/") + "/")
 
 
+# A library name as code hands it to dlopen: a file name (libcudnn_ops.so.9, libnvrtc-builtins.so.12.6),
+# maybe behind an absolute folder (/opt/hpcx/ucx/lib/libucp.so.0). Names built at run time from
+# pieces ("libcudnn_%s.so") cannot be read; the catalog keeps what strings cannot show.
+LIBRARY_NAME = re.compile(rb"(?<![A-Za-z0-9_.+/%-])(?:/[A-Za-z0-9_.+-]+)*/?lib[A-Za-z0-9_+-]+(?:\.[A-Za-z0-9_+-]+)*"
+                          rb"(?![A-Za-z0-9_+%-]|\.[A-Za-z0-9_%])")
+SO_NAME = re.compile(r"^lib[A-Za-z0-9_+-]+(?:\.[A-Za-z0-9_+-]+)*?\.so(?:\.[0-9]+)*$")
+DATA_SECTIONS = (b".rodata", b".data")  # string literals live there, never in code or GPU images
+MAX_SCANNED = 512 << 20  # bytes of data sections read from one file
+
+
+def named_libraries(path):
+    """The library names an ELF file's read-only and initialised data hold: what it may dlopen.
+
+    Only the data sections are read (by seeking), not code or GPU images, so a multi-GB library
+    costs what its strings weigh. Returns sorted names, each a file name or an absolute path."""
+    found = set()
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return []
+            shoff, = struct.unpack_from("<Q", head, 40)
+            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 58)
+            if not shoff or not shnum or shentsize < 64 or shnum > MAX_HEADERS * 16 or shstrndx >= shnum:
+                return []
+            table = _read_at(fh, shoff, shentsize * shnum)
+            sections = [struct.unpack_from("<IIQQQQIIQQ", table, i * shentsize) for i in range(shnum)]
+            names_at, names_size = sections[shstrndx][4], sections[shstrndx][5]
+            names = _read_at(fh, names_at, min(names_size, MAX_STRTAB))
+            budget = MAX_SCANNED
+            for name_offset, sh_type, _f, _a, offset, size, _l, _i, _al, _es in sections:
+                name = names[name_offset:names.find(b"\0", name_offset)]
+                if sh_type != 1 or not name.startswith(DATA_SECTIONS) or size > budget:  # SHT_PROGBITS
+                    continue
+                budget -= size
+                for match in LIBRARY_NAME.finditer(_read_at(fh, offset, size)):
+                    text = match.group(0).decode("ascii")
+                    if SO_NAME.match(os.path.basename(text)) and (text.startswith("/") or "/" not in text):
+                        found.add(text)
+    except (OSError, ValueError, struct.error):
+        return []
+    return sorted(found)
+
+
 class Resolver(object):
     """Resolves DT_NEEDED names to files like the loader, with caches shared by all units."""
 

@@ -142,16 +142,25 @@ def parse_relations(text):
 
 
 class Keeper(object):
-    """The keep decision: which packages stay and why, following needs until nothing changes."""
+    """The keep decision: which packages stay and why, following needs until nothing changes.
 
-    def __init__(self, db, resolver, root, loaded, keep_builder):
+    A library is reached through NEEDED entries and through the names reached files hold in their
+    data (what they may dlopen: probe.named_libraries), resolved as the loader would for the file
+    that names them; the catalog adds what no string shows (`loaded`, per release family). Each
+    named library the image will hold is required by the proof; one it will not hold (the CUDA
+    driver, other platforms' libraries) is listed as named, not in the image."""
+
+    def __init__(self, db, resolver, root, loaded, keep_builder, parts_paths=()):
         self.db, self.resolver, self.root = db, resolver, root
-        self.loaded = loaded  # soname -> [libraries it loads by name] (the catalog's, for the release)
+        self.loaded = loaded  # soname -> [libraries it loads by name] (the catalog's, for the family)
         self.keep_builder = keep_builder
+        self.parts_paths = [os.path.join(root, p) for p in parts_paths]  # what the image copies of root
         self.why = {}  # package -> why it stays
         self.required = []  # (library, why): run-time loaded libraries the proof requires
+        self.not_in_image = []  # (library, why): named, but the image will not hold it
         self.reached = set()  # real paths of ELF files walked
         self.triggered = set()
+        self.seen_names = set()  # (real path of the naming file, name)
 
     def keep(self, package, why):
         if package is None or package in self.why or is_dev(package):
@@ -160,7 +169,7 @@ class Keeper(object):
         return True
 
     def walk(self, seeds, part):
-        """Follow NEEDED from `seeds` (files of `part`); keep the package of each library reached."""
+        """Follow NEEDED and named libraries from `seeds` (files of `part`); keep each one's package."""
         stack = [(path, os.path.relpath(path, self.root) if probe.is_under(path, self.root) else path)
                  for path in seeds]
         while stack:
@@ -169,10 +178,13 @@ class Keeper(object):
             if real in self.reached:
                 continue
             self.reached.add(real)
-            self.trigger(os.path.basename(path), part, chain, stack)
             info = self.resolver.elf(path)
-            if info is not None and info.soname:
-                self.trigger(info.soname, part, chain, stack)
+            own = {os.path.basename(path), os.path.basename(real)} | ({info.soname} if info and info.soname else set())
+            for name in sorted(own):
+                self.trigger(path, name, part, chain, stack)
+            for name in probe.named_libraries(real):
+                if name not in own:
+                    self.load(path, name, "%s: %s names %s (loaded by name)" % (part, chain, name), chain, stack)
             for soname, resolved in self.resolver.deps(path):
                 if resolved is None:
                     continue
@@ -180,26 +192,63 @@ class Keeper(object):
                 self.keep(self.db.package_of(resolved), "%s: %s" % (part, step))
                 stack.append((resolved, step))
 
-    def trigger(self, name, part, chain, stack):
-        """The catalog's run-time loads of library `name`, when reached: required, kept, walked."""
+    def trigger(self, path, name, part, chain, stack):
+        """The catalog's run-time loads of library `name`, when reached."""
         if name not in self.loaded or name in self.triggered:
             return
         self.triggered.add(name)
         for library in self.loaded[name]:
-            why = "%s: %s loads %s at run time (catalog)" % (part, chain, library)
-            self.required.append((library, why))
-            path = self.locate(library)
-            if path is not None:
-                self.keep(self.db.package_of(path), why)
-                stack.append((path, "%s -> %s (loaded by name)" % (chain, library)))
+            self.load(path, library, "%s: %s loads %s at run time (catalog)" % (part, chain, library), chain, stack)
 
-    def locate(self, library):
-        if library.startswith("/"):
-            return library if os.path.lexists(library) else None
-        for directory in self.resolver.ld_library_path + self.resolver.system_dirs:
-            if os.path.exists(os.path.join(directory, library)):
-                return os.path.join(os.path.realpath(directory), library)
+    def load(self, path, name, why, chain, stack):
+        """A library `path` loads by `name`: required, kept and walked if the image holds it."""
+        key = (os.path.realpath(path), name)
+        if key in self.seen_names:
+            return
+        self.seen_names.add(key)
+        found = self.locate(path, name)
+        if found is None or not self.in_image(found):
+            self.not_in_image.append((name, why))
+            return
+        if found not in [library for library, _ in self.required]:
+            self.required.append((found, why))
+        self.keep(self.db.package_of(found), why)
+        stack.append((found, "%s -> %s (loaded by name)" % (chain, name)))
+
+    def locate(self, path, name):
+        """Where the loader would find `name` when `path` loads it (RUNPATH, LD_LIBRARY_PATH, the
+        system's folders), named by its soname: a name without a version (libcudnn_ops.so, which
+        the loading library completes with its major) is the versioned library beside it."""
+        if name.startswith("/"):
+            return name if os.path.lexists(name) else None
+        info = self.resolver.elf(path)
+        dirs = self.resolver.search_dirs(path, info) if info is not None else \
+            self.resolver.ld_library_path + self.resolver.system_dirs
+        for directory in dirs:
+            candidates = [name] if os.path.exists(os.path.join(directory, name)) else []
+            if name.endswith(".so"):
+                try:
+                    listing = os.listdir(directory)
+                except OSError:
+                    listing = []
+                candidates += sorted((n for n in listing if re.match(re.escape(name) + r"(\.[0-9]+)+$", n)), key=len)
+            for candidate in candidates:
+                full = os.path.join(os.path.realpath(directory), candidate)
+                found = self.resolver.elf(full)
+                if found is None:
+                    continue
+                soname = os.path.join(os.path.dirname(full), found.soname) if found.soname else full
+                return soname if os.path.lexists(soname) else full
         return None
+
+    def in_image(self, path):
+        """Whether the composed image holds `path`: a file of a selected part, or one of a package
+        of the min image that stays (a file only the full image has, outside the selection, is not
+        copied; a -dev package never stays)."""
+        if probe.is_under(path, self.root):
+            return any(probe.is_under(path, part) for part in self.parts_paths)
+        package = self.db.package_of(path)
+        return package is not None and not is_dev(package)
 
     def settle(self):
         """Until nothing changes: what kept packages depend on, and what their ELF files need."""
@@ -237,9 +286,9 @@ def selected_seeds(report, resolver, root, paths):
     return parts
 
 
-def decide(db, resolver, root, parts, loaded, keep_builder):
+def decide(db, resolver, root, parts, loaded, keep_builder, parts_paths=()):
     """The Keeper after every seed: the distribution's required packages, then each part."""
-    keeper = Keeper(db, resolver, root, loaded, keep_builder)
+    keeper = Keeper(db, resolver, root, loaded, keep_builder, parts_paths)
     for package, fields in sorted(db.fields.items()):
         if fields.get("Essential") == "yes" or fields.get("Priority") == "required":
             keeper.keep(package, "required by the distribution (Priority: %s)" % fields.get("Priority", "?"))
@@ -295,6 +344,7 @@ def write_outputs(out, db, keeper, keep_builder, info_dir):
         "dropped_files_of_kept_packages": {"count": sum(len(db.files[p]) - len(s) for p, s in changed_lists.items()),
                                            "bytes": dropped_bytes},
         "loaded_at_run_time": [{"library": library, "why": why} for library, why in keeper.required],
+        "named_not_in_image": [{"library": library, "why": why} for library, why in keeper.not_in_image],
         "keep_tensorrt_builder": keep_builder,
     }
     with open(os.path.join(out, "pruned.json"), "w") as fh:
@@ -341,7 +391,7 @@ def main(argv):
     db = Database(args.min_dpkg)
     resolver = probe.Resolver(root, report["system_dirs"], report["ld_library_path"])
     parts = selected_seeds(report, resolver, root, args.paths)
-    keeper = decide(db, resolver, root, parts, loaded, args.keep_tensorrt_builder)
+    keeper = decide(db, resolver, root, parts, loaded, args.keep_tensorrt_builder, args.paths)
     result = write_outputs(args.out, db, keeper, args.keep_tensorrt_builder, os.path.join(args.min_dpkg, "info"))
     kept = sum(item["size"] for item in result["kept"])
     gone = sum(item["size"] for item in result["dropped"])

@@ -388,7 +388,7 @@ def _pruning(options, release: Release, catalog: Catalog, min_config: BaseConfig
     """How the pruned base is made, or None for the min base; refused where it cannot be made."""
     if options.base != "pruned":
         return None
-    loaded = catalog.pruning_list(release.name)
+    loaded = catalog.loaded_at_run_time_for(release)
     if min_config is None:
         raise UsageError("--base pruned needs the min image's configuration: render it with a Docker engine")
     return Pruning(tuple(sorted(loaded.items())), min_config, options.keep_tensorrt_builder)

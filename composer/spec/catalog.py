@@ -78,8 +78,8 @@ class Catalog:
             final_stage_env=dict(raw["final_stage_env"]),
             tensorflow_env=dict(raw["tensorflow_env"]),
             externally_managed_env=dict(raw["externally_managed_env"]),
-            loaded_at_run_time={release: {library: tuple(loads) for library, loads in table.items()}
-                                for release, table in (raw.get("loaded_at_run_time") or {}).items()},
+            loaded_at_run_time={family: {library: tuple(loads) for library, loads in table.items()}
+                                for family, table in (raw.get("loaded_at_run_time") or {}).items()},
         )
 
     def release(self, name: str) -> Release:
@@ -93,13 +93,10 @@ class Catalog:
             + ", ".join(known)
         )
 
-    def pruning_list(self, name: str) -> dict[str, tuple[str, ...]]:
-        """The libraries loaded by name at run time in release `name`, which a pruned base needs."""
-        if name not in self.loaded_at_run_time:
-            known = ", ".join(sorted(self.loaded_at_run_time)) or "none"
-            raise UsageError(f"--base pruned: the catalog lists no run-time loaded libraries for release {name} "
-                             f"(releases with a list: {known}); use --base min")
-        return self.loaded_at_run_time[name]
+    def loaded_at_run_time_for(self, release: Release) -> dict[str, tuple[str, ...]]:
+        """What strings cannot show of the libraries loaded by name at run time, for the release's
+        family (the OS it is built on); empty for a family the catalog knows nothing of."""
+        return self.loaded_at_run_time.get(release.os, {})
 
     def by_server(self, server_version: str) -> Release | None:
         """The release that carries server `server_version` (e.g. 2.50.0)."""

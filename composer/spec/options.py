@@ -833,10 +833,7 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
     if found:
         raise UsageError(found[0].on_command_line)
     if spec.images.version:
-        catalog = Catalog.load()
-        catalog.release(spec.images.version)  # unknown: refused before any work
-        if spec.selection.base == "pruned":
-            catalog.pruning_list(spec.images.version)  # none for the release: refused as early
+        Catalog.load().release(spec.images.version)  # unknown: refused before any work
     if command in (BUILD, RENDER, BUNDLE, WHEELS):
         envs = spec.model_envs()  # a model named twice, a config naming one: refused here
         if envs and command == BUNDLE:

@@ -20,8 +20,10 @@ HOST_LIB_DIRS = [d for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu
 MACHINE = {"x86_64": 62, "aarch64": 183}.get(os.uname().machine, 62)
 
 
-def make_elf(path: Path, needed=(), soname=None, rpath=None, runpath=None, machine=MACHINE, etype=3) -> Path:
-    """Write a minimal 64-bit little-endian ELF object with just a dynamic section."""
+def make_elf(path: Path, needed=(), soname=None, rpath=None, runpath=None, machine=MACHINE, etype=3,
+             rodata: bytes = b"") -> Path:
+    """Write a minimal 64-bit little-endian ELF object with just a dynamic section (and, given
+    `rodata`, a .rodata section holding it, found through a section header table)."""
     strtab = b"\0"
     offsets = {}
     for text in list(needed) + [t for t in (soname, rpath, runpath) if t]:
@@ -36,12 +38,25 @@ def make_elf(path: Path, needed=(), soname=None, rpath=None, runpath=None, machi
     dyn += [(5, base + str_off), (10, len(strtab)), (0, 0)]
     dyn_bytes = b"".join(struct.pack("<qQ", t, v) for t, v in dyn)
     total = dyn_off + len(dyn_bytes)
+    sections = b""
+    shoff = shnum = shstrndx = 0
+    if rodata:
+        names = b"\0.shstrtab\0.rodata\0"
+        names_off, rodata_off = total, total + len(names)
+        shoff = (rodata_off + len(rodata) + 7) & ~7
+        shnum, shstrndx = 3, 1
+        sections = bytes(64)
+        sections += struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, names_off, len(names), 0, 0, 1, 0)
+        sections += struct.pack("<IIQQQQIIQQ", 11, 1, 2, base + rodata_off, rodata_off, len(rodata), 0, 0, 1, 0)
+        tail = names + rodata + bytes(shoff - rodata_off - len(rodata)) + sections
+    else:
+        tail = b""
     header = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
-    header += struct.pack("<HHIQQQIHHHHHH", etype, machine, 1, 0, phoff, 0, 0, 64, 56, 2, 64, 0, 0)
+    header += struct.pack("<HHIQQQIHHHHHH", etype, machine, 1, 0, phoff, shoff, 0, 64, 56, 2, 64, shnum, shstrndx)
     phdrs = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, total, total, 0x1000)
     phdrs += struct.pack("<IIQQQQQQ", 2, 6, dyn_off, base + dyn_off, base + dyn_off, len(dyn_bytes), len(dyn_bytes), 8)
     data = header + phdrs + strtab
-    data += bytes(dyn_off - len(data)) + dyn_bytes
+    data += bytes(dyn_off - len(data)) + dyn_bytes + tail
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path

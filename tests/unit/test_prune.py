@@ -9,6 +9,7 @@ and drops headers, static archives and TensorRT's builder resource from kept pac
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,11 @@ PACKAGES = {  # name -> (fields, files relative to the image root)
                      ["lib/libnvinfer.so.10", "lib/libnvinfer_builder_resource.so.10.4.0"]),
     "nsight-systems": ("Priority: optional\nInstalled-Size: 700000", ["nsight/bulk.bin"]),
 }
-LOADED = {"libcudnn.so.9": ["libcudnn_ops.so.9", "libnvrtc.so.12"]}
+LOADED: dict = {}  # the catalog adds nothing here: the libraries' own strings name what they load
+# What libcudnn.so.9's data holds, as real cuDNN's does: a sub-library without its version (cuDNN
+# completes it with its major), a versioned soname, the CUDA driver (never in an image), an
+# absolute path the image does not have.
+CUDNN_STRINGS = b"\0cudnn: %s\0libcudnn_ops.so\0libnvrtc.so.12\0libcuda.so.1\0/opt/hpcx/absent/libucp.so.0\0"
 
 
 @pytest.fixture
@@ -37,7 +42,7 @@ def image(tmp_path):
     """(root, dpkg dir, resolver, parts): a Triton backend needing cuDNN and TensorRT."""
     system = tmp_path / "lib"
     make_elf(system / "libc.so.6", soname="libc.so.6")
-    make_elf(system / "libcudnn.so.9", soname="libcudnn.so.9", needed=["libc.so.6"])
+    make_elf(system / "libcudnn.so.9", soname="libcudnn.so.9", needed=["libc.so.6"], rodata=CUDNN_STRINGS)
     make_elf(system / "libcudnn_ops.so.9", soname="libcudnn_ops.so.9", needed=["libfoo.so.1"])  # loaded by name
     make_elf(system / "libnvrtc.so.12", soname="libnvrtc.so.12")
     make_elf(system / "libfoo.so.1", soname="libfoo.so.1")
@@ -74,15 +79,34 @@ def test_keeps_what_the_selection_needs_and_says_why(image):
     assert sorted(why) == ["cuda-nvrtc-12-6", "libbar1", "libc6", "libcudnn9-cuda-12", "libfoo1", "libnvinfer10"]
     assert why["libc6"].startswith("required by the distribution")
     assert why["libcudnn9-cuda-12"] == "backend demo: backends/demo/libtriton_demo.so -> libcudnn.so.9"
-    assert "loads libnvrtc.so.12 at run time (catalog)" in why["cuda-nvrtc-12-6"]
-    assert "libcudnn_ops.so.9 (loaded by name) -> libfoo.so.1" in why["libfoo1"]
+    assert why["cuda-nvrtc-12-6"].endswith("libcudnn.so.9 names libnvrtc.so.12 (loaded by name)")
+    assert "libcudnn_ops.so (loaded by name) -> libfoo.so.1" in why["libfoo1"]
     assert why["libbar1"] == "libfoo1 depends on it"
 
 
-def test_a_library_left_out_of_the_catalog_list_loses_its_package(image):
-    keeper = decide(image, loaded={"libcudnn.so.9": ["libcudnn_ops.so.9"]})
-    assert "cuda-nvrtc-12-6" not in keeper.why
-    assert [library for library, _ in keeper.required] == ["libcudnn_ops.so.9"]
+def test_named_libraries_are_required_by_path_and_the_rest_listed_as_not_in_the_image(image):
+    root, _, _, _ = image
+    keeper = decide(image)
+    lib = root.parents[1] / "lib"
+    assert [library for library, _ in keeper.required] == [str(lib / "libcudnn_ops.so.9"), str(lib / "libnvrtc.so.12")]
+    assert sorted(library for library, _ in keeper.not_in_image) == ["/opt/hpcx/absent/libucp.so.0", "libcuda.so.1"]
+
+
+def test_the_catalog_adds_what_strings_cannot_show(image):
+    root, _, _, _ = image
+    keeper = decide(image, loaded={"libnvinfer.so.10": ["libbar.so.1"]})
+    assert keeper.why["libbar1"].endswith("libnvinfer.so.10 loads libbar.so.1 at run time (catalog)")
+    assert str(root.parents[1] / "lib" / "libbar.so.1") in [library for library, _ in keeper.required]
+
+
+def test_the_string_reader_finds_sonames_versioned_names_and_paths(tmp_path):
+    data = (b"\0libcudnn_graph.so\0x libnvrtc-builtins.so.12.6. y\0/opt/hpcx/ucx/lib/libucp.so.0\0"
+            b"libnvrtc.so.%d\0not a library: libfoo\0liba.so.1.txt\0relative/libx.so.1\0")
+    path = make_elf(tmp_path / "libdemo.so.1", soname="libdemo.so.1", rodata=data)
+    assert probe.named_libraries(str(path)) == ["/opt/hpcx/ucx/lib/libucp.so.0", "libcudnn_graph.so",
+                                                "libnvrtc-builtins.so.12.6"]
+    assert probe.named_libraries(str(make_elf(tmp_path / "plain.so"))) == []  # no section table
+    assert probe.named_libraries(str(tmp_path / "absent.so")) == []
 
 
 def test_no_dev_package_even_when_nothing_else_is_asked(image):
@@ -115,7 +139,9 @@ def test_outputs_drop_list_and_dpkg_database(image, tmp_path, keep_builder):
     assert "README" not in sums and "libcudnn.so.9" in sums
     assert {d["package"] for d in report["dropped"]} == {"libcudnn9-dev-cuda-12", "nsight-systems"}
     assert json.loads((out / "pruned.json").read_text())["keep_tensorrt_builder"] is keep_builder
-    assert (out / "required.txt").read_text().splitlines()[0].startswith("libcudnn_ops.so.9\t")
+    assert (out / "required.txt").read_text().splitlines()[0].startswith(f"/{base}/lib/libcudnn_ops.so.9\t")
+    assert sorted(item["library"] for item in report["named_not_in_image"]) == ["/opt/hpcx/absent/libucp.so.0",
+                                                                                "libcuda.so.1"]
 
 
 def test_relations_and_stanzas():
@@ -123,3 +149,67 @@ def test_relations_and_stanzas():
     assert prune.parse_stanza("Package: x\nDescription: one\n two\n")["Description"] == "one\n two"
     assert prune.dropped_file("/usr/share/doc/x/copyright", False) is None
     assert prune.dropped_file("/usr/local/cuda-12.6/targets/x86_64-linux/include/cuda.h", False) == "header"
+
+
+# What today's catalog listed by hand for 24.09 before the libraries' own strings were read: the
+# strings (and the family's short list) must find every one of them.
+HAND_LIST_24_09 = {
+    "libcudnn_ops.so.9", "libcudnn_cnn.so.9", "libcudnn_adv.so.9", "libcudnn_graph.so.9",
+    "libcudnn_engines_precompiled.so.9", "libcudnn_engines_runtime_compiled.so.9", "libcudnn_heuristic.so.9",
+    "libcublasLt.so.12", "libnvrtc.so.12", "libnvrtc-builtins.so.12.6", "libnvinfer_plugin.so.10",
+    "/opt/hpcx/ucx/lib/libucp.so.0", "/opt/hpcx/ucx/lib/libucs.so.0", "/opt/hpcx/ucx/lib/libuct.so.0",
+    "/opt/hpcx/ucc/lib/ucc",
+}
+
+
+def test_the_24_09_libraries_strings_find_every_library_of_the_old_hand_list(tmp_path):
+    """Recorded from the 24.09 NGC-scale stand-ins (real cuDNN, cuBLAS, NVRTC and libtorch wheels):
+    each library's soname, NEEDED entries, RUNPATH, the names its data holds, its package. The
+    files are made again in miniature and the decision runs on them."""
+    from composer.spec.catalog import Catalog
+
+    recorded = json.loads((Path(__file__).parent / "data" / "named-libraries-24.09.json").read_text())
+    top = tmp_path / "image"
+
+    def here(path: str) -> str:
+        return str(top) + path
+
+    owners: dict[str, list[str]] = {}
+    for item in recorded["files"]:
+        real = Path(here(item["path"]))
+        make_elf(real, needed=item["needed"], soname=item["soname"], runpath=":".join(item["runpath"]) or None,
+                 rodata=b"\0" + b"\0".join(n.encode() for n in item["named"]) + b"\0")
+        for link in item["links"]:
+            (real.parent / link).symlink_to(real.name)
+        if item["package"]:
+            owners.setdefault(item["package"], []).extend(
+                [str(real)] + [str(real.parent / link) for link in item["links"]])
+    hpcx = [here(p) for p in ("/opt/hpcx/ucx/lib/libucp.so.0", "/opt/hpcx/ucx/lib/libucs.so.0",
+                              "/opt/hpcx/ucx/lib/libuct.so.0")]
+    for path in hpcx:
+        make_elf(Path(path), soname=Path(path).name)
+    (top / "opt/hpcx/ucc/lib/ucc").mkdir(parents=True)
+    owners["hpcx"] = hpcx + [here("/opt/hpcx/ucc/lib/ucc")]
+    dpkg = tmp_path / "dpkg"
+    (dpkg / "info").mkdir(parents=True)
+    (dpkg / "status").write_text("\n".join(f"Package: {name}\nStatus: install ok installed\nPriority: optional\n"
+                                           f"Architecture: amd64\n" for name in owners))
+    for name, paths in owners.items():
+        (dpkg / "info" / f"{name}.list").write_text("".join(p + "\n" for p in paths))
+
+    root = top / "opt" / "tritonserver"
+    seed = make_elf(root / "backends" / "demo" / "libtriton_demo.so", needed=["libcudnn.so.9", "libnvinfer.so.10"])
+    parts = [("backend demo", [str(seed)]),
+             ("backend pytorch", [here("/opt/tritonserver/backends/pytorch/libtorch_cuda.so")])]
+    catalog = Catalog.load()
+    loaded = {library: [here(p) if p.startswith("/") else p for p in loads]
+              for library, loads in catalog.loaded_at_run_time_for(catalog.release("24.09")).items()}
+    resolver = probe.Resolver(str(root), [here(d) for d in recorded["system_dirs"]],
+                              [here(d) for d in recorded["ld_library_path"]])
+    keeper = prune.decide(prune.Database(str(dpkg)), resolver, str(root), parts, loaded, False,
+                          ["backends/demo", "backends/pytorch"])
+    found = {library[len(str(top)):] if library.startswith(here("/opt/hpcx")) else Path(library).name
+             for library, _ in keeper.required}
+    assert HAND_LIST_24_09 <= found, sorted(HAND_LIST_24_09 - found)
+    assert {"libcudnn9-cuda-12", "libcublas-12-6", "cuda-nvrtc-12-6", "libnvinfer-plugin10", "hpcx"} <= set(keeper.why)
+    assert "libcuda.so.1" in {library for library, _ in keeper.not_in_image}  # the driver: named, never in an image

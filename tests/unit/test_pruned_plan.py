@@ -27,9 +27,12 @@ def test_bad_base_and_a_lonely_keep_tensorrt_builder_are_refused():
     check(spec(backends=("python",), version="24.09", keep_tensorrt_builder=True, base="pruned"))
 
 
-def test_a_release_without_a_run_time_list_is_refused(ngc_plan):
-    with pytest.raises(UsageError, match="no run-time loaded libraries for release 25.01 .*24.09.*use --base min"):
-        ngc_plan("python", release="25.01", base="pruned")
+@pytest.mark.parametrize("release", ["23.07", "24.09", "25.01", "26.07", "26.09"])
+def test_every_catalogued_release_can_be_pruned_with_its_familys_list(ngc_plan, catalog, release):
+    plan = ngc_plan("python", release=release, base="pruned")
+    loaded = dict(plan.pruning.loaded_at_run_time)
+    assert loaded == dict(catalog.loaded_at_run_time_for(catalog.release(release)))
+    assert "libtorch_cuda.so" in loaded and not any(name.startswith("libcudnn") for name in loaded)
 
 
 def test_without_the_min_images_configuration_a_pruned_plan_is_refused(ngc_plan, catalog):
