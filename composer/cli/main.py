@@ -350,7 +350,7 @@ def mirror(
     release = Catalog.load().release(images.version)
     check_registry_prefix(to, "--to")
     source, registry_ca = images.registry, images.registry_ca
-    auth, src_auth = load_auth(registry_auth), load_auth(source_auth)
+    auth, src_auth = load_auth(registry_auth), load_auth(source_auth, flag="--source-auth")
     engine = _engine()
     result = mirror_release(engine, release, source=source, dest=to, auth=auth, source_auth=src_auth,
                             registry_ca=registry_ca, on_line=out.step)

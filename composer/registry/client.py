@@ -74,14 +74,22 @@ def _secret_forms(auth: RegistryAuth) -> list[str]:
     return [form for form in forms if form]
 
 
-def load_auth(spec: str | None, *, environ: Mapping[str, str] | None = None) -> RegistryAuth | None:
+def load_auth(spec: str | None, *, environ: Mapping[str, str] | None = None,
+              flag: str = "--registry-auth") -> RegistryAuth | None:
     """Credentials from `file:PATH` or `env:NAME`; None (no spec) leaves the engine's own.
 
     A file holds `user:password` or JSON {"username": .., "password": ..}; a variable holds
-    `user:password`. Messages name the file or variable, never what it holds.
+    `user:password`. Messages name the flag (`flag`) and the file or variable, never what it holds.
     """
     if spec is None:
         return None
+    try:
+        return _load_auth(spec, os.environ if environ is None else environ)
+    except UsageError as error:
+        raise UsageError(f"{flag}: {error.message}") from None
+
+
+def _load_auth(spec: str, env: Mapping[str, str]) -> RegistryAuth:
     scheme, _, where = spec.partition(":")
     if scheme == "file" and where:
         path = Path(where).expanduser()
@@ -101,7 +109,6 @@ def load_auth(spec: str | None, *, environ: Mapping[str, str] | None = None) -> 
             )
         return auth
     if scheme == "env" and where:
-        env = os.environ if environ is None else environ
         if where not in env:
             raise UsageError(f"the credentials variable {where} is not set")
         auth = _parse_pair(env[where])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -203,6 +204,9 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "reqs-url.txt").write_text(f"--find-links https://u:{TOKEN}@h.example/links\n")
     (tmp / "reqs-bad.txt").write_text("six\nnumpy>>>=2\n")
     f["long"] = str(tmp / ("n" * 300))
+    with socket.socket(socket.AF_UNIX) as listening:  # the file stays, a socket no one listens on
+        listening.bind(str(tmp / "sock"))
+    f["sock"] = str(tmp / "sock")
     # bundle archives: truncated, no manifest, a manifest of the wrong shape, a member leaving the tree
     good = io.BytesIO()
     with tarfile.open(fileobj=good, mode="w") as tar:
@@ -258,6 +262,19 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("build", *V, *B, "--registry-auth", f"file:{f['fifo']}"), "not a regular file", seconds=10),
         C(("build", *V, *B, "--registry-auth", "file:/dev/zero"), "not a regular file", seconds=10),
         C(("build", *V, *B, "--registry-auth", f"file:{t}/deep-auth.json"), "holds neither user:password"),
+        # a folder or a special file where a structured file is read: the flag, the path and what it is
+        C(("build", "--set", t), f"--set: the set file {t} is a folder, not a regular file"),
+        C(("lock", "--set", t), f"--set: the set file {t} is a folder, not a regular file"),
+        C(("build", "--set", f["sock"]), "is a socket, not a regular file"),
+        C(("build", "--set", f["fifo"]), "is a FIFO, not a regular file", seconds=10),
+        C(("build", "--set", "/dev/zero"), "--set: the set file /dev/zero is a character device, not a regular file"),
+        C(("build", *V, *B, "--registry-auth", f"file:{t}"),
+          f"--registry-auth: the credentials file {t} is a folder, not a regular file"),
+        C(("build", *V, *B, "--registry-auth", f"file:{f['sock']}"), "--registry-auth: the credentials file"),
+        C(("build", *V, *B, "--registry-auth", f"file:{f['fifo']}"), "is a FIFO, not a regular file", seconds=10),
+        C(("inspect", "h.example/t:1", "--registry-auth", f"file:{t}"), "--registry-auth: the credentials file"),
+        C(("mirror", *V, "--to", "x.example/n", "--source-auth", f"file:{t}"),
+          f"--source-auth: the credentials file {t} is a folder"),
         # numbers: ASCII digits and range
         C(("build", *V, *B, "--gpus", "\u0663"), "is not a GPU request"),
         C(("build", *V, *B, "--gpus", "\u00b2"), "is not a GPU request"),

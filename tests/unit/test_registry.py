@@ -69,6 +69,14 @@ def test_missing_file_is_a_usage_error(tmp_path):
         load_auth(f"file:{tmp_path / 'nope'}")
 
 
+def test_a_folder_or_special_file_is_named_with_the_flag(tmp_path):
+    with pytest.raises(UsageError) as caught:
+        load_auth(f"file:{tmp_path}")
+    assert caught.value.message == f"--registry-auth: the credentials file {tmp_path} is a folder, not a regular file"
+    with pytest.raises(UsageError, match="^--source-auth: the credentials file /dev/zero is a character device"):
+        load_auth("file:/dev/zero", flag="--source-auth")
+
+
 def test_unset_or_bad_env_variable():
     with pytest.raises(UsageError, match="REG is not set"):
         load_auth("env:REG", environ={})

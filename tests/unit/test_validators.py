@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,11 +84,26 @@ def test_read_text_takes_regular_files_only(tmp_path):
         read_text(tmp_path / "latin", "file")
 
 
+def test_read_text_says_what_a_path_that_is_no_regular_file_is(tmp_path):
+    """A folder, a FIFO, a device or a socket: one line saying what it is, never an OSError."""
+    import socket
+
+    os.mkfifo(tmp_path / "fifo")
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(tmp_path / "sock"))
+    for path, kind in ((tmp_path, "a folder"), (tmp_path / "fifo", "a FIFO"), (Path("/dev/zero"), "a character device"),
+                       (tmp_path / "sock", "a socket")):
+        with pytest.raises(Invalid) as caught:
+            read_text(path, "set file")
+        assert str(caught.value) == f"the set file {path} is {kind}, not a regular file"
+
+
 def test_path_problems(tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     assert path_problem(tmp_path / "loop", "file") == "symbolic links loop"
     assert path_problem(tmp_path / ("n" * 300), "file") == "the name is longer than the system allows"
-    assert path_problem(tmp_path, "file") == "is a folder, not a file"
+    assert path_problem(tmp_path, "file") == "is a folder, not a regular file"
+    assert path_problem(Path("/dev/zero"), "file") == "is a character device, not a regular file"
     assert path_problem(tmp_path, "folder") is None
 
 
