@@ -117,7 +117,7 @@ def _cases(tmp: Path) -> list[Case]:
         C(("build", *V, *B, "--model-env", f"bad name={tmp / 'req.txt'}"), "'bad name' is not a name"),
         C(("build", *V, *B, "--model-env", f"m={tmp / 'req-with-option.txt'}"), "pip options (--index-url) go on the command line"),
         C(("build", *V, *B, "--model-env", f"m={tmp / 'req-bad-line.txt'}"), "req-bad-line.txt:2: 'not a requirement!' is not a pip requirement"),
-        C(("build", *V, *B, "--model-env", f"m={tmp / 'req.txt'}", "--model-env", f"m={tmp / 'req.txt'}"), "'m' is given twice"),
+        C(("build", *V, *B, "--model-env", f"m={tmp / 'req.txt'}", "--model-env", f"m={tmp / 'req.txt'}"), "--model-env m is given twice"),
         C(("build", *V, "-b", "onnxruntime", "--model-env", f"m={tmp / 'req.txt'}"), "select --backend python too"),
         C(("build", *V, *B, "--bake-models", str(tmp / "repo-named"), "--model-env", f"m={tmp / 'req.txt'}"),
           "the baked model m carries its own requirements.txt"),
@@ -317,6 +317,14 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("build", "--version", "24.09", "--version", "24.10", *B), "--version is given twice"),
         C(("build", *V, *B, "--tag", "a:1", "-t", "a:2"), "is given twice"),
         C(("render", "-o", f"{t}/x1", "-o", f"{t}/x2", *V, *B, "--offline"), "is given twice"),
+        # ... and so is the same KEY of a KEY=VALUE option (--image full=, --label k=, ...)
+        C(("build", *V, *B, "--image", "full=a:1", "--image", "full=b:1"), "--image full is given twice (a:1 and b:1)"),
+        C(("build", *V, *B, "--image", "min=a:1", "--image", "full=f:1", "--image", "min=a:1"),
+          "--image min is given twice"),
+        C(("backends", "--image", "full=a:1", "--image", "full=b:1"), "--image full is given twice"),
+        C(("build", *V, *B, "--label", "k=1", "--label", "k=2"), "--label k is given twice"),
+        C(("build", *V, *B, "--custom-backend", f"mine={t}/busy", "--custom-backend", f"mine={t}"),
+          "--custom-backend mine is given twice"),
         # the command-line library's own usage errors: one line, exit 2
         C(("build", "--versio", "24.09"), "No such option: --versio"),
         C(("build", *V, *B, "--gpus"), "requires an argument"),
