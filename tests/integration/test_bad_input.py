@@ -63,6 +63,11 @@ def _cases(tmp: Path) -> list[Case]:
         (tmp / f"repo-{name}" / "m").mkdir(parents=True)
         (tmp / f"repo-{name}" / "m" / "config.pbtxt").write_text('backend: "python"\n' + config)
         (tmp / f"repo-{name}" / "m" / "requirements.txt").write_text(requirements)
+    for name, config in (("junk", b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x00"), ("braces", b"{{{ not a config"),
+                         ("open", b'backend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 \n'),
+                         ("nul", b'backend: "python"\x00\n')):
+        (tmp / f"repo-{name}" / "m").mkdir(parents=True)
+        (tmp / f"repo-{name}" / "m" / "config.pbtxt").write_bytes(config)
     one, two = str(tmp / "one.yaml"), str(tmp / "two.yaml")
     files = _files(tmp)
     return _new_cases(tmp, files, one) + [
@@ -125,6 +130,16 @@ def _cases(tmp: Path) -> list[Case]:
         C(("build", *V, *B, "--bake-models", str(tmp / "repo-badreq")), "requirements.txt:1: 'six==' is not a pip requirement"),
         C(("bundle", "-o", str(tmp / "envs.tar"), *V, *B, "--bake-models", str(tmp / "repo-named")),
           "bundles do not carry yet"),
+        # a model's config.pbtxt that is not protobuf text format: the model folder and file named
+        C(("render", "-o", str(tmp / "cfg1"), *V, *B, "--offline", "--bake-models", str(tmp / "repo-braces")),
+          f"{tmp}/repo-braces/m/config.pbtxt:1: not a model configuration in protobuf text format"),
+        C(("render", "-o", str(tmp / "cfg2"), *V, *B, "--offline", "--bake-models", str(tmp / "repo-junk")),
+          f"the model configuration {tmp}/repo-junk/m/config.pbtxt is not UTF-8 text"),
+        C(("build", *V, *B, "--bake-models", str(tmp / "repo-open")), "repo-open/m/config.pbtxt:2:"),
+        C(("build", *V, *B, "--bake-models", str(tmp / "repo-nul")), "repo-nul/m/config.pbtxt:1: not a model"),
+        C(("build", *V, *B, "--model-repository", str(tmp / "repo-braces")),
+          f"--model-repository {tmp}/repo-braces: {tmp}/repo-braces/m/config.pbtxt:1:"),
+        C(("smoke-test", "img:1", "--model-repository", str(tmp / "repo-junk")), "config.pbtxt is not UTF-8 text"),
         # packages
         C(("build", *V, *B, "--pip", "--extra-index-url=https://u:tok@x.example"), "are not packages"),
         C(("build", *V, *B, "--pip", "-r other.txt"), "pip options (-r) are not packages"),
@@ -401,7 +416,7 @@ def test_every_bad_input_is_one_line_and_exit_2(tmp_path):
                 or TOKEN in run.stdout + run.stderr:
             problems.append(f"{case.args!r}: exit {run.returncode}, {seconds:.1f} s, stderr {run.stderr[:400]!r}")
     assert not problems, "\n".join(problems)
-    assert not (tmp_path / "out1").exists() and (tmp_path / "busy" / "Dockerfile").read_text() == "mine\n"
+    assert not [p for p in ("out1", "cfg1", "cfg2") if (tmp_path / p).exists()] and (tmp_path / "busy" / "Dockerfile").read_text() == "mine\n"
     assert not (tmp_path / "b.tar").exists() and not (tmp_path / "new").exists()  # no folder for a refused run
     assert (tmp_path / "user.tar").read_text().startswith("not a bundle") and \
         (tmp_path / "theirs.lock.yaml").read_text() == "my own notes\n"

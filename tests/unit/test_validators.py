@@ -172,3 +172,76 @@ def test_a_100_kb_argument_is_refused_in_well_under_a_second():
         with pytest.raises(UsageError):
             given_on_command_line("build", values)
         assert time.monotonic() - start < 0.5, values.keys()
+
+
+# -- a model's config.pbtxt (composer.spec.pbtxt) -------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_CONFIGS = sorted([*(ROOT / "composer" / "verify" / "samples").glob("**/config.pbtxt"),
+                          *(ROOT / "tests").glob("**/config.pbtxt")])
+
+
+def test_every_config_pbtxt_in_the_repository_is_accepted():
+    from composer.spec.pbtxt import config_problem
+
+    assert len(SHIPPED_CONFIGS) >= 10
+    for path in SHIPPED_CONFIGS:
+        assert config_problem(path.parent) is None, path
+
+
+@pytest.mark.parametrize("text", [
+    "",
+    'name: "m"\n',
+    'backend: "python"\nparameters: { key: "EXECUTION_ENV_PATH" }\n',
+    'parameters: { key: "EXECUTION_ENV_PATH", value: { string_value: "/opt/envs/m" } }\n',
+    'parameters { key: "k" value { string_value: "a\\"b" } };\n',
+    "dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 }\n",
+    "optimization < cuda < graphs: true > >\n",
+    "version_policy: { specific: { versions: [1, 3] } }\nmodel_warmup [ ]\n",
+    'output [ { name: "Y" dims: [ -1, 3 ] label_filename: \'labels.txt\' } ]  # a comment\n',
+    "x: 1.5e-3 y: -inf z: 0x1F w: .5 v: 'a' \"b\"\n",
+])
+def test_protobuf_text_format_is_accepted(text):
+    from composer.spec.pbtxt import syntax_problem
+
+    assert syntax_problem(text) is None
+
+
+@pytest.mark.parametrize("text, line, says", [
+    ("{{{ not a config", 1, "expected a field name, got '{'"),
+    ('name: "m"\ninput [ { name: "X" data_type: TYPE_FP32 \n', 2, "got the end of the file"),
+    ('name: "m\n', 1, "an unterminated string"),
+    ('{"name": "m"}', 1, "expected a field name"),
+    ("name: m\nbackend: python\n}\n", 3, "got '}'"),
+    ("input [ { name: \"X\" } \n", 1, "expected ',' or ']' in a list"),
+    ("name m\n", 1, "expected ':' or '{' after a field name"),
+    ("a: [1 2]\n", 1, "expected ',' or ']'"),
+    ("name: \x00\n", 1, "a NUL byte"),
+    ("- name: m\n", 1, "unexpected character"),
+    ("a { " * 100 + "}" * 100, 1, "nested deeper than"),
+])
+def test_what_is_not_protobuf_text_format_is_named_with_its_line(text, line, says):
+    from composer.spec.pbtxt import syntax_problem
+
+    found = syntax_problem(text)
+    assert found is not None and found[0] == line and says in found[1], found
+
+
+def test_a_model_repository_with_a_broken_config_is_refused_naming_the_file(tmp_path):
+    from composer.core.errors import UsageError
+    from composer.spec.options import given_on_command_line
+
+    (tmp_path / "repo" / "good").mkdir(parents=True)
+    (tmp_path / "repo" / "good" / "config.pbtxt").write_text('backend: "python"\n')
+    (tmp_path / "repo" / "noconf").mkdir()  # no configuration: the backend completes one
+    assert given_on_command_line("smoke-test", {"model_repository": tmp_path / "repo"})
+    (tmp_path / "repo" / "junk").mkdir()
+    config = tmp_path / "repo" / "junk" / "config.pbtxt"
+    for data, says in ((b"{{{ not a config", f"{config}:1: not a model configuration in protobuf text format"),
+                       (b"\x89PNG\r\n\x1a\n\xff\xfe", f"the model configuration {config} is not UTF-8 text")):
+        config.write_bytes(data)
+        for flag, param, command in (("--bake-models", "bake_models", "render"),
+                                     ("--model-repository", "model_repository", "build")):
+            with pytest.raises(UsageError) as caught:
+                given_on_command_line(command, {param: tmp_path / "repo"})
+            assert caught.value.message.startswith(f"{flag} {tmp_path / 'repo'}: {says}"), caught.value.message
