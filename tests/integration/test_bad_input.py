@@ -349,7 +349,12 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         # DOCKER_HOST and non-UTF-8 arguments
         C(("backends", *V), "DOCKER_HOST tcp://[bad: not an engine address", env={"DOCKER_HOST": "tcp://[bad"}),
         C(("backends", *V), "DOCKER_HOST foo://x: not an engine address", env={"DOCKER_HOST": "foo://x"}),
-        C(("build", *V, b"-b", b"py\xffthon"), "argument 5 is not UTF-8 text"),
+        C(("build", *V, b"-b", b"py\xffthon"), "-b: the argument is not UTF-8 text"),
+        C(("build", "--version", b"\xff", *B), "--version: the argument is not UTF-8 text"),
+        C(("build", b"--version=\xff", *B), "--version: the argument is not UTF-8 text"),
+        C(("build", *V, *B, "--json", "--label", b"k=\xfe"), "--label: the argument is not UTF-8 text"),
+        C(("inspect", b"h.example/t\xff:1"), "REF: the argument is not UTF-8 text"),
+        C(("build", *V, b"--ver\xffsion"), "argument 4 is not UTF-8 text"),
         # bundle archives and output paths: refused before any engine is asked
         C(("build", "--bundle", f"{t}/truncated.tar"), "not a readable bundle"),
         C(("build", "--bundle", f"{t}/shape.tar"), "is not one this composer wrote"),

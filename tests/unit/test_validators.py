@@ -245,3 +245,24 @@ def test_a_model_repository_with_a_broken_config_is_refused_naming_the_file(tmp_
             with pytest.raises(UsageError) as caught:
                 given_on_command_line(command, {param: tmp_path / "repo"})
             assert caught.value.message.startswith(f"{flag} {tmp_path / 'repo'}: {says}"), caught.value.message
+
+
+@pytest.mark.parametrize("args, says", [
+    (["build", "--version", "\udcff", "-b", "python"], "--version: the argument is not UTF-8 text"),
+    (["build", "--version=\udcff"], "--version: the argument is not UTF-8 text"),
+    (["build", "--tag", "--version", "\udcff"], "argument 4 is not UTF-8 text"),  # --version is --tag's value
+    (["--json", "render", "-o", "\udcff"], "-o: the argument is not UTF-8 text"),
+    (["smoke-test", "--gpus", "1", "img\udcff"], "IMAGE: the argument is not UTF-8 text"),
+    (["inspect", "a:1", "b\udcff"], "REF: the argument is not UTF-8 text"),
+    (["bu\udcffild"], "argument 1 is not UTF-8 text"),
+])
+def test_an_argument_that_is_not_utf8_is_named_by_what_it_is_given_for(args, says):
+    """A byte that is not UTF-8 arrives from the command line as a lone surrogate."""
+    import typer
+
+    from composer.cli.main import _check_arguments, app
+    from composer.core.errors import UsageError
+
+    with pytest.raises(UsageError) as caught:
+        _check_arguments(typer.main.get_command(app), args)
+    assert caught.value.message == says
