@@ -379,6 +379,14 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("build", *V, *B, "--pip", "six", "--pip-extra-index-url", f"https://h:x/s?token={TOKEN}"), "?***"),
         C(("build", *V, *B, "--pip", f"six @ https://u:{TOKEN}@h/x y.whl"), "***@h"),
         C(("build", *V, *B, "--pip", f"--find-links=https://u:{TOKEN}@h/"), "are not packages"),
+        # ... nor does a reference written with user:password@ and no scheme
+        C(("inspect", f"user:{TOKEN}@localhost:5999/x:1"), "REF ***@localhost:5999/x:1: not a valid image reference"),
+        C(("inspect", f"https://user:{TOKEN}@h.example/x"), "REF https://***@h.example/x:"),
+        C(("inspect", "--json", f"user:{TOKEN}@localhost:5999/x:1"), "REF ***@localhost:5999/x:1"),
+        C(("smoke-test", f"u:{TOKEN}@h.example/x:1"), "IMAGE ***@h.example/x:1"),
+        C(("build", *V, *B, "--tag", f"u:{TOKEN}@h.example/x:1"), "--tag ***@h.example/x:1"),
+        C(("build", *V, *B, "--image", f"full=u:{TOKEN}@h/x:1", "--image", "full=b:1"),
+          "--image full is given twice (***@h/x:1 and b:1)"),
         # --sbom and composer inspect (unreachable registries and images not Triton's: tests/integration/test_sbom.py)
         C(("build", *V, *B, "--sbom", f"{t}/afile"), "--sbom"),
         C(("build", *V, *B, "--sbom", t), "is a folder"),
@@ -454,6 +462,12 @@ def test_version(args, tmp_path):
 
     run = _run(args, tmp_path)
     assert run.returncode == 0 and run.stdout.strip() == __version__
+
+
+def test_json_of_a_reference_with_credentials_is_redacted_too(tmp_path):
+    run = _run(("inspect", "--json", "user:tok-55@localhost:5999/x:1"), tmp_path)
+    assert run.returncode == 2 and "tok-55" not in run.stdout + run.stderr
+    assert json.loads(run.stdout)["error"].startswith("REF ***@localhost:5999/x:1: not a valid image reference")
 
 
 def test_credentials_in_any_url_of_an_error_are_not_echoed(tmp_path):

@@ -135,6 +135,29 @@ def test_malformed_urls_lose_userinfo_and_query(url, shown):
         assert "TOKEN" not in redact(f"see {url} and more")
 
 
+@pytest.mark.parametrize("text, shown", [
+    ("REF user:TOKEN@localhost:5999/x:1: not valid", "REF ***@localhost:5999/x:1: not valid"),
+    ("--image full=u:TOKEN@h/x:1, full=b:1", "--image ***@h/x:1, full=b:1"),
+    ("given twice (u:TOKEN@h/x:1 and b:1)", "given twice (***@h/x:1 and b:1)"),
+    ("u:p@TOKEN@h/x@sha256:" + "a" * 64, "***@h/x@sha256:" + "a" * 64),
+    ('{"error": "IMAGE u:TOKEN@h/x"}', '{"error": "IMAGE ***@h/x"}'),
+])
+def test_a_reference_without_a_scheme_loses_its_user_and_password(text, shown):
+    assert redact(text) == shown
+
+
+@pytest.mark.parametrize("text", [
+    "nvcr.io/nvidia/tritonserver:24.09-py3@sha256:" + "a" * 64,  # a digest is no userinfo
+    "x:1@sha256:abc",  # nor a malformed one
+    "[HOST[:PORT]/]PATH[:TAG][@sha256:HEX]",
+    '"purl": "pkg:deb/ubuntu/libc6@2.35-0ubuntu3.8?arch=amd64"',  # a package URL in an SBOM
+    "maintainer: cudatools@nvidia.com",  # an e-mail address
+    "@property and @@triton-composer-facts@@",
+])
+def test_references_digests_package_urls_and_addresses_stay_as_they_are(text):
+    assert redact(text) == text
+
+
 def test_recorded_urls_carry_no_credentials():
     assert strip_url("https://u:TOKEN@h/x.whl?sig=TOKEN") == "https://h/x.whl"
 
