@@ -39,6 +39,9 @@ INDEX_TYPES = (
 )
 # An index's children are checked one by one: stop after this many (multi-arch images have few).
 MAX_INDEX_CHILDREN = 16
+# Seconds a registry has to accept a connection, and then to answer each read: one that takes a
+# connection and never answers fails the command in that time, not a minute later.
+REGISTRY_TIMEOUT = 5.0
 
 
 
@@ -272,7 +275,8 @@ class RegistryApi:
     """A small client of a registry's HTTP API v2 (reads manifests only).
 
     https, verified against the system's CAs plus `ca_files`; plain http only when the engine
-    calls the registry insecure (`insecure`), and then only after https did not answer. Basic
+    calls the registry insecure (`insecure`), and then only after https refused the connection or
+    spoke no TLS (one that takes the connection and says nothing within `timeout` is an error). Basic
     auth, plus the bearer-token dance registries such as nvcr.io and Docker Hub use.
     """
 
@@ -280,7 +284,7 @@ class RegistryApi:
     auth: RegistryAuth | None = None
     insecure: bool = False
     ca_files: tuple[Path, ...] = ()
-    timeout: float = 10.0
+    timeout: float = field(default_factory=lambda: REGISTRY_TIMEOUT)
     session: requests.Session = field(default_factory=requests.Session)
     _token: str | None = field(default=None, repr=False)
     _base: str | None = field(default=None, repr=False)
@@ -295,7 +299,7 @@ class RegistryApi:
         return "registry-1.docker.io" if self.host == DOCKER_HUB else self.host
 
     def base_url(self) -> str:
-        """https://HOST; for an insecure registry whose https does not answer, http://HOST."""
+        """https://HOST; for an insecure registry whose https refuses or speaks no TLS, http://HOST."""
         if self._base is None:
             self._base = f"https://{self.api_host}"
             if self.insecure:
@@ -368,7 +372,9 @@ class RegistryApi:
             if "CERTIFICATE_VERIFY_FAILED" in str(exc) or "certificate verify failed" in str(exc):
                 raise RegistryError(self._untrusted()) from None
             return http  # no TLS there at all
-        except (requests.ConnectionError, requests.Timeout):
+        except requests.Timeout:
+            raise  # it took the connection and said nothing: plain http would wait as long again
+        except requests.ConnectionError:
             return http
         except requests.RequestException:
             return http
@@ -388,7 +394,10 @@ class RegistryApi:
                     response = self._send(url, headers, method, data)
         except requests.exceptions.SSLError:
             raise RegistryError(self._untrusted()) from None
-        except (requests.ConnectionError, requests.Timeout):
+        except requests.Timeout:
+            raise RegistryError(f"cannot read {what}: registry {self.host} did not answer in {self.timeout:g} s") \
+                from None
+        except requests.ConnectionError:
             raise RegistryError(f"cannot read {what}: registry {self.host} does not answer") from None
         except requests.RequestException as exc:
             raise RegistryError(f"cannot read {what}: {type(exc).__name__} from registry {self.host}") from None
