@@ -128,7 +128,7 @@ def check_wheelhouse_output(folder: Path) -> None:
     if os.path.lexists(folder) and not os.path.isdir(folder):
         raise UsageError(f"-o {printable(str(folder))}: exists and is not a folder")
     try:  # the folder's own writability is the test: a wheel is a file in it
-        check_output_file(Path(folder) / "wheel.whl", "-o")
+        check_output_file(Path(folder) / "wheel.whl", "-o", makes_folders=True)  # pip makes the folder
     except Invalid as problem:
         raise UsageError(str(problem).replace("/wheel.whl", "")) from None
 

@@ -192,10 +192,12 @@ def _check_values(document: Any, source: str) -> None:
 # -- outputs ----------------------------------------------------------------------------------
 
 
-def check_output_file(path: Path, flag: str, ours: Callable[[Path], bool] | None = None) -> Path:
+def check_output_file(path: Path, flag: str, ours: Callable[[Path], bool] | None = None, *,
+                      makes_folders: bool = False) -> Path:
     """An output file the command will write, checked before any work (nothing is created):
-    not a link, not a folder, an existing file only when `ours` recognises it, and a folder
-    (or its nearest existing ancestor) where a file can really be made."""
+    not a link, not a folder, an existing file only when `ours` recognises it, and a folder where
+    a file can really be made: its own folder, which must exist unless the writer `makes_folders`
+    (then its nearest existing ancestor)."""
     path = Path(os.path.abspath(path))
     shown = f"{flag} {printable(str(path))}"
     try:
@@ -214,6 +216,8 @@ def check_output_file(path: Path, flag: str, ours: Callable[[Path], bool] | None
     if len(path.name.encode()) > 255:
         raise Invalid(f"{shown}: the name is longer than the system allows")
     existing = next((p for p in [path.parent, *path.parent.parents] if os.path.lexists(p)), Path("/"))
+    if existing != path.parent and not makes_folders:
+        raise Invalid(f"{shown}: the folder {printable(str(path.parent))} does not exist")
     if not existing.is_dir():
         raise Invalid(f"{shown}: cannot be written ({existing} is not a folder)")
     try:  # the one sure test: make (and remove) a file of our own where the output will go

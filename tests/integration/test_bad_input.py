@@ -391,6 +391,10 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("build", *V, *B, "--sbom", f"{t}/afile"), "--sbom"),
         C(("build", *V, *B, "--sbom", t), "is a folder"),
         C(("build", *V, *B, "--sbom", "/proc/sbom.json"), "cannot be written"),
+        C(("build", *V, *B, "--sbom", f"{t}/nofolder/sbom.json"),
+          f"--sbom {t}/nofolder/sbom.json: the folder {t}/nofolder does not exist"),
+        C(("build", *V, *B, "--sbom", "nofolder/sbom.json"), f"the folder {t}/nofolder does not exist"),
+        C(("bundle", "-o", f"{t}/nofolder/b.tar", *V, *B), f"-o {t}/nofolder/b.tar: the folder {t}/nofolder does not exist"),
         C(("inspect", "Not A/ref"), "REF Not A/ref: not a valid image reference"),
         C(("inspect", "h.example/Team/triton:1"), "not a valid image reference"),
         C(("inspect", "h.example/t:1", "h.example/t:2", "h.example/t:3"), "one image, or two to compare"),
@@ -431,6 +435,7 @@ def test_every_bad_input_is_one_line_and_exit_2(tmp_path):
     assert not problems, "\n".join(problems)
     assert not [p for p in ("out1", "cfg1", "cfg2") if (tmp_path / p).exists()] and (tmp_path / "busy" / "Dockerfile").read_text() == "mine\n"
     assert not (tmp_path / "b.tar").exists() and not (tmp_path / "new").exists()  # no folder for a refused run
+    assert not (tmp_path / "nofolder").exists()
     assert (tmp_path / "user.tar").read_text().startswith("not a bundle") and \
         (tmp_path / "theirs.lock.yaml").read_text() == "my own notes\n"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") or p.name.endswith(".staging")]

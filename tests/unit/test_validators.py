@@ -289,3 +289,25 @@ def test_an_argument_that_is_not_utf8_is_named_by_what_it_is_given_for(args, say
     with pytest.raises(UsageError) as caught:
         _check_arguments(typer.main.get_command(app), args)
     assert caught.value.message == says
+
+
+def test_an_output_files_folder_must_exist_unless_its_writer_makes_it(tmp_path):
+    from composer.core.files import check_output_file
+
+    missing = tmp_path / "no" / "such" / "out.json"
+    with pytest.raises(Invalid) as caught:
+        check_output_file(missing, "--sbom")
+    assert str(caught.value) == f"--sbom {missing}: the folder {missing.parent} does not exist"
+    assert check_output_file(missing, "--junit", makes_folders=True) == missing  # --junit makes its folders
+    assert not (tmp_path / "no").exists()
+    assert check_output_file(tmp_path / "out.json", "--sbom") == tmp_path / "out.json"
+
+
+def test_sbom_is_refused_up_front_when_its_folder_does_not_exist(tmp_path):
+    from composer.core.errors import UsageError
+    from composer.spec.options import given_on_command_line
+
+    with pytest.raises(UsageError) as caught:
+        given_on_command_line("build", {"sbom": tmp_path / "nope" / "sbom.json"})
+    assert caught.value.message == f"--sbom {tmp_path}/nope/sbom.json: the folder {tmp_path}/nope does not exist"
+    assert given_on_command_line("build", {"sbom": tmp_path / "sbom.json"})["result.sbom"] == tmp_path / "sbom.json"
