@@ -127,7 +127,7 @@ def check_wheelhouse_output(folder: Path) -> None:
     if os.path.lexists(folder) and not os.path.isdir(folder):
         raise UsageError(f"-o {printable(str(folder))}: exists and is not a folder")
     try:  # the folder's own writability is the test: a wheel is a file in it
-        check_output_file(Path(folder) / "wheel.whl", "-o")
+        check_output_file(Path(folder) / "wheel.whl", "-o", makes_folders=True)  # pip makes the folder
     except Invalid as problem:
         raise UsageError(str(problem).replace("/wheel.whl", "")) from None
 
@@ -346,7 +346,7 @@ def mirror(
     release = Catalog.load().release(images.version)
     check_registry_prefix(to, "--to")
     source, registry_ca = images.registry, images.registry_ca
-    auth, src_auth = load_auth(registry_auth), load_auth(source_auth)
+    auth, src_auth = load_auth(registry_auth), load_auth(source_auth, flag="--source-auth")
     engine = _engine()
     result = mirror_release(engine, release, source=source, dest=to, auth=auth, source_auth=src_auth,
                             registry_ca=registry_ca, on_line=out.step)
@@ -584,32 +584,73 @@ def main(argv: list[str] | None = None) -> None:
 
 def _check_arguments(command, args: list[str]) -> None:
     """Refuse what the command-line library would take silently or choke on: an argument that is
-    not UTF-8, and a single-valued option given twice with different values (the last would win)."""
-    for number, arg in enumerate(args, 1):
-        try:
-            arg.encode("utf-8")
-        except UnicodeEncodeError:
-            raise UsageError(f"argument {number} is not UTF-8 text") from None
+    not UTF-8 (named by the option or argument it is the value of), and a single-valued option
+    given twice with different values (the last would win)."""
     name = next((a for a in args if not a.startswith("-")), None)
-    sub = getattr(command, "commands", {}).get(name) if name else None
+    sub = getattr(command, "commands", {}).get(name) if name and _is_text(name) else None
+    owners = _owners(sub if sub is not None else command, args, args.index(name) + 1 if sub is not None else 0)
+    for number, arg in enumerate(args, 1):
+        if not _is_text(arg):
+            owner = owners.get(number - 1)
+            raise UsageError(f"{owner}: the argument is not UTF-8 text" if owner else
+                             f"argument {number} is not UTF-8 text")
     if sub is None:
         return
-    single = {opt: param for param in sub.params if param.param_type_name == "option"
-              and not param.multiple and not param.is_flag for opt in param.opts + param.secondary_opts}
     seen: dict[str, tuple[str, str]] = {}
-    tokens = iter(args[args.index(name) + 1:])
-    for token in tokens:
-        if token == "--":
-            break
-        flag, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
-        param = single.get(flag)
-        if param is None:
+    for index, (flag, param) in sorted(_values(sub, args, args.index(name) + 1).items()):
+        if param.multiple or param.is_flag:
             continue
-        if not eq:
-            value = next(tokens, None)
-            if value is None:
-                return  # the library says the value is missing
+        value = args[index].partition("=")[2] if args[index].startswith(flag + "=") else args[index]
         first = seen.setdefault(param.name, (flag, value))
         if first[1] != value:
             raise UsageError(f"{flag} is given twice ({printable(redact(first[1]))[:80]} and "
                              f"{printable(redact(value))[:80]}): give it once")
+
+
+def _is_text(arg: str) -> bool:
+    try:
+        arg.encode("utf-8")  # a byte that is not UTF-8 arrives as a lone surrogate
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _values(command, args: list[str], start: int) -> dict[int, tuple[str, Any]]:
+    """Index of each argument that is an option's value (or `--opt=value`) -> (the option, its
+    parameter), as the command-line library will read them."""
+    options = {opt: param for param in command.params if param.param_type_name == "option"
+               for opt in param.opts + param.secondary_opts}
+    found: dict[int, tuple[str, Any]] = {}
+    index = start
+    while index < len(args):
+        token = args[index]
+        if token == "--":
+            break
+        flag, eq, _ = token.partition("=") if token.startswith("--") else (token, "", "")
+        param = options.get(flag)
+        if param is not None and not param.is_flag:
+            if eq:
+                found[index] = (flag, param)
+            elif index + 1 < len(args):
+                found[index + 1] = (flag, param)
+                index += 1
+        index += 1
+    return found
+
+
+def _owners(command, args: list[str], start: int) -> dict[int, str]:
+    """Index -> the name an argument is given for: its option, or the positional argument it fills."""
+    owners = {index: flag for index, (flag, _) in _values(command, args, start).items()}
+    positional = [p for p in command.params if p.param_type_name == "argument"]
+    filled, ended = 0, False
+    for index in range(start, len(args)):
+        token = args[index]
+        if index in owners or (token.startswith("-") and not ended and token != "--"):
+            continue
+        if token == "--" and not ended:
+            ended = True
+            continue
+        if filled < len(positional):
+            owners[index] = (positional[filled].metavar or positional[filled].name.upper()).split()[0]
+            filled += 0 if positional[filled].nargs == -1 else 1
+    return owners

@@ -58,10 +58,19 @@ def path_problem(path: Path, what: str) -> str | None:
     if what == "folder" and not stat.S_ISDIR(info.st_mode):
         return "not a folder"
     if what == "file" and not stat.S_ISREG(info.st_mode):
-        return "not a regular file" if not stat.S_ISDIR(info.st_mode) else "is a folder, not a file"
+        return not_regular(info.st_mode)
     if not os.access(path, os.R_OK | (os.X_OK if what == "folder" else 0)):
         return "not readable"
     return None
+
+
+def not_regular(mode: int) -> str:
+    """What a path that is not a regular file is, as the one line says it (e.g. "is a FIFO, not a
+    regular file"): the one wording, for every input that must be a regular file."""
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    kind = next((name for test, name in kinds if test(mode)), "a special file")
+    return f"is {kind}, not a regular file"
 
 
 def tree_problem(root: Path) -> str | None:
@@ -91,26 +100,39 @@ def _raise(exc: OSError) -> None:
 
 def read_text(path: Path, what: str, limit: int = MAX_TEXT_BYTES) -> str:
     """The UTF-8 text of a regular file of at most `limit` bytes; anything else is Invalid."""
+    shown = printable(str(path))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without waiting, then is refused
     except FileNotFoundError:
-        raise Invalid(f"no such {what} {printable(str(path))}") from None
+        raise Invalid(f"no such {what} {shown}") from None
     except (OSError, ValueError) as exc:
-        raise Invalid(f"cannot read the {what} {printable(str(path))}: "
+        kind = _special_kind(path)  # a socket does not open at all (ENXIO): say what it is
+        if kind:
+            raise Invalid(f"the {what} {shown} {kind}") from None
+        raise Invalid(f"cannot read the {what} {shown}: "
                       f"{_os_reason(exc) if isinstance(exc, OSError) else 'a NUL character in the name'}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # before any read: a folder's descriptor cannot even be wrapped
+        os.close(fd)
+        raise Invalid(f"the {what} {shown} {not_regular(info.st_mode)}")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise Invalid(f"the {what} {printable(str(path))} is not a regular file")
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise Invalid(f"the {what} {printable(str(path))} is larger than {limit} bytes")
+        raise Invalid(f"the {what} {shown} is larger than {limit} bytes")
     if len(data) != info.st_size:  # /proc and /sys files: generated as read, never a user's text
-        raise Invalid(f"the {what} {printable(str(path))} is not a regular file on disk")
+        raise Invalid(f"the {what} {shown} is not a regular file on disk")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise Invalid(f"the {what} {printable(str(path))} is not UTF-8 text") from None
+        raise Invalid(f"the {what} {shown} is not UTF-8 text") from None
+
+
+def _special_kind(path: Path) -> str | None:
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return None if stat.S_ISREG(mode) else not_regular(mode)
 
 
 def load_structured(text: str, source: str, as_json: bool) -> Any:
@@ -170,10 +192,12 @@ def _check_values(document: Any, source: str) -> None:
 # -- outputs ----------------------------------------------------------------------------------
 
 
-def check_output_file(path: Path, flag: str, ours: Callable[[Path], bool] | None = None) -> Path:
+def check_output_file(path: Path, flag: str, ours: Callable[[Path], bool] | None = None, *,
+                      makes_folders: bool = False) -> Path:
     """An output file the command will write, checked before any work (nothing is created):
-    not a link, not a folder, an existing file only when `ours` recognises it, and a folder
-    (or its nearest existing ancestor) where a file can really be made."""
+    not a link, not a folder, an existing file only when `ours` recognises it, and a folder where
+    a file can really be made: its own folder, which must exist unless the writer `makes_folders`
+    (then its nearest existing ancestor)."""
     path = Path(os.path.abspath(path))
     shown = f"{flag} {printable(str(path))}"
     try:
@@ -192,6 +216,8 @@ def check_output_file(path: Path, flag: str, ours: Callable[[Path], bool] | None
     if len(path.name.encode()) > 255:
         raise Invalid(f"{shown}: the name is longer than the system allows")
     existing = next((p for p in [path.parent, *path.parent.parents] if os.path.lexists(p)), Path("/"))
+    if existing != path.parent and not makes_folders:
+        raise Invalid(f"{shown}: the folder {printable(str(path.parent))} does not exist")
     if not existing.is_dir():
         raise Invalid(f"{shown}: cannot be written ({existing} is not a folder)")
     try:  # the one sure test: make (and remove) a file of our own where the output will go

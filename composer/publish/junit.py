@@ -36,7 +36,7 @@ def is_junit(path: Path) -> bool:
 def check_junit_output(path: Path) -> Path:
     """--junit FILE, checked before any work; no folder is made for a run that may be refused."""
     try:
-        return check_output_file(path, "--junit", ours=is_junit)
+        return check_output_file(path, "--junit", ours=is_junit, makes_folders=True)  # made when written
     except Invalid as problem:
         raise UsageError(str(problem)) from None
 

@@ -39,6 +39,9 @@ INDEX_TYPES = (
 )
 # An index's children are checked one by one: stop after this many (multi-arch images have few).
 MAX_INDEX_CHILDREN = 16
+# Seconds a registry has to accept a connection, and then to answer each read: one that takes a
+# connection and never answers fails the command in that time, not a minute later.
+REGISTRY_TIMEOUT = 5.0
 
 
 
@@ -74,14 +77,22 @@ def _secret_forms(auth: RegistryAuth) -> list[str]:
     return [form for form in forms if form]
 
 
-def load_auth(spec: str | None, *, environ: Mapping[str, str] | None = None) -> RegistryAuth | None:
+def load_auth(spec: str | None, *, environ: Mapping[str, str] | None = None,
+              flag: str = "--registry-auth") -> RegistryAuth | None:
     """Credentials from `file:PATH` or `env:NAME`; None (no spec) leaves the engine's own.
 
     A file holds `user:password` or JSON {"username": .., "password": ..}; a variable holds
-    `user:password`. Messages name the file or variable, never what it holds.
+    `user:password`. Messages name the flag (`flag`) and the file or variable, never what it holds.
     """
     if spec is None:
         return None
+    try:
+        return _load_auth(spec, os.environ if environ is None else environ)
+    except UsageError as error:
+        raise UsageError(f"{flag}: {error.message}") from None
+
+
+def _load_auth(spec: str, env: Mapping[str, str]) -> RegistryAuth:
     scheme, _, where = spec.partition(":")
     if scheme == "file" and where:
         path = Path(where).expanduser()
@@ -101,7 +112,6 @@ def load_auth(spec: str | None, *, environ: Mapping[str, str] | None = None) -> 
             )
         return auth
     if scheme == "env" and where:
-        env = os.environ if environ is None else environ
         if where not in env:
             raise UsageError(f"the credentials variable {where} is not set")
         auth = _parse_pair(env[where])
@@ -265,7 +275,8 @@ class RegistryApi:
     """A small client of a registry's HTTP API v2 (reads manifests only).
 
     https, verified against the system's CAs plus `ca_files`; plain http only when the engine
-    calls the registry insecure (`insecure`), and then only after https did not answer. Basic
+    calls the registry insecure (`insecure`), and then only after https refused the connection or
+    spoke no TLS (one that takes the connection and says nothing within `timeout` is an error). Basic
     auth, plus the bearer-token dance registries such as nvcr.io and Docker Hub use.
     """
 
@@ -273,7 +284,7 @@ class RegistryApi:
     auth: RegistryAuth | None = None
     insecure: bool = False
     ca_files: tuple[Path, ...] = ()
-    timeout: float = 10.0
+    timeout: float = field(default_factory=lambda: REGISTRY_TIMEOUT)
     session: requests.Session = field(default_factory=requests.Session)
     _token: str | None = field(default=None, repr=False)
     _base: str | None = field(default=None, repr=False)
@@ -288,7 +299,7 @@ class RegistryApi:
         return "registry-1.docker.io" if self.host == DOCKER_HUB else self.host
 
     def base_url(self) -> str:
-        """https://HOST; for an insecure registry whose https does not answer, http://HOST."""
+        """https://HOST; for an insecure registry whose https refuses or speaks no TLS, http://HOST."""
         if self._base is None:
             self._base = f"https://{self.api_host}"
             if self.insecure:
@@ -361,7 +372,9 @@ class RegistryApi:
             if "CERTIFICATE_VERIFY_FAILED" in str(exc) or "certificate verify failed" in str(exc):
                 raise RegistryError(self._untrusted()) from None
             return http  # no TLS there at all
-        except (requests.ConnectionError, requests.Timeout):
+        except requests.Timeout:
+            raise  # it took the connection and said nothing: plain http would wait as long again
+        except requests.ConnectionError:
             return http
         except requests.RequestException:
             return http
@@ -381,7 +394,10 @@ class RegistryApi:
                     response = self._send(url, headers, method, data)
         except requests.exceptions.SSLError:
             raise RegistryError(self._untrusted()) from None
-        except (requests.ConnectionError, requests.Timeout):
+        except requests.Timeout:
+            raise RegistryError(f"cannot read {what}: registry {self.host} did not answer in {self.timeout:g} s") \
+                from None
+        except requests.ConnectionError:
             raise RegistryError(f"cannot read {what}: registry {self.host} does not answer") from None
         except requests.RequestException as exc:
             raise RegistryError(f"cannot read {what}: {type(exc).__name__} from registry {self.host}") from None

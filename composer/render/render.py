@@ -112,7 +112,7 @@ def _owned(directory: Path) -> dict[str, str]:
         raise UsageError(f"{shown}: {path_problem(directory, 'folder') or exc}") from None
     if info is None:
         try:
-            check_output_file(directory, "-o")  # a folder can be made there
+            check_output_file(directory, "-o", makes_folders=True)  # a folder can be made there
         except Invalid as problem:
             raise UsageError(str(problem)) from None
         return {}

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from composer.core.errors import Invalid
 from composer.core.files import load_structured, read_text
+from composer.spec.pbtxt import config_problem
 
 
 @dataclass(frozen=True)
@@ -204,12 +205,17 @@ def repository_cases(repository: Path) -> tuple[Case, ...]:
 
 def repository_problem(repository: Path) -> str | None:
     """What makes `repository` unusable as a model repository (None: it is fine). Checked before
-    any work, so a bad case file is refused before a build starts."""
+    any work, so a bad configuration or case file is refused before a build starts."""
     if not repository.is_dir():
         return "no such folder"
     try:
-        if not model_folders(repository):
+        folders = model_folders(repository)
+        if not folders:
             return "no model folders in it (a model repository holds one folder per model)"
+        for folder in folders.values():
+            problem = config_problem(folder)
+            if problem:
+                return problem
         repository_cases(repository)
     except CaseError as error:
         return str(error)

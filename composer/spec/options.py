@@ -399,9 +399,7 @@ class Named(Kind):
             problem = self.name_check(name)
             if problem:
                 raise Invalid(problem)
-            if name in result:
-                raise Invalid(f"'{name}' is given twice")
-            result[name] = self.value.read(value, base)
+            result[name] = self.value.read(value, base)  # a name given twice: refused by _pairs
         return tuple(sorted(result.items()))
 
     def plain(self, value):
@@ -754,11 +752,18 @@ def given_on_command_line(command: str, values: Mapping[str, Any], cwd: Path | N
 
 
 def _pairs(raw: Iterable[str], flag: str | None) -> list[tuple[str, str]]:
-    pairs = []
+    """The KEY=VALUE items of a repeatable flag (--image, --label, --custom-backend, ...): the one
+    reading of them, so a KEY given twice is refused here for every such flag, as a single-valued
+    option given twice is (the last would silently win, or a name would mean two things)."""
+    pairs: list[tuple[str, str]] = []
     for item in raw:
         key, sep, value = str(item).partition("=")
         if not sep or not key or not value:
             raise Invalid(f"takes NAME=VALUE, got '{printable(redact_url(str(item))[:200])}'")
+        first = next((v for k, v in pairs if k == key), None)
+        if first is not None:
+            shown = [printable(redact_url(v))[:80] for v in (first, value)]
+            raise UsageError(f"{flag} {printable(key)[:80]} is given twice ({shown[0]} and {shown[1]}): give it once")
         pairs.append((key, value))
     return pairs
 

@@ -65,7 +65,7 @@ def load_set(path: Path, environ: Mapping[str, str] = os.environ) -> Composition
     except Invalid as problem:
         if "larger than" in str(problem):
             raise UsageError(f"{printable(str(path))}: a set file is at most {MAX_SET_BYTES} bytes") from None
-        raise UsageError(str(problem)) from None
+        raise UsageError(f"--set: {problem}") from None  # a folder, a FIFO, a device: the flag and what it is
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
@@ -116,6 +116,8 @@ def preset_path(name: str) -> Path:
     shipped = shipped_presets()
     if name in shipped:
         return presets_dir() / f"{name}.yaml"
+    if problem != "no such file":
+        return candidate  # a folder (or FIFO, ...) of that name and no such preset: load_set says what it is
     hint = difflib.get_close_matches(name, shipped, n=1, cutoff=0.5)
     did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
     raise UsageError(

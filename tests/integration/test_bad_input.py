@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -63,6 +64,11 @@ def _cases(tmp: Path) -> list[Case]:
         (tmp / f"repo-{name}" / "m").mkdir(parents=True)
         (tmp / f"repo-{name}" / "m" / "config.pbtxt").write_text('backend: "python"\n' + config)
         (tmp / f"repo-{name}" / "m" / "requirements.txt").write_text(requirements)
+    for name, config in (("junk", b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x00"), ("braces", b"{{{ not a config"),
+                         ("open", b'backend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 \n'),
+                         ("nul", b'backend: "python"\x00\n')):
+        (tmp / f"repo-{name}" / "m").mkdir(parents=True)
+        (tmp / f"repo-{name}" / "m" / "config.pbtxt").write_bytes(config)
     one, two = str(tmp / "one.yaml"), str(tmp / "two.yaml")
     files = _files(tmp)
     return _new_cases(tmp, files, one) + [
@@ -117,7 +123,7 @@ def _cases(tmp: Path) -> list[Case]:
         C(("build", *V, *B, "--model-env", f"bad name={tmp / 'req.txt'}"), "'bad name' is not a name"),
         C(("build", *V, *B, "--model-env", f"m={tmp / 'req-with-option.txt'}"), "pip options (--index-url) go on the command line"),
         C(("build", *V, *B, "--model-env", f"m={tmp / 'req-bad-line.txt'}"), "req-bad-line.txt:2: 'not a requirement!' is not a pip requirement"),
-        C(("build", *V, *B, "--model-env", f"m={tmp / 'req.txt'}", "--model-env", f"m={tmp / 'req.txt'}"), "'m' is given twice"),
+        C(("build", *V, *B, "--model-env", f"m={tmp / 'req.txt'}", "--model-env", f"m={tmp / 'req.txt'}"), "--model-env m is given twice"),
         C(("build", *V, "-b", "onnxruntime", "--model-env", f"m={tmp / 'req.txt'}"), "select --backend python too"),
         C(("build", *V, *B, "--bake-models", str(tmp / "repo-named"), "--model-env", f"m={tmp / 'req.txt'}"),
           "the baked model m carries its own requirements.txt"),
@@ -125,6 +131,16 @@ def _cases(tmp: Path) -> list[Case]:
         C(("build", *V, *B, "--bake-models", str(tmp / "repo-badreq")), "requirements.txt:1: 'six==' is not a pip requirement"),
         C(("bundle", "-o", str(tmp / "envs.tar"), *V, *B, "--bake-models", str(tmp / "repo-named")),
           "bundles do not carry yet"),
+        # a model's config.pbtxt that is not protobuf text format: the model folder and file named
+        C(("render", "-o", str(tmp / "cfg1"), *V, *B, "--offline", "--bake-models", str(tmp / "repo-braces")),
+          f"{tmp}/repo-braces/m/config.pbtxt:1: not a model configuration in protobuf text format"),
+        C(("render", "-o", str(tmp / "cfg2"), *V, *B, "--offline", "--bake-models", str(tmp / "repo-junk")),
+          f"the model configuration {tmp}/repo-junk/m/config.pbtxt is not UTF-8 text"),
+        C(("build", *V, *B, "--bake-models", str(tmp / "repo-open")), "repo-open/m/config.pbtxt:2:"),
+        C(("build", *V, *B, "--bake-models", str(tmp / "repo-nul")), "repo-nul/m/config.pbtxt:1: not a model"),
+        C(("build", *V, *B, "--model-repository", str(tmp / "repo-braces")),
+          f"--model-repository {tmp}/repo-braces: {tmp}/repo-braces/m/config.pbtxt:1:"),
+        C(("smoke-test", "img:1", "--model-repository", str(tmp / "repo-junk")), "config.pbtxt is not UTF-8 text"),
         # packages
         C(("build", *V, *B, "--pip", "--extra-index-url=https://u:tok@x.example"), "are not packages"),
         C(("build", *V, *B, "--pip", "-r other.txt"), "pip options (-r) are not packages"),
@@ -206,6 +222,9 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "reqs-url.txt").write_text(f"--find-links https://u:{TOKEN}@h.example/links\n")
     (tmp / "reqs-bad.txt").write_text("six\nnumpy>>>=2\n")
     f["long"] = str(tmp / ("n" * 300))
+    with socket.socket(socket.AF_UNIX) as listening:  # the file stays, a socket no one listens on
+        listening.bind(str(tmp / "sock"))
+    f["sock"] = str(tmp / "sock")
     # bundle archives: truncated, no manifest, a manifest of the wrong shape, a member leaving the tree
     good = io.BytesIO()
     with tarfile.open(fileobj=good, mode="w") as tar:
@@ -261,6 +280,19 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("build", *V, *B, "--registry-auth", f"file:{f['fifo']}"), "not a regular file", seconds=10),
         C(("build", *V, *B, "--registry-auth", "file:/dev/zero"), "not a regular file", seconds=10),
         C(("build", *V, *B, "--registry-auth", f"file:{t}/deep-auth.json"), "holds neither user:password"),
+        # a folder or a special file where a structured file is read: the flag, the path and what it is
+        C(("build", "--set", t), f"--set: the set file {t} is a folder, not a regular file"),
+        C(("lock", "--set", t), f"--set: the set file {t} is a folder, not a regular file"),
+        C(("build", "--set", f["sock"]), "is a socket, not a regular file"),
+        C(("build", "--set", f["fifo"]), "is a FIFO, not a regular file", seconds=10),
+        C(("build", "--set", "/dev/zero"), "--set: the set file /dev/zero is a character device, not a regular file"),
+        C(("build", *V, *B, "--registry-auth", f"file:{t}"),
+          f"--registry-auth: the credentials file {t} is a folder, not a regular file"),
+        C(("build", *V, *B, "--registry-auth", f"file:{f['sock']}"), "--registry-auth: the credentials file"),
+        C(("build", *V, *B, "--registry-auth", f"file:{f['fifo']}"), "is a FIFO, not a regular file", seconds=10),
+        C(("inspect", "h.example/t:1", "--registry-auth", f"file:{t}"), "--registry-auth: the credentials file"),
+        C(("mirror", *V, "--to", "x.example/n", "--source-auth", f"file:{t}"),
+          f"--source-auth: the credentials file {t} is a folder"),
         # numbers: ASCII digits and range
         C(("build", *V, *B, "--gpus", "\u0663"), "is not a GPU request"),
         C(("build", *V, *B, "--gpus", "\u00b2"), "is not a GPU request"),
@@ -303,6 +335,14 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("build", "--version", "24.09", "--version", "24.10", *B), "--version is given twice"),
         C(("build", *V, *B, "--tag", "a:1", "-t", "a:2"), "is given twice"),
         C(("render", "-o", f"{t}/x1", "-o", f"{t}/x2", *V, *B, "--offline"), "is given twice"),
+        # ... and so is the same KEY of a KEY=VALUE option (--image full=, --label k=, ...)
+        C(("build", *V, *B, "--image", "full=a:1", "--image", "full=b:1"), "--image full is given twice (a:1 and b:1)"),
+        C(("build", *V, *B, "--image", "min=a:1", "--image", "full=f:1", "--image", "min=a:1"),
+          "--image min is given twice"),
+        C(("backends", "--image", "full=a:1", "--image", "full=b:1"), "--image full is given twice"),
+        C(("build", *V, *B, "--label", "k=1", "--label", "k=2"), "--label k is given twice"),
+        C(("build", *V, *B, "--custom-backend", f"mine={t}/busy", "--custom-backend", f"mine={t}"),
+          "--custom-backend mine is given twice"),
         # the command-line library's own usage errors: one line, exit 2
         C(("build", "--versio", "24.09"), "No such option: --versio"),
         C(("build", *V, *B, "--gpus"), "requires an argument"),
@@ -312,7 +352,12 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         # DOCKER_HOST and non-UTF-8 arguments
         C(("backends", *V), "DOCKER_HOST tcp://[bad: not an engine address", env={"DOCKER_HOST": "tcp://[bad"}),
         C(("backends", *V), "DOCKER_HOST foo://x: not an engine address", env={"DOCKER_HOST": "foo://x"}),
-        C(("build", *V, b"-b", b"py\xffthon"), "argument 5 is not UTF-8 text"),
+        C(("build", *V, b"-b", b"py\xffthon"), "-b: the argument is not UTF-8 text"),
+        C(("build", "--version", b"\xff", *B), "--version: the argument is not UTF-8 text"),
+        C(("build", b"--version=\xff", *B), "--version: the argument is not UTF-8 text"),
+        C(("build", *V, *B, "--json", "--label", b"k=\xfe"), "--label: the argument is not UTF-8 text"),
+        C(("inspect", b"h.example/t\xff:1"), "REF: the argument is not UTF-8 text"),
+        C(("build", *V, b"--ver\xffsion"), "argument 4 is not UTF-8 text"),
         # bundle archives and output paths: refused before any engine is asked
         C(("build", "--bundle", f"{t}/truncated.tar"), "not a readable bundle"),
         C(("build", "--bundle", f"{t}/shape.tar"), "is not one this composer wrote"),
@@ -337,10 +382,22 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("build", *V, *B, "--pip", "six", "--pip-extra-index-url", f"https://h:x/s?token={TOKEN}"), "?***"),
         C(("build", *V, *B, "--pip", f"six @ https://u:{TOKEN}@h/x y.whl"), "***@h"),
         C(("build", *V, *B, "--pip", f"--find-links=https://u:{TOKEN}@h/"), "are not packages"),
+        # ... nor does a reference written with user:password@ and no scheme
+        C(("inspect", f"user:{TOKEN}@localhost:5999/x:1"), "REF ***@localhost:5999/x:1: not a valid image reference"),
+        C(("inspect", f"https://user:{TOKEN}@h.example/x"), "REF https://***@h.example/x:"),
+        C(("inspect", "--json", f"user:{TOKEN}@localhost:5999/x:1"), "REF ***@localhost:5999/x:1"),
+        C(("smoke-test", f"u:{TOKEN}@h.example/x:1"), "IMAGE ***@h.example/x:1"),
+        C(("build", *V, *B, "--tag", f"u:{TOKEN}@h.example/x:1"), "--tag ***@h.example/x:1"),
+        C(("build", *V, *B, "--image", f"full=u:{TOKEN}@h/x:1", "--image", "full=b:1"),
+          "--image full is given twice (***@h/x:1 and b:1)"),
         # --sbom and composer inspect (unreachable registries and images not Triton's: tests/integration/test_sbom.py)
         C(("build", *V, *B, "--sbom", f"{t}/afile"), "--sbom"),
         C(("build", *V, *B, "--sbom", t), "is a folder"),
         C(("build", *V, *B, "--sbom", "/proc/sbom.json"), "cannot be written"),
+        C(("build", *V, *B, "--sbom", f"{t}/nofolder/sbom.json"),
+          f"--sbom {t}/nofolder/sbom.json: the folder {t}/nofolder does not exist"),
+        C(("build", *V, *B, "--sbom", "nofolder/sbom.json"), f"the folder {t}/nofolder does not exist"),
+        C(("bundle", "-o", f"{t}/nofolder/b.tar", *V, *B), f"-o {t}/nofolder/b.tar: the folder {t}/nofolder does not exist"),
         C(("inspect", "Not A/ref"), "REF Not A/ref: not a valid image reference"),
         C(("inspect", "h.example/Team/triton:1"), "not a valid image reference"),
         C(("inspect", "h.example/t:1", "h.example/t:2", "h.example/t:3"), "one image, or two to compare"),
@@ -382,8 +439,9 @@ def test_every_bad_input_is_one_line_and_exit_2(tmp_path):
                 or TOKEN in run.stdout + run.stderr:
             problems.append(f"{case.args!r}: exit {run.returncode}, {seconds:.1f} s, stderr {run.stderr[:400]!r}")
     assert not problems, "\n".join(problems)
-    assert not (tmp_path / "out1").exists() and (tmp_path / "busy" / "Dockerfile").read_text() == "mine\n"
+    assert not [p for p in ("out1", "cfg1", "cfg2") if (tmp_path / p).exists()] and (tmp_path / "busy" / "Dockerfile").read_text() == "mine\n"
     assert not (tmp_path / "b.tar").exists() and not (tmp_path / "new").exists()  # no folder for a refused run
+    assert not (tmp_path / "nofolder").exists()
     assert (tmp_path / "user.tar").read_text().startswith("not a bundle") and \
         (tmp_path / "theirs.lock.yaml").read_text() == "my own notes\n"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") or p.name.endswith(".staging")]
@@ -415,6 +473,12 @@ def test_version(args, tmp_path):
 
     run = _run(args, tmp_path)
     assert run.returncode == 0 and run.stdout.strip() == __version__
+
+
+def test_json_of_a_reference_with_credentials_is_redacted_too(tmp_path):
+    run = _run(("inspect", "--json", "user:tok-55@localhost:5999/x:1"), tmp_path)
+    assert run.returncode == 2 and "tok-55" not in run.stdout + run.stderr
+    assert json.loads(run.stdout)["error"].startswith("REF ***@localhost:5999/x:1: not a valid image reference")
 
 
 def test_credentials_in_any_url_of_an_error_are_not_echoed(tmp_path):

@@ -127,4 +127,6 @@ def test_bundle_output_refuses_a_file_it_did_not_write(tmp_path):
         check_bundle_output(link)
     with pytest.raises(UsageError, match="cannot be written"):
         check_bundle_output("/proc/x.tar")
-    assert check_bundle_output(tmp_path / "new" / "b.tar") and not (tmp_path / "new").exists()
+    with pytest.raises(UsageError, match="the folder .*new does not exist"):  # staged beside it: no folder made
+        check_bundle_output(tmp_path / "new" / "b.tar")
+    assert check_bundle_output(tmp_path / "b2.tar") and not (tmp_path / "new").exists()

@@ -69,6 +69,14 @@ def test_missing_file_is_a_usage_error(tmp_path):
         load_auth(f"file:{tmp_path / 'nope'}")
 
 
+def test_a_folder_or_special_file_is_named_with_the_flag(tmp_path):
+    with pytest.raises(UsageError) as caught:
+        load_auth(f"file:{tmp_path}")
+    assert caught.value.message == f"--registry-auth: the credentials file {tmp_path} is a folder, not a regular file"
+    with pytest.raises(UsageError, match="^--source-auth: the credentials file /dev/zero is a character device"):
+        load_auth("file:/dev/zero", flag="--source-auth")
+
+
 def test_unset_or_bad_env_variable():
     with pytest.raises(UsageError, match="REG is not set"):
         load_auth("env:REG", environ={})
@@ -500,3 +508,60 @@ def test_registries_use_explicit_credentials_else_the_engines_login_per_host(tmp
     (tmp_path / "bad.pem").write_text("not a certificate")
     with pytest.raises(UsageError, match="bad.pem: not a readable PEM CA certificate"):
         Registries(engine, ca_file=tmp_path / "bad.pem").client("reg.example")
+
+
+@pytest.fixture
+def silent_registry():
+    """A port on 127.0.0.1 that accepts connections and never answers (closed at the end)."""
+    import socket
+    import threading
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(8)
+    listening.settimeout(0.1)
+    done, held = threading.Event(), []
+
+    def accept() -> None:
+        while not done.is_set():
+            try:
+                held.append(listening.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listening.getsockname()[1]}"
+    finally:
+        done.set()
+        thread.join(5)
+        for connection in held:
+            connection.close()
+        listening.close()
+
+
+def test_a_registry_that_takes_the_connection_and_never_answers_fails_in_its_timeout(silent_registry):
+    """Once, not twice: an insecure registry's https that says nothing is not retried over http."""
+    import time
+
+    api = RegistryApi(silent_registry, insecure=True, timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(RegistryError) as caught:
+        api.manifest("x", "1")
+    assert time.monotonic() - started < 1.5
+    assert caught.value.message == f"cannot read {silent_registry}/x:1: registry {silent_registry} did not answer in 0.5 s"
+
+
+def test_inspect_of_a_silent_registry_is_bounded_by_the_registry_timeout(silent_registry, monkeypatch):
+    import time
+
+    from composer.publish.inspect import inspect
+    from composer.registry import client
+
+    assert client.REGISTRY_TIMEOUT <= 5  # a few seconds for the whole command
+    monkeypatch.setattr(client, "REGISTRY_TIMEOUT", 0.5)  # the default, shorter for the test
+    started = time.monotonic()
+    with pytest.raises(RegistryError, match=f"registry {silent_registry} did not answer in 0.5 s"):
+        inspect(FakeEngine(), Registries(FakeEngine()), f"{silent_registry}/x:1")
+    assert time.monotonic() - started < 1.5

@@ -185,6 +185,19 @@ def test_missing_set_file(tmp_path):
     assert "no such set file" in error(tmp_path / "nope.yaml")
 
 
+def test_a_folder_or_special_file_as_a_set_names_the_flag_and_what_it_is(tmp_path, monkeypatch):
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "folder").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for name, kind in ((str(tmp_path / "folder"), "a folder"), ("folder", "a folder"),
+                       (str(tmp_path / "fifo"), "a FIFO"), ("/dev/zero", "a character device")):
+        with pytest.raises(UsageError) as caught:
+            load_set(preset_path(name))
+        assert caught.value.message == f"--set: the set file {name} is {kind}, not a regular file"
+
+
 # -- override ---------------------------------------------------------------------
 
 

@@ -155,3 +155,22 @@ def test_readme_documents_every_set_key_and_flag():
             assert f"`{option.key}`" in readme, option.key
         if option.flag:
             assert f"`{option.flag}" in readme, option.flag
+
+
+@pytest.mark.parametrize("param, values, says", [
+    ("image", ["full=a:1", "full=b:1"], "--image full is given twice (a:1 and b:1): give it once"),
+    ("image", ["full=a:1", "min=m:1", "full=a:1"], "--image full is given twice (a:1 and a:1): give it once"),
+    ("label", ["k=1", "k=2"], "--label k is given twice (1 and 2): give it once"),
+    ("backend_image", ["pytorch=a:1", "pytorch=b:1"], "--backend-image pytorch is given twice"),
+])
+def test_a_key_given_twice_is_refused_for_every_key_value_flag(param, values, says):
+    """One rule, in the one reading of KEY=VALUE flags: the last would otherwise silently win."""
+    with pytest.raises(UsageError) as caught:
+        given_on_command_line("build", {param: values})
+    assert caught.value.message.startswith(says)
+
+
+def test_different_keys_of_one_flag_are_fine():
+    given = given_on_command_line("build", {"image": ["full=a:1", "min=m:1"], "label": ["k=1", "j=1"]})
+    assert given["images.full"] == "a:1" and given["images.min"] == "m:1"
+    assert dict(given["result.labels"]) == {"k": "1", "j": "1"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,11 +84,26 @@ def test_read_text_takes_regular_files_only(tmp_path):
         read_text(tmp_path / "latin", "file")
 
 
+def test_read_text_says_what_a_path_that_is_no_regular_file_is(tmp_path):
+    """A folder, a FIFO, a device or a socket: one line saying what it is, never an OSError."""
+    import socket
+
+    os.mkfifo(tmp_path / "fifo")
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(tmp_path / "sock"))
+    for path, kind in ((tmp_path, "a folder"), (tmp_path / "fifo", "a FIFO"), (Path("/dev/zero"), "a character device"),
+                       (tmp_path / "sock", "a socket")):
+        with pytest.raises(Invalid) as caught:
+            read_text(path, "set file")
+        assert str(caught.value) == f"the set file {path} is {kind}, not a regular file"
+
+
 def test_path_problems(tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     assert path_problem(tmp_path / "loop", "file") == "symbolic links loop"
     assert path_problem(tmp_path / ("n" * 300), "file") == "the name is longer than the system allows"
-    assert path_problem(tmp_path, "file") == "is a folder, not a file"
+    assert path_problem(tmp_path, "file") == "is a folder, not a regular file"
+    assert path_problem(Path("/dev/zero"), "file") == "is a character device, not a regular file"
     assert path_problem(tmp_path, "folder") is None
 
 
@@ -117,6 +133,29 @@ def test_malformed_urls_lose_userinfo_and_query(url, shown):
     assert redact_url(url) == shown
     if " " not in url:  # in free text a URL ends at a space; a whole value is redacted as one URL
         assert "TOKEN" not in redact(f"see {url} and more")
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("REF user:TOKEN@localhost:5999/x:1: not valid", "REF ***@localhost:5999/x:1: not valid"),
+    ("--image full=u:TOKEN@h/x:1, full=b:1", "--image ***@h/x:1, full=b:1"),
+    ("given twice (u:TOKEN@h/x:1 and b:1)", "given twice (***@h/x:1 and b:1)"),
+    ("u:p@TOKEN@h/x@sha256:" + "a" * 64, "***@h/x@sha256:" + "a" * 64),
+    ('{"error": "IMAGE u:TOKEN@h/x"}', '{"error": "IMAGE ***@h/x"}'),
+])
+def test_a_reference_without_a_scheme_loses_its_user_and_password(text, shown):
+    assert redact(text) == shown
+
+
+@pytest.mark.parametrize("text", [
+    "nvcr.io/nvidia/tritonserver:24.09-py3@sha256:" + "a" * 64,  # a digest is no userinfo
+    "x:1@sha256:abc",  # nor a malformed one
+    "[HOST[:PORT]/]PATH[:TAG][@sha256:HEX]",
+    '"purl": "pkg:deb/ubuntu/libc6@2.35-0ubuntu3.8?arch=amd64"',  # a package URL in an SBOM
+    "maintainer: cudatools@nvidia.com",  # an e-mail address
+    "@property and @@triton-composer-facts@@",
+])
+def test_references_digests_package_urls_and_addresses_stay_as_they_are(text):
+    assert redact(text) == text
 
 
 def test_recorded_urls_carry_no_credentials():
@@ -156,3 +195,119 @@ def test_a_100_kb_argument_is_refused_in_well_under_a_second():
         with pytest.raises(UsageError):
             given_on_command_line("build", values)
         assert time.monotonic() - start < 0.5, values.keys()
+
+
+# -- a model's config.pbtxt (composer.spec.pbtxt) -------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_CONFIGS = sorted([*(ROOT / "composer" / "verify" / "samples").glob("**/config.pbtxt"),
+                          *(ROOT / "tests").glob("**/config.pbtxt")])
+
+
+def test_every_config_pbtxt_in_the_repository_is_accepted():
+    from composer.spec.pbtxt import config_problem
+
+    assert len(SHIPPED_CONFIGS) >= 10
+    for path in SHIPPED_CONFIGS:
+        assert config_problem(path.parent) is None, path
+
+
+@pytest.mark.parametrize("text", [
+    "",
+    'name: "m"\n',
+    'backend: "python"\nparameters: { key: "EXECUTION_ENV_PATH" }\n',
+    'parameters: { key: "EXECUTION_ENV_PATH", value: { string_value: "/opt/envs/m" } }\n',
+    'parameters { key: "k" value { string_value: "a\\"b" } };\n',
+    "dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 }\n",
+    "optimization < cuda < graphs: true > >\n",
+    "version_policy: { specific: { versions: [1, 3] } }\nmodel_warmup [ ]\n",
+    'output [ { name: "Y" dims: [ -1, 3 ] label_filename: \'labels.txt\' } ]  # a comment\n',
+    "x: 1.5e-3 y: -inf z: 0x1F w: .5 v: 'a' \"b\"\n",
+])
+def test_protobuf_text_format_is_accepted(text):
+    from composer.spec.pbtxt import syntax_problem
+
+    assert syntax_problem(text) is None
+
+
+@pytest.mark.parametrize("text, line, says", [
+    ("{{{ not a config", 1, "expected a field name, got '{'"),
+    ('name: "m"\ninput [ { name: "X" data_type: TYPE_FP32 \n', 2, "got the end of the file"),
+    ('name: "m\n', 1, "an unterminated string"),
+    ('{"name": "m"}', 1, "expected a field name"),
+    ("name: m\nbackend: python\n}\n", 3, "got '}'"),
+    ("input [ { name: \"X\" } \n", 1, "expected ',' or ']' in a list"),
+    ("name m\n", 1, "expected ':' or '{' after a field name"),
+    ("a: [1 2]\n", 1, "expected ',' or ']'"),
+    ("name: \x00\n", 1, "a NUL byte"),
+    ("- name: m\n", 1, "unexpected character"),
+    ("a { " * 100 + "}" * 100, 1, "nested deeper than"),
+])
+def test_what_is_not_protobuf_text_format_is_named_with_its_line(text, line, says):
+    from composer.spec.pbtxt import syntax_problem
+
+    found = syntax_problem(text)
+    assert found is not None and found[0] == line and says in found[1], found
+
+
+def test_a_model_repository_with_a_broken_config_is_refused_naming_the_file(tmp_path):
+    from composer.core.errors import UsageError
+    from composer.spec.options import given_on_command_line
+
+    (tmp_path / "repo" / "good").mkdir(parents=True)
+    (tmp_path / "repo" / "good" / "config.pbtxt").write_text('backend: "python"\n')
+    (tmp_path / "repo" / "noconf").mkdir()  # no configuration: the backend completes one
+    assert given_on_command_line("smoke-test", {"model_repository": tmp_path / "repo"})
+    (tmp_path / "repo" / "junk").mkdir()
+    config = tmp_path / "repo" / "junk" / "config.pbtxt"
+    for data, says in ((b"{{{ not a config", f"{config}:1: not a model configuration in protobuf text format"),
+                       (b"\x89PNG\r\n\x1a\n\xff\xfe", f"the model configuration {config} is not UTF-8 text")):
+        config.write_bytes(data)
+        for flag, param, command in (("--bake-models", "bake_models", "render"),
+                                     ("--model-repository", "model_repository", "build")):
+            with pytest.raises(UsageError) as caught:
+                given_on_command_line(command, {param: tmp_path / "repo"})
+            assert caught.value.message.startswith(f"{flag} {tmp_path / 'repo'}: {says}"), caught.value.message
+
+
+@pytest.mark.parametrize("args, says", [
+    (["build", "--version", "\udcff", "-b", "python"], "--version: the argument is not UTF-8 text"),
+    (["build", "--version=\udcff"], "--version: the argument is not UTF-8 text"),
+    (["build", "--tag", "--version", "\udcff"], "argument 4 is not UTF-8 text"),  # --version is --tag's value
+    (["--json", "render", "-o", "\udcff"], "-o: the argument is not UTF-8 text"),
+    (["smoke-test", "--gpus", "1", "img\udcff"], "IMAGE: the argument is not UTF-8 text"),
+    (["inspect", "a:1", "b\udcff"], "REF: the argument is not UTF-8 text"),
+    (["bu\udcffild"], "argument 1 is not UTF-8 text"),
+])
+def test_an_argument_that_is_not_utf8_is_named_by_what_it_is_given_for(args, says):
+    """A byte that is not UTF-8 arrives from the command line as a lone surrogate."""
+    import typer
+
+    from composer.cli.main import _check_arguments, app
+    from composer.core.errors import UsageError
+
+    with pytest.raises(UsageError) as caught:
+        _check_arguments(typer.main.get_command(app), args)
+    assert caught.value.message == says
+
+
+def test_an_output_files_folder_must_exist_unless_its_writer_makes_it(tmp_path):
+    from composer.core.files import check_output_file
+
+    missing = tmp_path / "no" / "such" / "out.json"
+    with pytest.raises(Invalid) as caught:
+        check_output_file(missing, "--sbom")
+    assert str(caught.value) == f"--sbom {missing}: the folder {missing.parent} does not exist"
+    assert check_output_file(missing, "--junit", makes_folders=True) == missing  # --junit makes its folders
+    assert not (tmp_path / "no").exists()
+    assert check_output_file(tmp_path / "out.json", "--sbom") == tmp_path / "out.json"
+
+
+def test_sbom_is_refused_up_front_when_its_folder_does_not_exist(tmp_path):
+    from composer.core.errors import UsageError
+    from composer.spec.options import given_on_command_line
+
+    with pytest.raises(UsageError) as caught:
+        given_on_command_line("build", {"sbom": tmp_path / "nope" / "sbom.json"})
+    assert caught.value.message == f"--sbom {tmp_path}/nope/sbom.json: the folder {tmp_path}/nope does not exist"
+    assert given_on_command_line("build", {"sbom": tmp_path / "sbom.json"})["result.sbom"] == tmp_path / "sbom.json"
