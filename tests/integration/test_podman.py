@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from composer.engine.engine import ContainerEngine, Engine
-from composer.core.errors import ComposerError
+from composer.core.errors import BuildFailed, ComposerError
 from tests.integration.test_build import REGISTRY, composer
 
 pytestmark = pytest.mark.integration
@@ -134,3 +134,32 @@ def test_builds_on_podman_have_no_network(podman, tmp_path):
         assert interfaces == ["lo"], lines
     finally:
         podman.engine.remove_image(image, force=True)
+
+
+def test_a_rendered_pruned_context_runs_its_proof_under_a_builder_that_skips_stages(podman, tmp_path):
+    """Podman's builder (buildah) builds only the stages the image needs, as BuildKit does: the
+    image copies the proof's verdict, so a failing proof fails the build of the final target. The
+    control, the same context with that copy taken out, builds: this builder does skip the proof."""
+    out = tmp_path / "context"
+    run = composer("render", "-o", str(out), "--registry", REGISTRY, "--version", "24.09", "-b", "python",
+                   "--base", "pruned")
+    assert run.returncode == 0, run.stderr
+    (out / "prove.sh").write_text('#!/bin/sh\necho "proof failed: /nowhere/libx.so.1 is missing (test)" >&2\nexit 1\n')
+    base = f"localhost/triton-composer-test/pruned-base:{uuid.uuid4().hex[:10]}"
+    made: list[str] = []
+    try:
+        made.append(podman.engine.build(out / "pruned-base", tag=base, network_mode="none"))
+        with pytest.raises(BuildFailed) as failed:
+            podman.engine.build(out, buildargs={"PRUNED_BASE": base}, network_mode="none")
+        assert "proof failed: /nowhere/libx.so.1 is missing" in failed.value.log_tail
+        dockerfile = out / "Dockerfile"
+        copy = "COPY --from=proof /composer-proof/proved.txt /opt/tritonserver/proved.txt\n"
+        assert copy in dockerfile.read_text()
+        dockerfile.write_text(dockerfile.read_text().replace(copy, ""))
+        made.append(podman.engine.build(out, buildargs={"PRUNED_BASE": base}, network_mode="none"))
+    finally:
+        for image in reversed(made):
+            try:
+                podman.engine.remove_image(image, force=True)
+            except ComposerError:
+                pass
