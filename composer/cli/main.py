@@ -559,14 +559,19 @@ def main_options(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the command; the command-line library's own usage errors become one line (and JSON
-    under --json), exit 2, like every other refusal of bad input."""
+    run_app(app, "composer", argv)
+
+
+def run_app(typer_app: typer.Typer, prog_name: str, argv: list[str] | None = None) -> None:
+    """Run a command of `typer_app`; the command-line library's own usage errors become one line
+    (and JSON under --json), exit 2, like every other refusal of bad input. Shared with the
+    stand-ins' command (triton-standin), which refuses bad input the same way."""
     args = sys.argv[1:] if argv is None else argv
     as_json = "--json" in args
-    command = typer.main.get_command(app)
+    command = typer.main.get_command(typer_app)
     try:
         _check_arguments(command, args)
-        code = command.main(args=args, prog_name="composer", standalone_mode=False)
+        code = command.main(args=args, prog_name=prog_name, standalone_mode=False)
     except (_cli_errors.UsageError, UsageError) as error:
         message = redact(error.format_message() if isinstance(error, _cli_errors.UsageError) else error.message)
         message = printable(" ".join(message.split()))

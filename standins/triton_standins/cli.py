@@ -6,22 +6,12 @@ with a JSON document too), as the composer's own commands do.
 
 from __future__ import annotations
 
-import json
-import sys
-
 import typer
 
-from composer.cli.main import reports_errors
+from composer.cli.main import reports_errors, run_app
 from composer.cli.output import Printer
 from composer.core.errors import UsageError
-from composer.core.files import printable
-from composer.core.redaction import redact
 from composer.spec.catalog import Catalog
-
-try:  # the command-line library under typer: vendored by newer typers, click itself before
-    from typer._click import exceptions as _cli_errors
-except ImportError:  # pragma: no cover
-    import click.exceptions as _cli_errors
 
 SCALES = ("small", "ngc")
 
@@ -31,7 +21,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 @app.command()
 @reports_errors
 def standin(
-    version: str = typer.Option("24.09", "--version", "-v", help="Release to stand in for (24.07 ... 24.10)."),
+    version: str = typer.Option("24.09", "--version", "-v", help="Release to stand in for (24.07 ... 24.10, and the Ubuntu 24.04 generation, 24.11 on)."),
     scale: str = typer.Option(
         "small", "--scale", help="small: fast stand-ins for tests; ngc: NGC's size, real CUDA libraries (24.09)."
     ),
@@ -56,26 +46,7 @@ def standin(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the command; the command-line library's own usage errors become one line (and JSON
-    under --json), exit 2, like every other refusal of bad input."""
-    args = sys.argv[1:] if argv is None else argv
-    as_json = "--json" in args
-    command = typer.main.get_command(app)
-    try:
-        code = command.main(args=args, prog_name="triton-standin", standalone_mode=False)
-    except (_cli_errors.UsageError, UsageError) as error:
-        message = redact(error.format_message() if isinstance(error, _cli_errors.UsageError) else error.message)
-        message = printable(" ".join(message.split()))
-        if as_json:
-            typer.echo(json.dumps({"error": message, "exit_code": 2}, indent=2, sort_keys=True))
-        typer.secho(f"error: {message}", err=True, fg="red")
-        sys.exit(2)
-    except typer.Exit as done:
-        sys.exit(done.exit_code)
-    except typer.Abort:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
+    run_app(app, "triton-standin", argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
