@@ -113,7 +113,6 @@ def _cases(tmp: Path) -> list[Case]:
         C(("build", *V, *B, "--base", "slim"), "--base slim: 'slim' is not a base: give min"),
         C(("build", *V, *B, "--keep-tensorrt-builder"), "--keep-tensorrt-builder applies to a pruned base"),
         C(("build", *V, *B, "--explain"), "--explain lists what a pruned base keeps and drops: add --base pruned"),
-        C(("build", "--version", "25.01", *B, "--base", "pruned"), "no run-time loaded libraries for release 25.01"),
         C(("build", *V, *B, "--gpus", "0"), "is not a GPU request"),
         C(("build", *V, *B, "--junit", "/proc/x.xml"), "--junit /proc/x.xml: cannot be written"),
         C(("build", *V, *B, "--junit", str(tmp)), "is a folder"),
