@@ -126,7 +126,7 @@ def build_image(
     report = None
     if plan.smoke is not None:
         try:
-            smoke = SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke)
+            smoke = SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke, device=plan.device)
             report = smoke_test(engine, image_id, smoke, on_line=on_smoke_line or on_line, labels=labels)
         except BaseException:  # Ctrl-C or a lost engine: the untagged new image goes, every tag stays
             engine.discard_untagged(image_id)

@@ -236,7 +236,7 @@ def build(
         read = stack.enter_context(unpacked(bundle)) if bundle is not None else None
         # One check for every path: a bundle's spec (with the result flags given) as the flags' or a set's.
         specs = [check(read.spec().with_fields(given), BUILD)] if read else _specs(BUILD, set_files, given)
-        if explain and not all(spec.selection.base == "pruned" for spec in specs):
+        if explain and not all(spec.selection.base_of == "pruned" for spec in specs):
             raise UsageError("--explain lists what a pruned base keeps and drops: add --base pruned")
         if locked:
             check_locked(specs)
