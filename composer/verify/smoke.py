@@ -156,7 +156,12 @@ def image_smoke_plan(engine: Engine, image: ImageInfo, name: str, backends: tupl
     if not backends:
         raise UsageError(f"{name} has no composition record: name its backends with --backend")
     server = record.get("server_version") or image.env.get("TRITON_SERVER_VERSION")
-    return SmokePlan.of(backends, server, settings, device=str(record.get("device") or "gpu")), record
+    device = str(record.get("device") or "gpu")
+    if device == "cpu" and (settings.gpus not in ("auto", "none") or settings.strict):
+        given = f"--gpus {settings.gpus}" if settings.gpus not in ("auto", "none") else "--strict"
+        raise UsageError(f"{name} is a CPU-only image (composed with --device cpu): it is smoke-tested with no GPU; "
+                         f"leave out {given}")
+    return SmokePlan.of(backends, server, settings, device=device), record
 
 
 def resolve_gpus(engine: Engine, wanted: str | int, device: str = "gpu") -> tuple[str | int, str]:
