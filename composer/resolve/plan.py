@@ -398,6 +398,9 @@ def make_plan(
     if server_version != release.server:
         notes.append(f"warning: the full image states server {server_version}, but release {release.name} "
                      f"ships server {release.server}: the image's own version is used and checked")
+    if options.ort_providers and "onnxruntime" in custom_names:
+        raise UsageError(f"--ort-provider {options.ort_providers[0]}: ONNX Runtime's providers are chosen for NGC's "
+                         "onnxruntime backend of the full image, not one from --custom-backend or --backend-image")
     providers = _ort_providers(options, backends, offer)
     cpu = options.device == "cpu"
     env = _environment(release, server_version, catalog, all_backends, full_env, offer)

@@ -218,3 +218,9 @@ def test_the_samples_a_cpu_image_serves_need_no_gpu():
         if sample.backend == "tensorrt":
             continue
         assert read_needs(sample.model, sample.path).problem(True, ()) is None, sample.model
+
+
+def test_providers_are_chosen_only_for_ngcs_onnxruntime_backend(ngc_offer_plan, tmp_path):
+    (tmp_path / "libtriton_onnxruntime.so").write_bytes(b"")
+    with pytest.raises(UsageError, match="not one from --custom-backend or --backend-image"):
+        ngc_offer_plan(custom_backends=(("onnxruntime", tmp_path),), ort_providers=("cuda",))
