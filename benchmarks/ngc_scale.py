@@ -16,6 +16,7 @@ left out and said so: pip's upgrade and installs from PyPI (containers here cann
 and DCGM from NVIDIA's repository. So its size is a lower bound of compose.py's.
 
     .venv/bin/python benchmarks/ngc_scale.py     (needs `triton-standin --scale ngc` first)
+    .venv/bin/python benchmarks/ngc_scale.py --only flavours   (issue 27's rows only)
 
 It removes every image it makes.
 """
@@ -42,6 +43,14 @@ from composer.spec.options import CompositionSpec
 from triton_standins import ngc
 
 SELECTIONS = (("onnxruntime", "python"), ("onnxruntime", "python", "tensorrt", "pytorch"))
+# Issue 27's flavours: (backends, spec fields, what it is, goal as a fraction of the compose.py-style image).
+FLAVOURS = (
+    (("onnxruntime", "python"), {"selection.ort_providers": ("cuda",), "selection.base": "pruned"},
+     "--ort-provider cuda --base pruned", 0.22),
+    (("onnxruntime", "python"), {"selection.device": "cpu"}, "--device cpu", 0.08),
+    (("python",), {"selection.device": "cpu"}, "--device cpu", None),
+    (("onnxruntime", "python", "pytorch"), {"selection.device": "cpu"}, "--device cpu", None),
+)
 LABEL = {"triton-composer.benchmark": "ngc-scale"}
 ROOT = "/opt/tritonserver"
 # compose.py's apt packages for every image (section 4), by their Debian names.
@@ -175,16 +184,64 @@ def run(engine, catalog, version: str, backends: tuple[str, ...]) -> None:
     print(f"  peak disk used {gb(disk.used)}")
 
 
+def run_flavours(engine, catalog, version: str) -> None:
+    """Each flavour of issue 27 (a choice of ONNX Runtime's providers, CPU-only images), built with
+    its smoke test, beside the compose.py-style image of the same backends."""
+    release = catalog.release(version)
+    full = engine.require_image(release.full_ref(ngc.REGISTRY))
+    minimal = engine.require_image(release.min_ref(ngc.REGISTRY))
+    styles: dict[tuple[str, ...], int] = {}
+    for number, (backends, fields, what, goal) in enumerate(FLAVOURS):
+        name = "-".join(backends)
+        tag = f"triton-composer-bench/tritonserver:flavour-{number}-{name}"
+        spec = CompositionSpec().with_fields({"selection.backends": backends, "images.version": version,
+                                              "images.registry": ngc.REGISTRY, "result.tag": tag, **fields})
+        made = None
+        with PeakDisk() as disk:
+            try:
+                plan = resolve(engine, spec, catalog).plan
+                result, build_s = timed(lambda: build_image(engine, plan, labels=LABEL))
+                made = result.pruned_base if result.pruned_base and result.pruned_base.made else None
+                if backends not in styles:
+                    style_tag = f"triton-composer-bench/tritonserver:compose-py-{name}"
+                    try:
+                        with tempfile.TemporaryDirectory(prefix="compose-py-") as tmp:
+                            (Path(tmp) / "Dockerfile").write_text(compose_py_dockerfile(full.id, minimal.id, backends))
+                            engine.build(Path(tmp), tag=style_tag, labels=LABEL, network_mode="host")
+                        styles[backends] = engine.require_image(style_tag).size
+                    finally:
+                        engine.remove_image(style_tag, force=True)
+            finally:
+                engine.remove_image(tag, force=True)
+                sweep_stages(engine)
+                if made is not None:
+                    engine.remove_image(made.tag, force=True)
+        style = styles[backends]
+        counts = result.smoke.to_dict()["counts"] if result.smoke else {"passed": 0, "skipped": 0, "failed": 0}
+        base = next((p.size for p in result.sizes.parts if p.kind == "base"), 0) if result.sizes else 0
+        ratio = result.size / style
+        verdict = "" if goal is None else f" (goal <= {goal}: {'met' if ratio <= goal else 'NOT met'})"
+        print(f"== {'+'.join(backends)} {what}")
+        print(f"  image {gb(result.size)}   compose.py-style {gb(style)}   image/compose.py-style {ratio:.3f}{verdict}")
+        print(f"  base {gb(base)}   build {build_s:.0f} s   smoke test passed {counts['passed']}, skipped "
+              f"{counts['skipped']}, failed {counts['failed']} (device {plan.device})   peak disk used {gb(disk.used)}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", default="24.09")
+    parser.add_argument("--only", choices=("all", "selections", "flavours"), default="all",
+                        help="the min-base/pruned selections, issue 27's flavours (providers, CPU-only), or both")
     args = parser.parse_args()
     try:
         engine = Engine.connect()
         catalog = Catalog.load()
         print("compose.py-style images leave out: " + "; ".join(LEFT_OUT))
-        for backends in SELECTIONS:
-            run(engine, catalog, args.version, backends)
+        if args.only in ("all", "selections"):
+            for backends in SELECTIONS:
+                run(engine, catalog, args.version, backends)
+        if args.only in ("all", "flavours"):
+            run_flavours(engine, catalog, args.version)
     except ComposerError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 1

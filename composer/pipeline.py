@@ -69,6 +69,8 @@ class BuildResult:
             "smoke_test": self.smoke.to_dict() if self.smoke else None,
             "sizes": self.sizes.to_dict() if self.sizes else None,
             "base": self.plan.base,
+            "device": self.plan.device,
+            "ort_providers": None if self.plan.ort_providers is None else ["cpu", *self.plan.ort_providers],
             "pruning": self.pruning.to_dict() if self.pruning else None,
             "pruned_base": self.pruned_base.to_dict() if self.pruned_base else None,
             "sbom_path": SBOM_PATH if self.sbom else None,
@@ -126,7 +128,7 @@ def build_image(
     report = None
     if plan.smoke is not None:
         try:
-            smoke = SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke)
+            smoke = SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke, device=plan.device)
             report = smoke_test(engine, image_id, smoke, on_line=on_smoke_line or on_line, labels=labels)
         except BaseException:  # Ctrl-C or a lost engine: the untagged new image goes, every tag stays
             engine.discard_untagged(image_id)

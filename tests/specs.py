@@ -10,6 +10,8 @@ _FIELDS = {
     "labels": "result.labels", "smoke_test": "result.smoke_test", "model_repository": "result.model_repository",
     "bake_models": "selection.bake_models", "smoke_cases": "result.smoke_cases", "samples": "result.samples",
     "base": "selection.base", "keep_tensorrt_builder": "selection.keep_tensorrt_builder",
+    "ort_providers": "selection.ort_providers", "device": "selection.device", "gpus": "result.gpus",
+    "strict": "result.strict",
 }
 
 

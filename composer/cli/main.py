@@ -236,7 +236,7 @@ def build(
         read = stack.enter_context(unpacked(bundle)) if bundle is not None else None
         # One check for every path: a bundle's spec (with the result flags given) as the flags' or a set's.
         specs = [check(read.spec().with_fields(given), BUILD)] if read else _specs(BUILD, set_files, given)
-        if explain and not all(spec.selection.base == "pruned" for spec in specs):
+        if explain and not all(spec.selection.base_of == "pruned" for spec in specs):
             raise UsageError("--explain lists what a pruned base keeps and drops: add --base pruned")
         if locked:
             check_locked(specs)
@@ -496,10 +496,13 @@ def backends(given: dict, as_json: bool = JsonOpt) -> None:
     for c in contents.components:
         need_bytes = sum(n.size for n in c.needs)
         note = "python-based" if c.python_based else ""
+        providers = [p for p in c.providers if p != "shared"]
+        if providers:  # ONNX Runtime's execution providers, for --ort-provider
+            note = f"providers: cpu, {', '.join(providers)} (--ort-provider)"
         rows.append((c.kind, c.name, human_size(c.size), note))
         payload["components"].append(
             {"kind": c.kind, "name": c.name, "size": c.size, "python_based": c.python_based,
-             "needs_bytes": need_bytes}
+             "needs_bytes": need_bytes, **({"ort_providers": ["cpu", *providers]} if providers else {})}
         )
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     table = "\n".join(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2].rjust(widths[2])}  {r[3]}" for r in rows)

@@ -541,8 +541,24 @@ def probe_components(resolver, root):
                 "missing": missing,
                 "bundled": bundled,
                 "plugins": plugins,
+                "providers": ort_providers(folder),
             })
     return components
+
+
+ORT_PROVIDER_PREFIX, ORT_PROVIDER_SUFFIX = "libonnxruntime_providers_", ".so"
+
+
+def ort_providers(folder):
+    """ONNX Runtime's execution provider libraries in a backend folder, by name
+    (libonnxruntime_providers_cuda.so -> cuda; "shared" included): none outside onnxruntime's."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [n[len(ORT_PROVIDER_PREFIX):-len(ORT_PROVIDER_SUFFIX)] for n in names
+            if n.startswith(ORT_PROVIDER_PREFIX) and n.endswith(ORT_PROVIDER_SUFFIX)
+            and len(n) > len(ORT_PROVIDER_PREFIX) + len(ORT_PROVIDER_SUFFIX)]
 
 
 def stub_python(resolver, root):

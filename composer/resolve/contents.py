@@ -63,6 +63,8 @@ class Component:
     requires: tuple[str, ...]
     needs: tuple[LibraryNeed, ...]
     missing: tuple[str, ...]
+    # ONNX Runtime's provider libraries in the folder (libonnxruntime_providers_NAME.so), "shared" included
+    providers: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Component":
@@ -80,6 +82,7 @@ class Component:
             requires=tuple(requires),
             needs=_needs(d.get("needs")),
             missing=tuple(d.get("missing") or ()),
+            providers=tuple(d.get("providers") or ()),
         )
 
 
@@ -200,6 +203,7 @@ class FullImageContents:
                     "requires": list(c.requires),
                     "needs": [need(n) for n in c.needs],
                     "missing": list(c.missing),
+                    **({"providers": list(c.providers)} if c.providers else {}),
                 }
                 for c in self.components
             ],

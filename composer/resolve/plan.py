@@ -26,6 +26,8 @@ from composer.spec.options import NAME_PATTERN, CompositionSpec, Packages, Resul
 ROOT = "/opt/tritonserver"
 MODELS_ROOT = "/models"  # where baked models go, and what the image serves by default
 KINDS = ("backend", "repoagent", "cache")
+CPU_SERVER_FLAGS = ("--pinned-memory-pool-byte-size=0",)  # a host with no GPU has no pinned memory to pool
+SHARED_PROVIDER = "shared"
 FOLDERS = {"backend": "backends", "repoagent": "repoagents", "cache": "caches"}
 
 
@@ -46,6 +48,9 @@ class Offer:
     externally_managed: bool = False  # its python carries the PEP 668 marker
     entrypoint_d: bool = True  # /opt/nvidia/entrypoint.d
     serve: bool = False  # /usr/bin/serve (SageMaker-enabled images)
+    # ONNX Runtime's provider libraries in its backend folder ("shared" included); None: not known
+    # (a plan from the catalog), so a name given is not checked against the image
+    ort_providers: tuple[str, ...] | None = None
 
     @classmethod
     def from_layout(cls, catalog: Catalog, release: Release) -> "Offer":
@@ -80,6 +85,8 @@ class Offer:
             externally_managed=bool(contents.python and contents.python.externally_managed),
             entrypoint_d=contents.entrypoint_d,
             serve=contents.serve,
+            ort_providers=next((c.providers for c in contents.components
+                                if c.kind == "backend" and c.name == "onnxruntime"), ()),
         )
 
 
@@ -203,6 +210,32 @@ class CompositionPlan:
     python: str | None = None  # the stub's python, which model environments are built for
     smoke: Result | None = None  # the smoke test's settings, as the spec gave them (None: --no-smoke-test)
     pruning: Pruning | None = None  # --base pruned: a new base of only what the selection needs of the min image
+    device: str = "gpu"  # "cpu": an image for hosts with no GPU (--device cpu)
+    # ONNX Runtime's providers kept ("shared" with any of them); None: the backend's folder as it is
+    ort_providers: tuple[str, ...] | None = None
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.device == "cpu"
+
+    @property
+    def trimmed_backends(self) -> tuple[str, ...]:
+        """Backends whose folder the collect stage trims (ONNX Runtime's providers left out): copied
+        from the collect stage, not from the full image."""
+        return ("onnxruntime",) if self.ort_providers is not None and "onnxruntime" in self.backends else ()
+
+    @property
+    def cmd(self) -> tuple[str, ...]:
+        """The image's default command, when the composition sets one: a CPU-only image turns the
+        pinned memory pool off (overridable, as any default command)."""
+        if self.baked_models:
+            return ("tritonserver", f"--model-repository={MODELS_ROOT}", *self.server_flags)
+        return ("tritonserver", *self.server_flags) if self.server_flags else ()
+
+    @property
+    def server_flags(self) -> tuple[str, ...]:
+        """What the server needs on this image's hosts (the smoke test passes them too)."""
+        return CPU_SERVER_FLAGS if self.cpu_only else ()
 
     @property
     def base(self) -> str:
@@ -230,6 +263,22 @@ class CompositionPlan:
         paths += [f"caches/{c}" for c in self.caches]
         return paths
 
+    def component_sources(self) -> list[tuple[str, str]]:
+        """(stage, folder) of each folder copied in: from the full image, or from the collect stage
+        where it was trimmed there."""
+        trimmed = {f"backends/{b}" for b in self.trimmed_backends}
+        return [("collect" if path in trimmed else "full", path) for path in self.component_paths()]
+
+    def dropped_provider_filter(self) -> tuple[str, ...]:
+        """find(1) arguments naming the provider libraries of the onnxruntime folder that go."""
+        kept = list(self.ort_providers or ())
+        if kept:
+            kept.append(SHARED_PROVIDER)
+        args = ["-maxdepth", "1", "-name", "libonnxruntime_providers_*.so"]
+        for name in sorted(kept):
+            args += ["!", "-name", f"libonnxruntime_providers_{name}.so"]
+        return tuple(args)
+
     def record(self) -> dict:
         """The composition record written into the image as composition.json."""
         return {
@@ -249,6 +298,8 @@ class CompositionPlan:
             "baked_models": MODELS_ROOT if self.baked_models else None,
             **({"model_envs": {e.model: e.record() for e in self.model_envs}} if self.model_envs else {}),
             "base": self.base,
+            **({"device": self.device} if self.cpu_only else {}),
+            **({"ort_providers": list(self.ort_providers)} if self.ort_providers is not None else {}),
         }
 
 
@@ -347,10 +398,23 @@ def make_plan(
     if server_version != release.server:
         notes.append(f"warning: the full image states server {server_version}, but release {release.name} "
                      f"ships server {release.server}: the image's own version is used and checked")
+    if options.ort_providers and "onnxruntime" in custom_names:
+        raise UsageError(f"--ort-provider {options.ort_providers[0]}: ONNX Runtime's providers are chosen for NGC's "
+                         "onnxruntime backend of the full image, not one from --custom-backend or --backend-image")
+    providers = _ort_providers(options, backends, offer)
+    cpu = options.device == "cpu"
     env = _environment(release, server_version, catalog, all_backends, full_env, offer)
-    tag = spec.result.tag or default_tag(release, all_backends, repoagents, caches)
+    if cpu:
+        env = tuple((k, "0" if k == "TRITON_SERVER_GPU_ENABLED" else v) for k, v in env)
+    tag = spec.result.tag or default_tag(release, all_backends, repoagents, caches,
+                                         flavour=_flavour(cpu, options.ort_providers))
     labels = _labels(release, server_version, full, minimal, all_backends, repoagents, caches, created,
                      spec.result.labels)
+    if cpu or providers is not None:
+        extra = {"org.triton-composer.device": options.device}
+        if providers is not None:
+            extra["org.triton-composer.ort-providers"] = ",".join(["cpu", *providers])
+        labels = tuple(sorted({**dict(labels), **extra}.items()))
     return CompositionPlan(
         release=release,
         full=full,
@@ -375,18 +439,51 @@ def make_plan(
         chown=None if offer.tree_owner == "0:0" else offer.tree_owner,
         copy_entrypoint_d=offer.entrypoint_d,
         copy_serve=offer.serve,
-        gpu=dict(env).get("TRITON_SERVER_GPU_ENABLED") == "1",
+        gpu=dict(env).get("TRITON_SERVER_GPU_ENABLED") == "1" and not cpu,
         baked_models=options.bake_models,
         model_envs=model_envs,
         python=offer.python if model_envs else None,
         smoke=spec.result if spec.result.smoke_test else None,
         pruning=_pruning(options, release, catalog, min_config),
+        device=options.device,
+        ort_providers=providers,
     )
+
+
+def _flavour(cpu: bool, providers: tuple[str, ...]) -> str:
+    """What the default tag adds for a CPU-only image or a choice of providers."""
+    parts = (["ort-" + "-".join(providers)] if providers else []) + (["cpu"] if cpu else [])
+    return "-".join(parts)
+
+
+def _ort_providers(options, backends, offer: Offer) -> tuple[str, ...] | None:
+    """ONNX Runtime's providers kept, or None for the backend's folder as it is (the default on a
+    GPU image). Names are checked against the folder (when the probe read it); "shared" is kept
+    with any provider; a CPU-only image keeps none but those asked of CPU_PROVIDERS (checked
+    up front by composer.spec.options)."""
+    asked = tuple(options.ort_providers)
+    if "onnxruntime" not in backends:
+        if asked:
+            raise UsageError(f"--ort-provider {asked[0]}: ONNX Runtime's providers are chosen for the onnxruntime "
+                             "backend; select --backend onnxruntime too")
+        return None
+    if not asked and options.device != "cpu":
+        return None
+    if offer.ort_providers is not None:
+        offered = tuple(p for p in offer.ort_providers if p != SHARED_PROVIDER)
+        for name in asked:
+            if name not in offered:
+                hint = suggest(name, offered)
+                did_you_mean = f" (did you mean '{hint}'?)" if hint else ""
+                raise UsageError(
+                    f"unknown ONNX Runtime provider '{name}'{did_you_mean}: the onnxruntime backend of "
+                    f"{offer.source} holds {', '.join(offered) if offered else 'none'} (and CPU, always there)")
+    return tuple(sorted(set(asked)))
 
 
 def _pruning(options, release: Release, catalog: Catalog, min_config: BaseConfig | None) -> Pruning | None:
     """How the pruned base is made, or None for the min base; refused where it cannot be made."""
-    if options.base != "pruned":
+    if options.base_of != "pruned":
         return None
     loaded = catalog.loaded_at_run_time_for(release)
     if min_config is None:
@@ -466,9 +563,10 @@ def created_label(environ: Mapping[str, str]) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def default_tag(release: Release, backends, repoagents=(), caches=()) -> str:
-    """e.g. triton-composer/tritonserver:24.09-onnxruntime-python"""
+def default_tag(release: Release, backends, repoagents=(), caches=(), flavour: str = "") -> str:
+    """e.g. triton-composer/tritonserver:24.09-onnxruntime-python (-cpu for a CPU-only image)"""
     parts = [release.name, *sorted(backends), *sorted(repoagents), *(f"cache-{c}" for c in sorted(caches))]
+    parts += [flavour] if flavour else []
     tag = "-".join(parts)
     if len(tag) > 128:  # Docker's limit on a tag
         import hashlib

@@ -26,7 +26,8 @@ from composer.spec.requirements import check_requirement, read_requirement_file
 from composer.core.redaction import redact_url
 from composer.core.refs import SHAPE, prefix_problem, reference_problem
 from composer.spec.cases import repository_problem
-from composer.spec.cases import CaseError, read_cases_file
+from composer.spec.cases import CaseError, model_folders, read_cases_file
+from composer.spec.model_needs import repository_needs_problem
 
 DEFAULT_REGISTRY = "nvcr.io/nvidia"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -52,8 +53,16 @@ class Selection:
     with_headers: bool = False
     bake_models: Path | None = None  # a model repository copied into the image at /models
     model_envs: tuple[tuple[str, Path], ...] = ()  # model -> its requirements file (composer.resolve.model_envs)
-    base: str = "min"  # "min": NGC's min image as it is; "pruned": only what the selection needs of it
+    base: str | None = None  # "min": NGC's min image as it is; "pruned": only what the selection needs of it;
+    # None: not asked (min, or pruned for --device cpu): read it through `base_of`
     keep_tensorrt_builder: bool = False  # a pruned base keeps TensorRT's builder resource library
+    ort_providers: tuple[str, ...] = ()  # ONNX Runtime's execution providers kept (none given: every one)
+    device: str = "gpu"  # "gpu": NGC's GPU composition; "cpu": for hosts with no GPU
+
+    @property
+    def base_of(self) -> str:
+        """The base the image is built on: as asked, else pruned for a CPU-only image, else min."""
+        return self.base or ("pruned" if self.device == "cpu" else "min")
 
 
 @dataclass(frozen=True)
@@ -497,6 +506,31 @@ def check_base(value: str) -> str | None:
     return None
 
 
+DEVICES = ("gpu", "cpu")
+# The ONNX Runtime providers a CPU-only image may keep beside the CPU provider (which is always there).
+CPU_PROVIDERS = ("openvino",)
+# The library of ONNX Runtime's providers that every other provider loads through: no provider of its own.
+SHARED_PROVIDER = "shared"
+
+
+def check_device(value: str) -> str | None:
+    if value not in DEVICES:
+        return f"'{printable(value[:40])}' is not a device: give gpu (NGC's GPU images) or cpu (hosts with no GPU)"
+    return None
+
+
+def check_provider(value: str) -> str | None:
+    problem = check_name(value)
+    if problem:
+        return problem
+    if value == SHARED_PROVIDER:
+        return ("'shared' is not an execution provider: it is the library the other providers load through, "
+                "kept with any of them")
+    if value == "cpu":
+        return "the CPU provider is always there: name only the others (e.g. cuda, tensorrt, openvino)"
+    return None
+
+
 def check_gpus(value: str) -> str | None:
     if value in ("auto", "all", "none"):
         return None
@@ -623,6 +657,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("selection.keep_tensorrt_builder", "--keep-tensorrt-builder", "keep_tensorrt_builder", Flag(),
            "With --base pruned: keep TensorRT's builder resource library (needed only to build engines, not to run "
            "them)."),
+    Option("selection.ort_providers", "--ort-provider", "ort_providers",
+           Strings(check_provider, "a list of provider names", unique=True),
+           "An ONNX Runtime execution provider to keep (repeatable), as the onnxruntime backend's folder names it "
+           "(libonnxruntime_providers_NAME.so: cuda, tensorrt, openvino); the CPU provider is always there "
+           "(default: every provider the backend holds; with --device cpu: none but CPU)."),
+    Option("selection.device", "--device", "device", Text(check_device, "gpu or cpu"),
+           "gpu (default) or cpu: an image for hosts with no GPU (a pruned base, ONNX Runtime's CPU provider "
+           "only, the pinned memory pool off by default, smoke-tested with no GPU)."),
     Option("selection.bake_models", "--bake-models", "bake_models", ModelRepository(),
            "Copy this model repository into the image at /models (a layer of its own) and serve it by default; "
            "wheels: fetch its models' environments' wheels.", commands=COMPOSING + (WHEELS,), portable=False),
@@ -810,7 +852,9 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
         found.append(Problem(
             "model_envs", "model_envs are python models' environments: add python to backends",
             f"--model-env {s.model_envs[0][0]}=...: environments are for python models; select --backend python too"))
-    if s.keep_tensorrt_builder and s.base != "pruned":
+    if s.device == "cpu":
+        found += _cpu_problems(spec, command)
+    if s.keep_tensorrt_builder and s.base_of != "pruned":
         found.append(Problem(
             "keep_tensorrt_builder", "keep_tensorrt_builder applies to a pruned base: add base: pruned",
             "--keep-tensorrt-builder applies to a pruned base: add --base pruned"))
@@ -831,6 +875,34 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
     return found
 
 
+def _cpu_problems(spec: CompositionSpec, command: str | None) -> list[Problem]:
+    """What a CPU-only image (--device cpu) cannot be."""
+    s, r, found = spec.selection, spec.result, []
+    if "tensorrt" in s.backends:
+        found.append(Problem("backends", "device: cpu: the tensorrt backend runs only on a GPU; leave tensorrt out",
+                             "--device cpu -b tensorrt: the tensorrt backend runs only on a GPU; leave it out"))
+    if s.base == "min":
+        found.append(Problem("base", "device: cpu needs base: pruned (a CPU image on the whole min image would "
+                             "carry every GPU library); leave base out or give pruned",
+                             "--device cpu needs a pruned base (the whole min image carries every GPU library): "
+                             "leave out --base min"))
+    gpu_only = [p for p in s.ort_providers if p not in CPU_PROVIDERS]
+    if gpu_only:
+        found.append(Problem("ort_providers", f"device: cpu keeps only ONNX Runtime's CPU provider (and "
+                             f"{', '.join(CPU_PROVIDERS)}): {gpu_only[0]} needs a GPU",
+                             f"--device cpu --ort-provider {gpu_only[0]}: a CPU-only image keeps only ONNX Runtime's "
+                             f"CPU provider (and {', '.join(CPU_PROVIDERS)}); {gpu_only[0]} needs a GPU"))
+    if command in (None, BUILD, SMOKE) and r.gpus not in ("auto", "none"):
+        found.append(Problem("gpus", f"device: cpu: the smoke test runs with no GPU; gpus: {r.gpus} does not apply",
+                             f"--device cpu --gpus {r.gpus}: a CPU-only image is smoke-tested with no GPU "
+                             "(give --gpus none or leave it out)"))
+    if command in (None, BUILD, SMOKE) and r.strict:
+        found.append(Problem("strict", "device: cpu: strict checks GPU SKIPs, which a CPU-only image does not have",
+                             "--device cpu --strict: --strict is for GPU images (it fails each GPU check "
+                             "skipped); a CPU-only image is smoke-tested with no GPU"))
+    return found
+
+
 def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
     """The spec, or a UsageError for the first problem (as the command line names it): the one
     place a whole spec is checked, the release's existence in the catalog included."""
@@ -839,6 +911,10 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
         raise UsageError(found[0].on_command_line)
     if spec.images.version:
         Catalog.load().release(spec.images.version)  # unknown: refused before any work
+    if command in (BUILD, RENDER, BUNDLE):
+        problem = models_problem(spec, command)
+        if problem:
+            raise UsageError(problem)
     if command in (BUILD, RENDER, BUNDLE, WHEELS):
         envs = spec.model_envs()  # a model named twice, a config naming one: refused here
         if envs and command == BUNDLE:
@@ -846,6 +922,32 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
                              "build it where the index is reachable (or leave out --model-env and the models' "
                              "requirements.txt)")
     return spec
+
+
+def kept_providers(selection: Selection) -> tuple[str, ...] | None:
+    """ONNX Runtime's providers a composition keeps beside CPU (None: every one its backend holds)."""
+    if selection.ort_providers or selection.device == "cpu":
+        return tuple(sorted(selection.ort_providers))
+    return None
+
+
+def models_problem(spec: CompositionSpec, command: str = BUILD) -> str | None:
+    """The first model (of --bake-models, and of --model-repository for a build) that needs what the
+    composition leaves out (--device cpu, --ort-provider), in one line naming it and the need."""
+    s = spec.selection
+    cpu, providers = s.device == "cpu", kept_providers(s)
+    if not cpu and providers is None:
+        return None
+    sources = [("--bake-models", s.bake_models)]
+    if command == BUILD:
+        sources.append(("--model-repository", spec.result.model_repository))
+    for flag, repository in sources:
+        if repository is None:
+            continue
+        problem = repository_needs_problem(model_folders(repository), cpu, providers)
+        if problem:
+            return f"{flag} {repository}: {problem}"
+    return None
 
 
 # -- helpers ---------------------------------------------------------------------------

@@ -84,9 +84,34 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
     return tokens
 
 
+def scalar_fields(text: str) -> list[tuple[str, str]]:
+    """(path, value) of every scalar of a configuration that reads as protobuf text, in order: e.g.
+    ("platform", "onnxruntime_onnx"), ("instance_group.kind", "KIND_GPU"),
+    ("optimization.execution_accelerators.gpu_execution_accelerator.name", "tensorrt"); strings
+    unquoted (escapes as written). Raises ValueError (with the line) where the text is not one."""
+    if "\x00" in text:
+        raise ValueError("it holds a NUL byte")
+    parser = _Parser(_tokens_or_value_error(text))
+    parser.found = []
+    try:
+        parser.message(None, 0)
+    except _Bad as bad:
+        raise ValueError(f"line {bad.line}: {bad.why}") from None
+    return parser.found
+
+
+def _tokens_or_value_error(text: str) -> list[tuple[str, str, int]]:
+    try:
+        return _tokens(text)
+    except _Bad as bad:
+        raise ValueError(f"line {bad.line}: {bad.why}") from None
+
+
 class _Parser:
     def __init__(self, tokens: list[tuple[str, str, int]]):
         self.tokens, self.at = tokens, 0
+        self.path: list[str] = []  # the field names down to the value being read
+        self.found: list[tuple[str, str]] | None = None  # scalars read, when asked (scalar_fields)
 
     def peek(self) -> tuple[str, str, int]:
         if self.at < len(self.tokens):
@@ -114,7 +139,9 @@ class _Parser:
             if kind != "ident" or value.startswith("-"):
                 raise self.fail("a field name" if close is None else f"a field name or '{close}'")
             self.take()
+            self.path.append(value)
             self.field(depth)
+            self.path.pop()
             if self.peek()[1] in (",", ";") and self.peek()[0] == "punct":
                 self.take()
 
@@ -162,9 +189,13 @@ class _Parser:
     def scalar(self) -> None:
         kind, _, _ = self.peek()
         if kind == "string":
+            parts = []
             while self.peek()[0] == "string":  # "a" "b": one string
-                self.take()
+                parts.append(self.take()[1][1:-1])
+            value = "".join(parts)
         elif kind in ("number", "ident"):
-            self.take()
+            value = self.take()[1]
         else:
             raise self.fail("a value")
+        if self.found is not None:
+            self.found.append((".".join(self.path), value))

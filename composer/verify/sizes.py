@@ -46,6 +46,7 @@ class SizeReport:
     min_image: int  # 0 on a pruned base: the image shares no layer with the min image
     parts: tuple[Part, ...]  # the selected parts, each measured from the layers that added it
     pruned_from: int = 0  # on a pruned base: the min image's size, of which the base is a part
+    device: str = "gpu"  # "cpu": a CPU-only image (--device cpu)
 
     @property
     def pruning_saved(self) -> int:
@@ -72,6 +73,7 @@ class SizeReport:
             "overhead_percent": round(100.0 * self.overhead / self.lower_bound, 2) if self.lower_bound else 0.0,
             "pruned_from": self.pruned_from,
             "pruning_saved": self.pruning_saved,
+            "device": self.device,
         }
 
     def table(self) -> str:
@@ -81,7 +83,10 @@ class SizeReport:
         if self.pruned_from:
             rows += [("min image (pruned from)", self.pruned_from), ("pruning saved", self.pruning_saved)]
         width = max(len(label) for label, _ in rows)
-        return "\n".join(f"{label.ljust(width)}  {human_size(size).rjust(9)}" for label, size in rows)
+        lines = [f"{label.ljust(width)}  {human_size(size).rjust(9)}" for label, size in rows]
+        if self.device == "cpu":
+            lines.insert(0, "CPU-only image (no GPU libraries but what a kept file needs)")
+        return "\n".join(lines)
 
 
 def destination(created_by: str) -> str | None:
@@ -101,7 +106,7 @@ def measure(engine: Engine, image: str, plan: CompositionPlan) -> SizeReport:
     report = report_from(layers, shared, plan)
     if plan.pruning:
         report = replace(report, pruned_from=sum(l.size for l in base))
-    return report
+    return replace(report, device=plan.device)
 
 
 def report_from(layers: list[Layer], shared: int, plan: CompositionPlan) -> SizeReport:

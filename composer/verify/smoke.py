@@ -29,6 +29,7 @@ from composer.verify.samples import Sample, samples_for
 from composer.verify.triton_client import TritonHTTP
 from composer.core.progress import LineSink, quiet
 from composer.spec.options import check_gpus
+from composer.resolve.plan import CPU_SERVER_FLAGS
 
 HTTP_PORT = 8000
 METRICS_PORT = 8002
@@ -68,6 +69,7 @@ class SmokeReport:
     gpus: str = "none"  # what the server was given: all, none or a count
     gpus_reason: str = ""
     strict: bool = False
+    device: str = "gpu"  # "cpu": a CPU-only image, served with no GPU
 
     @property
     def passed(self) -> bool:
@@ -87,6 +89,7 @@ class SmokeReport:
             "gpus": self.gpus,
             "gpus_reason": self.gpus_reason,
             "strict": self.strict,
+            "device": self.device,
             # A SKIP is neither passed nor failed: CI sees how much went unproven.
             "counts": {"passed": self.count("PASS"), "failed": self.count("FAIL"), "skipped": self.count("SKIP")},
             "rows": [
@@ -112,6 +115,11 @@ class SmokePlan:
     shm_size: str = "512m"
     gpus: str | int = "auto"  # auto (all when the engine offers the nvidia runtime), all, none, or a count
     strict: bool = False  # every SKIP becomes a failure
+    device: str = "gpu"  # "cpu": a CPU-only image, served with no GPU and the server's CPU flags
+
+    @property
+    def server_flags(self) -> tuple[str, ...]:
+        return CPU_SERVER_FLAGS if self.device == "cpu" else ()
 
     def __post_init__(self):
         if isinstance(self.gpus, str):  # the one rule of --gpus (composer.spec.options.check_gpus)
@@ -129,11 +137,14 @@ class SmokePlan:
 
 
     @classmethod
-    def of(cls, backends, server_version: str | None, settings) -> "SmokePlan":
-        """The smoke plan for these backends with the user's smoke settings (a spec's Result)."""
+    def of(cls, backends, server_version: str | None, settings, device: str = "gpu") -> "SmokePlan":
+        """The smoke plan for these backends with the user's smoke settings (a spec's Result); a
+        CPU-only image (`device` "cpu") is served with no GPU."""
+        cpu = device == "cpu"
         return cls(backends=tuple(backends), server_version=server_version or None,
                    model_repository=settings.model_repository, cases_file=settings.smoke_cases,
-                   samples=settings.samples, gpus=settings.gpus, strict=settings.strict)
+                   samples=settings.samples, gpus="none" if cpu else settings.gpus,
+                   strict=settings.strict and not cpu, device=device)
 
 
 def image_smoke_plan(engine: Engine, image: ImageInfo, name: str, backends: tuple[str, ...],
@@ -145,11 +156,18 @@ def image_smoke_plan(engine: Engine, image: ImageInfo, name: str, backends: tupl
     if not backends:
         raise UsageError(f"{name} has no composition record: name its backends with --backend")
     server = record.get("server_version") or image.env.get("TRITON_SERVER_VERSION")
-    return SmokePlan.of(backends, server, settings), record
+    device = str(record.get("device") or "gpu")
+    if device == "cpu" and (settings.gpus not in ("auto", "none") or settings.strict):
+        given = f"--gpus {settings.gpus}" if settings.gpus not in ("auto", "none") else "--strict"
+        raise UsageError(f"{name} is a CPU-only image (composed with --device cpu): it is smoke-tested with no GPU; "
+                         f"leave out {given}")
+    return SmokePlan.of(backends, server, settings, device=device), record
 
 
-def resolve_gpus(engine: Engine, wanted: str | int) -> tuple[str | int, str]:
+def resolve_gpus(engine: Engine, wanted: str | int, device: str = "gpu") -> tuple[str | int, str]:
     """The GPUs to ask for, and why (said in the report)."""
+    if device == "cpu":
+        return "none", "CPU-only image"
     if wanted != "auto":
         return wanted, "as asked"
     if engine.offers_nvidia_runtime():
@@ -194,7 +212,7 @@ def smoke_test(
     for note in served.notes:
         on_line(f"note: {note}")
 
-    gpus, why = resolve_gpus(engine, options.gpus)
+    gpus, why = resolve_gpus(engine, options.gpus, options.device)
     with_gpus = gpu_request(gpus) is not None
     # Metrics stay off without GPUs, as the CPU-only server has nothing to report through DCGM.
     metrics = ["--allow-metrics=true", "--allow-gpu-metrics=true"] if with_gpus else ["--allow-metrics=false"]
@@ -203,7 +221,7 @@ def smoke_test(
     container = engine.start(
         image,
         ["tritonserver", *(f"--model-repository={r}" for r in served.repositories), "--exit-on-error=false",
-         *metrics],
+         *metrics, *options.server_flags],
         ports=[HTTP_PORT, METRICS_PORT] if with_gpus else [HTTP_PORT],
         files=served.files,
         labels={SMOKE_LABEL: "1", **(labels or {})},
@@ -217,10 +235,12 @@ def smoke_test(
     rows = list(report.rows)
     if options.strict:
         rows = [replace(r, status="FAIL", detail=f"strict: {r.detail}") if r.status == "SKIP" else r for r in rows]
-    rows = [replace(r, detail=f"{r.detail}; GPUs: {gpus} ({why})") if r.subject == "server" else r for r in rows]
+    said = (f"CPU-only image: no GPU, {' '.join(options.server_flags)}" if options.device == "cpu"
+            else f"GPUs: {gpus} ({why})")
+    rows = [replace(r, detail=f"{r.detail}; {said}") if r.subject == "server" else r for r in rows]
     failed = any(r.status == "FAIL" for r in rows)
     return SmokeReport(image, tuple(rows), report.server_version, report.log_tail if failed else "",
-                       gpus=str(gpus), gpus_reason=why, strict=options.strict)
+                       gpus=str(gpus), gpus_reason=why, strict=options.strict, device=options.device)
 
 
 def _what_to_serve(engine: Engine, image: str, options: SmokePlan, present: set[str], record: dict,

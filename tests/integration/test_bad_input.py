@@ -69,6 +69,13 @@ def _cases(tmp: Path) -> list[Case]:
                          ("nul", b'backend: "python"\x00\n')):
         (tmp / f"repo-{name}" / "m").mkdir(parents=True)
         (tmp / f"repo-{name}" / "m" / "config.pbtxt").write_bytes(config)
+    for name, model, config in (
+            ("trt", "fast", 'platform: "onnxruntime_onnx"\noptimization { execution_accelerators { '
+             'gpu_execution_accelerator : [ { name : "tensorrt" } ] } }\n'),
+            ("gpu", "on_gpu", 'platform: "onnxruntime_onnx"\ninstance_group [ { kind: KIND_GPU } ]\n'),
+            ("plan", "engine", 'platform: "tensorrt_plan"\n')):
+        (tmp / f"repo-{name}" / model).mkdir(parents=True)
+        (tmp / f"repo-{name}" / model / "config.pbtxt").write_text(config)
     one, two = str(tmp / "one.yaml"), str(tmp / "two.yaml")
     files = _files(tmp)
     return _new_cases(tmp, files, one) + [
@@ -96,6 +103,22 @@ def _cases(tmp: Path) -> list[Case]:
         C(("build", *V, *B, "--custom-backend", "bad name=/tmp"), "'bad name' is not a name"),
         C(("build", *V, *B, "--backend-image", "pytorch=::bad::"), "--backend-image pytorch=::bad::: not a valid image"),
         C(("build", *V, *B, "--backend-image", "noequals"), "--backend-image noequals: takes NAME=VALUE"),
+        # devices and ONNX Runtime's providers (issue 27)
+        C(("build", *V, "-b", "onnxruntime", "-b", "tensorrt", "--device", "cpu"),
+          "--device cpu -b tensorrt: the tensorrt backend runs only on a GPU"),
+        C(("build", *V, *B, "--device", "cpu", "--base", "min"), "--device cpu needs a pruned base"),
+        C(("build", *V, *B, "--device", "cpu", "--gpus", "all"), "--device cpu --gpus all: a CPU-only image"),
+        C(("build", *V, *B, "--device", "cpu", "--strict"), "--device cpu --strict: --strict is for GPU images"),
+        C(("build", *V, "-b", "onnxruntime", "--device", "cpu", "--ort-provider", "cuda"),
+          "--device cpu --ort-provider cuda: a CPU-only image keeps only ONNX Runtime's CPU provider"),
+        C(("build", *V, *B, "--device", "tpu"), "--device tpu: 'tpu' is not a device"),
+        C(("build", *V, "-b", "onnxruntime", "--ort-provider", "shared"), "'shared' is not an execution provider"),
+        C(("build", *V, "-b", "onnxruntime", "--ort-provider", "cuda", "--model-repository", f"{tmp}/repo-trt"),
+          "model fast asks for the tensorrt execution accelerator, whose ONNX Runtime provider this image leaves out"),
+        C(("build", *V, "-b", "onnxruntime", "--device", "cpu", "--model-repository", f"{tmp}/repo-gpu"),
+          "model on_gpu asks for a KIND_GPU instance group: a CPU-only image has no GPU"),
+        C(("build", *V, "-b", "onnxruntime", "--device", "cpu", "--bake-models", f"{tmp}/repo-plan"),
+          "--bake-models"),
         # result
         C(("build", *V, *B, "--tag", "Bad Tag"), "--tag Bad Tag: not a valid image reference"),
         C(("build", *V, *B, "--tag", "x:y:z"), "--tag x:y:z: not a valid image reference"),

@@ -255,3 +255,14 @@ def test_a_corrupt_record_is_an_error_naming_the_image():
             smoke.image_smoke_plan(_recorded(output), _image(), "team/t:1", (), Result())
     with pytest.raises(UsageError, match="team/t:1 has no composition record: name its backends with --backend"):
         smoke.image_smoke_plan(_recorded("", exit_code=1), _image(), "team/t:1", (), Result())
+
+
+def test_smoke_test_image_of_a_cpu_only_record_serves_with_no_gpu_and_refuses_gpu_flags():
+    from composer.spec.options import Result
+
+    engine = _recorded('{"backends": ["python"], "server_version": "2.50.0", "device": "cpu"}')
+    plan, _ = smoke.image_smoke_plan(engine, _image(), "team/t:1", (), Result())
+    assert plan.device == "cpu" and plan.gpus == "none" and plan.server_flags == ("--pinned-memory-pool-byte-size=0",)
+    for settings, says in ((Result(gpus="all"), "leave out --gpus all"), (Result(strict=True), "leave out --strict")):
+        with pytest.raises(UsageError, match=f"team/t:1 is a CPU-only image .*{says}"):
+            smoke.image_smoke_plan(engine, _image(), "team/t:1", (), settings)
