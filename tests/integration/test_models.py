@@ -132,7 +132,9 @@ def bad_repository(root: Path) -> Path:
         "    expected: [{name: Y, datatype: FP32, shape: [2], data: [2, 3]}]\n")
     broken = repo / "broken"
     (broken / "1").mkdir(parents=True)
-    (broken / "config.pbtxt").write_text('backend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 \n')
+    # Protobuf text the composer's syntax check takes, with a field Triton's configuration lacks: the
+    # server refuses it, and its reason is the row's.
+    (broken / "config.pbtxt").write_text('backend: "python"\nnot_a_field: 1\n')
     (broken / "1" / "model.py").write_text(WRONG_MODEL)
     return repo
 

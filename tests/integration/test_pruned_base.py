@@ -79,7 +79,11 @@ def test_the_report_says_why_each_package_stays_and_what_went(engine, pruned):
     result = pruned["result"]
     kept = {p["package"]: p["why"] for p in result.pruning.kept}
     assert kept["libnvinfer10"].startswith("backend ") and "libnvinfer.so.10" in kept["libnvinfer10"]
-    assert "loads libnvrtc.so.12 at run time (catalog)" in kept["cuda-nvrtc-12-6"]
+    assert "names libnvrtc.so (loaded by name)" in kept["cuda-nvrtc-12-6"]  # read from cuDNN's own data
+    explained = result.pruning.explain()
+    assert "named, not in the image" in explained and "libcuda.so.1" in explained  # the driver: never in an image
+    required = {item["library"] for item in result.pruning.loaded_at_run_time}
+    assert "/usr/lib/x86_64-linux-gnu/libcudnn_engines_precompiled.so.9" in required
     assert kept["hpcx-2.20"].startswith("backend pytorch: ") and "at run time (catalog)" in kept["hpcx-2.20"]
     dropped = {p["package"]: p["size"] for p in result.pruning.dropped}
     assert dropped["nsight-systems-2024.5.1"] > 500e6 and "libcublas-dev-12-6" in dropped
