@@ -223,12 +223,34 @@ def is_under(path, prefix):
 
 # A library name as code hands it to dlopen: a file name (libcudnn_ops.so.9, libnvrtc-builtins.so.12.6),
 # maybe behind an absolute folder (/opt/hpcx/ucx/lib/libucp.so.0). Names built at run time from
-# pieces ("libcudnn_%s.so") cannot be read; the catalog keeps what strings cannot show.
-LIBRARY_NAME = re.compile(rb"(?<![A-Za-z0-9_.+/%-])(?:/[A-Za-z0-9_.+-]+)*/?lib[A-Za-z0-9_+-]+(?:\.[A-Za-z0-9_+-]+)*"
-                          rb"(?![A-Za-z0-9_+%-]|\.[A-Za-z0-9_%])")
+# pieces ("libcudnn_%s.so") cannot be read; the catalog keeps what strings cannot show. The scan
+# looks for "lib" (a literal prefix: fast over hundreds of MB), then reads the folder before it.
+CANDIDATE = re.compile(rb"lib[A-Za-z0-9_+-]+(?:\.[A-Za-z0-9_+-]+)*")
 SO_NAME = re.compile(r"^lib[A-Za-z0-9_+-]+(?:\.[A-Za-z0-9_+-]+)*?\.so(?:\.[0-9]+)*$")
+NAME_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+-%")
+PATH_BYTES = NAME_BYTES | frozenset(b"./")
 DATA_SECTIONS = (b".rodata", b".data")  # string literals live there, never in code or GPU images
 MAX_SCANNED = 512 << 20  # bytes of data sections read from one file
+
+
+def _names_in(data):
+    """Library names standing whole in `data`: a file name, or one behind an absolute folder."""
+    found = set()
+    for match in CANDIDATE.finditer(data):
+        start, end = match.span()
+        if end < len(data) and (data[end] in NAME_BYTES or
+                                data[end] == 0x2E and end + 1 < len(data) and data[end + 1] in NAME_BYTES):
+            continue  # part of a longer word, or a name built at run time (libnvrtc.so.%d)
+        head = start
+        while head > 0 and data[head - 1] in PATH_BYTES:
+            head -= 1
+        folder = data[head:start]
+        if folder and not (folder.startswith(b"/") and folder.endswith(b"/")):
+            continue  # inside a word (calibrate.so) or a relative path
+        text = (folder + match.group(0)).decode("ascii")
+        if SO_NAME.match(os.path.basename(text)):
+            found.add(text)
+    return found
 
 
 def named_libraries(path):
@@ -256,10 +278,7 @@ def named_libraries(path):
                 if sh_type != 1 or not name.startswith(DATA_SECTIONS) or size > budget:  # SHT_PROGBITS
                     continue
                 budget -= size
-                for match in LIBRARY_NAME.finditer(_read_at(fh, offset, size)):
-                    text = match.group(0).decode("ascii")
-                    if SO_NAME.match(os.path.basename(text)) and (text.startswith("/") or "/" not in text):
-                        found.add(text)
+                found |= _names_in(_read_at(fh, offset, size))
     except (OSError, ValueError, struct.error):
         return []
     return sorted(found)
