@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from composer.spec.catalog import RELEASE_PATTERN, Catalog
 from composer.core.errors import Invalid, UsageError
 from composer.core.files import MAX_VALUE, check_output_file, path_problem, printable, tree_problem
-from composer.spec.model_envs import ModelEnv, requested
-from composer.spec.requirements import check_requirement, read_requirement_file
 from composer.core.redaction import redact_url
 from composer.core.refs import SHAPE, prefix_problem, reference_problem
-from composer.spec.cases import repository_problem
-from composer.spec.cases import CaseError, model_folders, read_cases_file
+from composer.spec.cases import CaseError, model_folders, read_cases_file, repository_problem
+from composer.spec.catalog import RELEASE_PATTERN, Catalog
+from composer.spec.model_envs import ModelEnv, requested
 from composer.spec.model_needs import repository_needs_problem
+from composer.spec.requirements import check_requirement, read_requirement_file
 
 DEFAULT_REGISTRY = "nvcr.io/nvidia"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
