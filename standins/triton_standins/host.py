@@ -26,7 +26,11 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 PYTHON_VERSION = "3.11"
 PIP_PLATFORM = "manylinux_2_28_x86_64"
 # Older manylinux tags the stand-in's glibc (2.36) also runs: numpy<2 ships only these.
-OLDER_PLATFORMS = ("manylinux_2_17_x86_64", "manylinux2014_x86_64")
+# pip's --platform matches tags exactly: every older manylinux tag the machines' glibc runs
+# (NVIDIA's CUDA 13 wheels are tagged anywhere from manylinux1 to manylinux_2_27).
+OLDER_PLATFORMS = ("manylinux_2_27_x86_64", "manylinux_2_25_x86_64", "manylinux_2_18_x86_64",
+                   "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_12_x86_64",
+                   "manylinux2010_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64")
 
 
 def cache_dir() -> Path:
