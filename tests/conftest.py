@@ -89,6 +89,18 @@ def ngc_standins(engine: Engine):
     return ngc.build_standins(engine, Catalog.load().release(STANDIN_RELEASE), on_line=lambda _line: None)
 
 
+@pytest.fixture(scope="session")
+def ngc_standins_cuda13(engine: Engine):
+    """The NGC-scale 26.07 stand-ins: the CUDA 13 generation (scripts/test builds them first)."""
+    from triton_standins import ngc
+
+    return ngc.build_standins(engine, Catalog.load().release(CUDA13_RELEASE), on_line=lambda _line: None)
+
+
+# The NGC-scale release of the CUDA 13 generation (Ubuntu 24.04 layout, root-owned tree).
+CUDA13_RELEASE = "26.07"
+
+
 # The Ubuntu 24.04 generation's stand-ins the tests use: 25.01 (tree owned by 1000:1000) and
 # 26.07 (tree owned by root). scripts/test builds them before the run.
 GENERATION_2404_RELEASES = ("25.01", "26.07")

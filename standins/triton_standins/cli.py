@@ -23,7 +23,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 def standin(
     version: str = typer.Option("24.09", "--version", "-v", help="Release to stand in for (24.07 ... 24.10, and the Ubuntu 24.04 generation, 24.11 on)."),
     scale: str = typer.Option(
-        "small", "--scale", help="small: fast stand-ins for tests; ngc: NGC's size, real CUDA libraries (24.09)."
+        "small", "--scale", help="small: fast stand-ins for tests; ngc: NGC's size, real CUDA libraries (24.09: CUDA 12; 26.07: CUDA 13)."
     ),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the images are present."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable result on stdout."),

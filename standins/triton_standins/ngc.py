@@ -31,7 +31,7 @@ from triton_standins import ngc_packages as pkgs
 
 
 REGISTRY = "localhost/standin-ngc"
-RELEASES = ("24.09",)
+RELEASES = tuple(pkgs.RECIPES)
 LABEL_SCALE = "org.triton-composer.standin.scale"
 LABEL_GENERATED = "org.triton-composer.standin.generated"
 LABEL_STANDIN_LIBS = "org.triton-composer.standin.stand-in-libraries"
@@ -45,23 +45,27 @@ class Layer:
     packages: tuple[str, ...]
 
 
-def check_ngc_scale_release(release: Release) -> None:
+def check_ngc_scale_release(release: Release) -> pkgs.Recipe:
+    """The NGC-scale recipe of `release`, or a one-line refusal naming the releases that have one."""
     if release.name not in RELEASES:
         raise UsageError(
             f"no NGC-scale stand-in recipe for release {release.name}; releases with one: {', '.join(RELEASES)}"
         )
+    return pkgs.RECIPES[release.name]
 
 
 def _file(*parts: str) -> Path:
     return Path(str(resources.files("triton_standins").joinpath(*parts)))
 
 
-def recipe_digest(small_min_id: str) -> str:
-    """Everything that shapes the NGC-scale min image (a change rebuilds it)."""
+def recipe_digest(small_min_id: str, recipe: pkgs.Recipe) -> str:
+    """Everything that shapes one release's NGC-scale min image (a change rebuilds it; another
+    release's data does not)."""
     digest = hashlib.sha256(small_min_id.encode())
     digest.update(template_file("standin-ngc-min.Dockerfile.j2").read_bytes())
-    for name in ("ngc_packages.py", "debs.py"):
-        digest.update(_file(name).read_bytes())
+    digest.update(repr((recipe.cuda, recipe.env, recipe.families, recipe.tensorrt, recipe.generated,
+                        pkgs.DEBIAN_TOOLS)).encode())
+    digest.update(_file("debs.py").read_bytes())
     for path in sorted(_file("ngc", "tensorrt_libs").iterdir()) + [_file("ngc", "pad.sh")]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
@@ -124,7 +128,13 @@ def _symlink(root: Path, path: str, target: str) -> None:
     link.symlink_to(target)
 
 
-def _family_debs(packer: _Packer, family: pkgs.Family, members: dict[str, Path], claimed: set[str]) -> None:
+def _wheel_of(family: pkgs.Family, wheel: Path) -> bool:
+    """Whether `wheel` is the family's own (CUDA 13's wheels share one include folder)."""
+    return wheel.name.split("-", 1)[0].lower() == family.wheel.split("==", 1)[0].replace("-", "_").lower()
+
+
+def _family_debs(packer: _Packer, recipe: pkgs.Recipe, family: pkgs.Family, members: dict[str, Path],
+                 claimed: set[str]) -> None:
     """The runtime and -dev packages of one library family."""
     description = f"NVIDIA {family.runtime} {family.version} (real libraries, from the {family.wheel} wheel)"
 
@@ -134,26 +144,28 @@ def _family_debs(packer: _Packer, family: pkgs.Family, members: dict[str, Path],
             _extract(members[member], member, root / family.lib_dir / name)
             if soname:
                 _symlink(root, f"{family.lib_dir}/{soname}", name)
-        if family.runtime == "cuda-cudart-12-6":
+        if family is recipe.cudart:
             # What NVIDIA's CUDA images lay around the libraries: the cuda links, the loader's
             # path, and a compat folder that here holds no driver library.
-            _symlink(root, "usr/local/cuda", "cuda-12.6")
-            _symlink(root, "usr/local/cuda-12.6/lib64", "targets/x86_64-linux/lib")
-            (root / "usr/local/cuda-12.6/bin").mkdir(parents=True)
-            compat = root / "usr/local/cuda-12.6/compat/lib.real"
+            cuda = f"cuda-{recipe.cuda}"
+            _symlink(root, "usr/local/cuda", cuda)
+            _symlink(root, f"usr/local/{cuda}/lib64", "targets/x86_64-linux/lib")
+            (root / f"usr/local/{cuda}/bin").mkdir(parents=True)
+            compat = root / f"usr/local/{cuda}/compat/lib.real"
             compat.mkdir(parents=True)
             (compat.parent / "README.stand-in").write_text(
                 "triton-composer stand-in: NGC's compat folder holds the CUDA forward-compatibility driver;\n"
                 "this one holds none (the driver comes from the host at run time).\n"
             )
-            conf = root / "etc/ld.so.conf.d/988_cuda-12.conf"
+            conf = root / f"etc/ld.so.conf.d/988_cuda-{recipe.cuda_major}.conf"
             conf.parent.mkdir(parents=True)
-            conf.write_text(f"/{pkgs.CUDA_LIB}\n")
+            conf.write_text(f"/{pkgs.cuda_lib(recipe.cuda)}\n")
 
     def dev(root: Path) -> None:
         prefix = family.libs[0][0].rsplit("/lib/", 1)[0] + "/include/"
         for member, wheel in members.items():
-            if member.startswith(prefix) and not member.endswith("/") and "__init__" not in member:
+            if (member.startswith(prefix) and not member.endswith("/") and "__init__" not in member
+                    and _wheel_of(family, wheel)):
                 path = f"{family.include_dir}/{member[len(prefix):]}"
                 if path not in claimed:  # two wheels may ship the same header
                     claimed.add(path)
@@ -229,17 +241,17 @@ def _replaced(engine: Engine, ref: str, old: ImageInfo | None) -> ImageInfo:
     return built
 
 
-def _tensorrt_libs(engine: Engine, members: dict[str, Path], dest: Path, on_line: LineSink) -> None:
+def _tensorrt_libs(engine: Engine, recipe: pkgs.Recipe, members: dict[str, Path], dest: Path, on_line: LineSink) -> None:
     """The TensorRT stand-in libraries, compiled in the tools image, padded on the host to
     about the real files' sizes (pad.sh)."""
     source = _file("ngc", "tensorrt_libs")
-    cudart = "nvidia/cuda_runtime/lib/libcudart.so.12"
+    cudart = recipe.cudart_member
     with zipfile.ZipFile(members[cudart]) as wheel:
-        files = {"cudart/libcudart.so.12": wheel.read(cudart)}
+        files = {f"cudart/{cudart.rsplit('/', 1)[-1]}": wheel.read(cudart)}
     files.update({f"src/{p.name}": p.read_bytes() for p in source.iterdir() if p.is_file()})
     result = engine.run_once(
         tools_image(engine, on_line),
-        ["sh", "-c", "sh /src/build.sh /src /out /cudart >&2 && tar -C /out -cf - . | base64 -w0"],
+        ["sh", "-c", f"sh /src/build.sh /src /out /cudart {recipe.tensorrt.version} >&2 && tar -C /out -cf - . | base64 -w0"],
         files=files,
     )
     if result.exit_code != 0:
@@ -247,49 +259,52 @@ def _tensorrt_libs(engine: Engine, members: dict[str, Path], dest: Path, on_line
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(result.output.strip()))) as archive:
         archive.extractall(dest, filter="data")
-    for name, _package, size in pkgs.TENSORRT_LIBS:
+    for name, _package, size in recipe.tensorrt.files():
         host.run(["sh", str(_file("ngc", "pad.sh")), str(dest / name), str(size), f"tensorrt-{name}"],
                  f"padding {name}", on_line)
 
 
-def _tensorrt_debs(packer: _Packer, built: Path) -> None:
+def _tensorrt_debs(packer: _Packer, recipe: pkgs.Recipe, built: Path) -> None:
     """libnvinfer10 and friends, from the stand-in libraries in `built`."""
-    for package in dict.fromkeys(package for _name, package, _size in pkgs.TENSORRT_LIBS):
+    trt = recipe.tensorrt
+    for package in dict.fromkeys(package for _name, package, _size in trt.files()):
 
         def fill(root: Path, package: str = package) -> None:
             lib_dir = root / pkgs.SYSTEM_LIB
             lib_dir.mkdir(parents=True)
-            for name, owner, _size in pkgs.TENSORRT_LIBS:
+            for name, owner, _size in trt.files():
                 if owner != package:
                     continue
                 shutil.copy2(built / name, lib_dir / name)
-                soname = name.replace(f".so.{pkgs.TENSORRT_VERSION}", ".so.10")
+                soname = name.replace(f".so.{trt.version}", f".so.{trt.version.split('.')[0]}")
                 if soname != name and "builder_resource" not in name:
                     (lib_dir / soname).symlink_to(name)
 
         packer.pack(
-            debs.Control(package, pkgs.TENSORRT_DEB_VERSION,
-                         f"TensorRT {pkgs.TENSORRT_VERSION} STAND-IN (triton-composer): TensorRT's sonames and "
+            debs.Control(package, trt.deb_version,
+                         f"TensorRT {trt.version} STAND-IN (triton-composer): TensorRT's sonames and "
                          "entry points, padded to about the real size; not NVIDIA's library",
-                         depends=("libcudnn9-cuda-12",) if package == "libnvinfer10" else ("libnvinfer10",),
+                         depends=(trt.depends,) if package == "libnvinfer10" else ("libnvinfer10",),
                          ldconfig=True),
             fill,
         )
 
 
-def layers() -> tuple[Layer, ...]:
+def layers(recipe: pkgs.Recipe) -> tuple[Layer, ...]:
     """The RUN steps of the min image (each a layer well under NGC's largest, 4.8 GB)."""
 
     def runtime(layer: int) -> tuple[str, ...]:
-        return tuple(f.runtime for f in pkgs.FAMILIES if f.layer == layer)
+        return tuple(f.runtime for f in recipe.families if f.layer == layer)
 
+    env = dict(recipe.env)
     return (
-        Layer("CUDA 12.6 runtime libraries", runtime(1)),
-        Layer("cuDNN 9.4 and NCCL 2.22", runtime(2)),
-        Layer("TensorRT 10.4 (stand-in libraries)", tuple(dict.fromkeys(p for _n, p, _s in pkgs.TENSORRT_LIBS))),
-        Layer("CUDA, cuDNN and NCCL development files", tuple(f.dev for f in pkgs.FAMILIES)),
+        Layer(f"CUDA {recipe.cuda} runtime libraries", runtime(1)),
+        Layer(f"cuDNN {env['CUDNN_VERSION']} and NCCL {env['NCCL_VERSION']} (and what else torch's build pins)", runtime(2)),
+        Layer(f"TensorRT {recipe.tensorrt.version} (stand-in libraries)",
+              tuple(dict.fromkeys(p for _n, p, _s in recipe.tensorrt.files()))),
+        Layer("CUDA, cuDNN and NCCL development files", tuple(f.dev for f in recipe.families)),
         Layer("Nsight tools, HPC-X and Debian's compiler toolchain",
-              tuple(g.package for g in pkgs.GENERATED) + pkgs.DEBIAN_TOOLS),
+              tuple(g.package for g in recipe.generated) + pkgs.DEBIAN_TOOLS),
     )
 
 
@@ -301,22 +316,23 @@ def _small_base(engine: Engine, on_line: LineSink) -> str:
 
 def build_min(engine: Engine, release: Release, small_min: ImageInfo, *, force: bool, on_line: LineSink) -> tuple[ImageInfo, bool]:
     """Build (or reuse) the NGC-scale min image on the small min stand-in; (image, built)."""
+    recipe = check_ngc_scale_release(release)
     ref = release.min_ref(REGISTRY)
     labels = {
         "org.triton-composer.standin": "true",
-        "org.triton-composer.standin.recipe": recipe_digest(small_min.id),
+        "org.triton-composer.standin.recipe": recipe_digest(small_min.id, recipe),
         "org.triton-composer.standin.flavour": "min",
         LABEL_SCALE: "ngc",
-        LABEL_GENERATED: " ".join(g.package for g in pkgs.GENERATED) + " and the static archives of the -dev packages",
-        LABEL_STANDIN_LIBS: " ".join(dict.fromkeys(p for _n, p, _s in pkgs.TENSORRT_LIBS))
-        + f": TensorRT {pkgs.TENSORRT_VERSION} stand-ins",
+        LABEL_GENERATED: " ".join(g.package for g in recipe.generated) + " and the static archives of the -dev packages",
+        LABEL_STANDIN_LIBS: " ".join(dict.fromkeys(p for _n, p, _s in recipe.tensorrt.files()))
+        + f": TensorRT {recipe.tensorrt.version} stand-ins",
     }
     info = engine.image(ref)
     if info is not None and not force and all(info.labels.get(k) == v for k, v in labels.items()):
         on_line(f"reusing {ref} ({info.id[:19]})")
         return info, False
     started = time.monotonic()
-    wheel_dir = host.wheels("ngc-cuda-24.09", pkgs.wheel_requirements(), on_line)
+    wheel_dir = host.wheels(f"ngc-cuda-{release.name}", recipe.wheel_requirements(), on_line)
     members = _members(wheel_dir)
     with tempfile.TemporaryDirectory(prefix="standin-ngc-min-", dir=host.cache_dir()) as tmp:
         work = Path(tmp)
@@ -324,12 +340,12 @@ def build_min(engine: Engine, release: Release, small_min: ImageInfo, *, force: 
         repo.mkdir()
         packer = _Packer(repo, on_line)
         claimed: set[str] = set()
-        for family in pkgs.FAMILIES:
-            _family_debs(packer, family, members, claimed)
-        for spec in pkgs.GENERATED:
+        for family in recipe.families:
+            _family_debs(packer, recipe, family, members, claimed)
+        for spec in recipe.generated:
             _generated_deb(packer, spec)
-        _tensorrt_libs(engine, members, work / "tensorrt", on_line)
-        _tensorrt_debs(packer, work / "tensorrt")
+        _tensorrt_libs(engine, recipe, members, work / "tensorrt", on_line)
+        _tensorrt_debs(packer, recipe, work / "tensorrt")
         shutil.rmtree(work / "tensorrt")
         debs.write_index(repo)
         on_line(f"packed {len(list(repo.glob('*.deb')))} packages in {time.monotonic() - started:.0f} s")
@@ -339,7 +355,8 @@ def build_min(engine: Engine, release: Release, small_min: ImageInfo, *, force: 
             (context / "Dockerfile").write_text(
                 templates().get_template("standin-ngc-min.Dockerfile.j2").render(
                     release=release.name, small_min=small_min.id, apt_source=apt_source,
-                    layers=layers(), labels=labels,
+                    layers=layers(recipe), labels=labels, env=recipe.env, cuda=recipe.cuda,
+                    check_libraries=recipe.check_libraries(),
                 )
             )
             on_line(f"building {ref}")
@@ -372,13 +389,14 @@ def build_standins(engine: Engine, release: Release, *, force: bool = False, on_
 C_BACKENDS = {"tensorrt": "/trt", "onnxruntime": "/ort", "pytorch": "/torch"}
 
 
-def _full_digest(min_id: str) -> str:
+def _full_digest(min_id: str, recipe: pkgs.Recipe) -> str:
     """Everything that shapes the NGC-scale full image beyond its min image."""
     from triton_standins import _recipe_digest
 
     digest = hashlib.sha256(f"{min_id} {_recipe_digest(full=True)}".encode())
     digest.update(template_file("standin-ngc-full.Dockerfile.j2").read_bytes())
-    digest.update(repr((pkgs.ORT_WHEEL, pkgs.TORCH_WHEEL, pkgs.TORCH_LEAVE_OUT, pkgs.SIZE_STANDINS, C_BACKENDS)).encode())
+    digest.update(repr((recipe.ort_wheel, recipe.torch_wheel, pkgs.TORCH_LEAVE_OUT, recipe.size_standins,
+                        C_BACKENDS)).encode())
     # What the build compiles or runs, not the notes beside it.
     for path in sorted(p for p in _file("ngc").rglob("*")
                        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".md"):
@@ -397,14 +415,14 @@ def _unpack(wheel_dir: Path, prefix: str, dest: Path, wanted) -> None:
                 _copy_member(archive, member, dest / member[len(prefix):])
 
 
-def _lay_out_onnxruntime(capi: Path, dest: Path) -> None:
+def _lay_out_onnxruntime(capi: Path, dest: Path, recipe: pkgs.Recipe) -> None:
     """ONNX Runtime's libraries under NGC's names: the versioned library, its links, the providers."""
     dest.mkdir(parents=True)
     for lib in sorted(capi.glob("lib*.so*")):
         lib.rename(dest / lib.name)
-    versioned = f"libonnxruntime.so.{pkgs.ORT_VERSION}"
+    versioned = f"libonnxruntime.so.{recipe.ort_version}"
     if not (dest / versioned).is_file():
-        raise BuildFailed(f"the {pkgs.ORT_WHEEL} wheel has no {versioned}")
+        raise BuildFailed(f"the {recipe.ort_wheel} wheel has no {versioned}")
     (dest / "libonnxruntime.so.1").symlink_to(versioned)
     (dest / "libonnxruntime.so").symlink_to("libonnxruntime.so.1")
 
@@ -413,6 +431,7 @@ def build_full(engine: Engine, release: Release, min_info: ImageInfo, *, force: 
     """Build (or reuse) the NGC-scale full image on the NGC-scale min image; (image, built)."""
     import triton_standins as small
 
+    ngc_recipe = check_ngc_scale_release(release)
     recipe = small.recipe_for(release)
     assert recipe is not None
     ref = release.full_ref(REGISTRY)
@@ -421,10 +440,10 @@ def build_full(engine: Engine, release: Release, min_info: ImageInfo, *, force: 
         small.LABEL_WHEEL: f"nvidia-pytriton=={recipe.pytriton}",
         small.LABEL_SERVER: recipe.server,
         small.LABEL_PYTHON: host.PYTHON_VERSION,
-        small.LABEL_RECIPE: _full_digest(min_info.id),
+        small.LABEL_RECIPE: _full_digest(min_info.id, ngc_recipe),
         small.LABEL_MIN_ID: min_info.id,
         "org.triton-composer.standin.flavour": "full",
-        LABEL_GENERATED: "backends " + " ".join(name for name, _files in pkgs.SIZE_STANDINS)
+        LABEL_GENERATED: "backends " + " ".join(name for name, _files in ngc_recipe.size_standins)
         + " (size stand-ins: generated bytes, no backend library); the min image's: "
         + min_info.labels.get(LABEL_GENERATED, ""),
     }
@@ -433,10 +452,10 @@ def build_full(engine: Engine, release: Release, min_info: ImageInfo, *, force: 
         on_line(f"reusing {ref} ({info.id[:19]})")
         return info, False
     started = time.monotonic()
-    ort = host.wheels("onnxruntime-gpu", (pkgs.ORT_WHEEL,), on_line)
-    torch = host.wheels("torch-cuda", (pkgs.TORCH_WHEEL,), on_line)
-    wheel_dir = host.wheels("ngc-cuda-24.09", pkgs.wheel_requirements(), on_line)
-    cudart = "nvidia/cuda_runtime/lib/libcudart.so.12"
+    ort = host.wheels("onnxruntime-gpu", (ngc_recipe.ort_wheel,), on_line)
+    torch = host.wheels("torch-cuda", (ngc_recipe.torch_wheel,), on_line)
+    wheel_dir = host.wheels(f"ngc-cuda-{release.name}", ngc_recipe.wheel_requirements(), on_line)
+    cudart = ngc_recipe.cudart_member
     tools = tools_image(engine, on_line)
     base_ref = f"{REGISTRY}/tritonserver:{release.name}-py3-base"
     try:
@@ -445,10 +464,10 @@ def build_full(engine: Engine, release: Release, min_info: ImageInfo, *, force: 
         with tempfile.TemporaryDirectory(prefix="standin-ngc-full-", dir=host.cache_dir()) as tmp:
             context = Path(tmp)
             host.link_tree(_file("ngc"), context / "ngc")
-            _extract(_members(wheel_dir)[cudart], cudart, context / "cudart" / "libcudart.so.12")
-            on_line(f"unpacking {pkgs.ORT_WHEEL} and {pkgs.TORCH_WHEEL}")
+            _extract(_members(wheel_dir)[cudart], cudart, context / "cudart" / cudart.rsplit("/", 1)[-1])
+            on_line(f"unpacking {ngc_recipe.ort_wheel} and {ngc_recipe.torch_wheel}")
             _unpack(ort, "onnxruntime/capi/", context / "ort-capi", lambda name: ".so" in name and "pybind" not in name)
-            _lay_out_onnxruntime(context / "ort-capi", context / "onnxruntime")
+            _lay_out_onnxruntime(context / "ort-capi", context / "onnxruntime", ngc_recipe)
             shutil.rmtree(context / "ort-capi")
             _unpack(torch, "torch/lib/", context / "pytorch", lambda name: name not in pkgs.TORCH_LEAVE_OUT)
             _unpack(torch, "torch/include/", context / "torch-include", lambda name: True)
@@ -458,7 +477,8 @@ def build_full(engine: Engine, release: Release, min_info: ImageInfo, *, force: 
                 templates().get_template("standin-ngc-full.Dockerfile.j2").render(
                     release=release.name, tools=tools, base=base.id,
                     libtritonserver=_libtritonserver(engine, base.id),
-                    c_backends=C_BACKENDS, size_standins=dict(pkgs.SIZE_STANDINS), labels=labels,
+                    c_backends=C_BACKENDS, size_standins=dict(ngc_recipe.size_standins), labels=labels,
+                    tensorrt_version=ngc_recipe.tensorrt.version, owner=None if recipe.root_owned else "1000:1000",
                 )
             )
             on_line(f"building {ref}")

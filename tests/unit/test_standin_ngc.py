@@ -21,12 +21,25 @@ def test_wheel_libraries_get_ngcs_versioned_names_and_soname_links():
     assert pkgs.versioned("nvidia/cuda_cupti/lib/libnvperf_host.so", None) == ("libnvperf_host.so", None)
 
 
-def test_every_package_is_installed_by_one_layer_none_too_large():
-    names = [p for layer in ngc.layers() for p in layer.packages]
+@pytest.mark.parametrize("release", sorted(pkgs.RECIPES))
+def test_every_package_is_installed_by_one_layer_none_too_large(release):
+    recipe = pkgs.RECIPES[release]
+    names = [p for layer in ngc.layers(recipe) for p in layer.packages]
     assert len(names) == len(set(names))
-    for family in pkgs.FAMILIES:
+    for family in recipe.families:
         assert family.runtime in names and family.dev in names
     assert {"libnvinfer10", "libnvinfer-plugin10", "libnvonnxparsers10"} <= set(names)
+
+
+def test_each_release_has_its_own_cuda_generation():
+    old, new = pkgs.RECIPES["24.09"], pkgs.RECIPES["26.07"]
+    assert old.cudart_member.endswith("libcudart.so.12") and old.cudart.runtime == "cuda-cudart-12-6"
+    assert new.cudart_member.endswith("libcudart.so.13") and new.cudart.runtime == "cuda-cudart-13-0"
+    assert new.check_libraries()[:2] == ("libcudart.so.13", "libcublasLt.so.13")
+    assert "tensorflow" in dict(old.size_standins) and "tensorflow" not in dict(new.size_standins)  # gone after 25.03
+    assert new.tensorrt.files()[0][0] == "libnvinfer.so.10.13.3" and new.tensorrt.depends == "libcudnn9-cuda-13"
+    # Each release's data shapes only its own image.
+    assert ngc.recipe_digest("sha256:x", old) != ngc.recipe_digest("sha256:x", new)
 
 
 @pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb (Debian hosts)")
@@ -48,12 +61,17 @@ def test_debs_are_packed_indexed_and_served_on_loopback(tmp_path):
         assert urllib.request.urlopen(url + "Packages").read().decode() == index
 
 
-def test_min_template_installs_each_layer_and_checks_for_driver_libraries():
+@pytest.mark.parametrize("release, cuda_version, cudart", [("24.09", "12.6.1", "libcudart.so.12"),
+                                                            ("26.07", "13.0.2", "libcudart.so.13")])
+def test_min_template_installs_each_layer_and_checks_for_driver_libraries(release, cuda_version, cudart):
+    recipe = pkgs.RECIPES[release]
     text = templates().get_template("standin-ngc-min.Dockerfile.j2").render(
-        release="24.09", small_min="sha256:abc", apt_source="deb [trusted=yes] http://127.0.0.1:1/ ./",
-        layers=ngc.layers(), labels={"a": "b"})
-    assert text.count("apt-get install") == len(ngc.layers())
-    assert "CUDA_VERSION=12.6.1" in text and "libcuda.so*" in text and "/var/cache/apt/archives/*.deb" in text
+        release=release, small_min="sha256:abc", apt_source="deb [trusted=yes] http://127.0.0.1:1/ ./",
+        layers=ngc.layers(recipe), labels={"a": "b"}, env=recipe.env, cuda=recipe.cuda,
+        check_libraries=recipe.check_libraries())
+    assert text.count("apt-get install") == len(ngc.layers(recipe))
+    assert f"CUDA_VERSION={cuda_version}" in text and "libcuda.so*" in text and "/var/cache/apt/archives/*.deb" in text
+    assert f"/usr/local/cuda-{recipe.cuda}/targets/x86_64-linux/lib/{cudart}" in text
 
 
 def test_collector_names_nvidia_libraries_per_backend_and_where_they_come_from(tmp_path):

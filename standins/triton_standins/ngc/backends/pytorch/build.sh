@@ -26,7 +26,10 @@ for c in "$src/../backend_common.c" "$src/../json.c"; do
   gcc $common -std=c11 -D_GNU_SOURCE -I"$src/.." -c -o "$tmp/$(basename "$c" .c).o" "$c"
 done
 # torch's headers are -isystem: their own warnings are not this backend's to fix.
-g++ $common -std=c++17 -D_GLIBCXX_USE_CXX11_ABI=$abi -I"$src/.." \
+# libtorch 2.5 builds as C++17; newer libtorch's headers require C++20 (ATen.h says so).
+std=c++17
+if grep -q 'C++20 or later' "$torch/include/ATen/ATen.h" 2>/dev/null; then std=c++20; fi
+g++ $common -std=$std -D_GLIBCXX_USE_CXX11_ABI=$abi -I"$src/.." \
   -isystem "$torch/include" -isystem "$torch/include/torch/csrc/api/include" -c -o "$tmp/pytorch.o" "$src/pytorch.cc"
 # --no-as-needed: libtorch.so is NEEDED as in NGC's backend (it brings libtorch_cuda and its CUDA libraries).
 link="-L$torch/lib -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed"

@@ -160,7 +160,7 @@ TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
   TRITONSERVER_Error* err = bk_check_api("pytorch", &major, &minor);
   if (err) return err;
   bk_log(TRITONSERVER_LOG_INFO, "libtorch %s, %zu CUDA devices, %d threads, backend API %u.%u, CPU execution", TORCH_VERSION,
-         torch::cuda::device_count(), at::get_num_threads(), major, minor);
+         static_cast<size_t>(torch::cuda::device_count()), at::get_num_threads(), major, minor);
   return nullptr;
 }
 

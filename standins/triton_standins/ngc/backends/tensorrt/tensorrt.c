@@ -19,7 +19,10 @@ void standin_destroyInferRuntime(void* runtime);
 bool initLibNvInferPlugins(void* logger, const char* lib_namespace);
 
 /* The TensorRT version this backend was built for, in getInferLibVersion's encoding. */
-#define BUILT_FOR_TRT (10 * 10000 + 4 * 100 + 0)
+#ifndef TRT_MINOR
+#error "build.sh passes TRT_MINOR and TRT_PATCH"
+#endif
+#define BUILT_FOR_TRT (10 * 10000 + TRT_MINOR * 100 + TRT_PATCH)
 
 TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
   (void)backend;
@@ -30,8 +33,8 @@ TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
   /* A backend linked against one TensorRT and run with another fails on plans (server
    * issue 8462): say so at start rather than at the first model. */
   if (v / 100 != BUILT_FOR_TRT / 100)
-    return bk_error(TRITONSERVER_ERROR_UNSUPPORTED, "built for TensorRT 10.4, but libnvinfer.so.10 is TensorRT %d.%d.%d",
-                    v / 10000, v / 100 % 100, v % 100);
+    return bk_error(TRITONSERVER_ERROR_UNSUPPORTED, "built for TensorRT 10.%d, but libnvinfer.so.10 is TensorRT %d.%d.%d",
+                    TRT_MINOR, v / 10000, v / 100 % 100, v % 100);
   if (!initLibNvInferPlugins(NULL, ""))
     return bk_error(TRITONSERVER_ERROR_INTERNAL, "TensorRT's plugin library did not initialize");
   bk_log(TRITONSERVER_LOG_INFO, "TensorRT version %d.%d.%d (getInferLibVersion %d), backend API %u.%u", v / 10000,
