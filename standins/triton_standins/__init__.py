@@ -11,6 +11,7 @@ server really inside, which for releases after 24.10 is older than the catalog's
 from __future__ import annotations
 
 import hashlib
+import inspect
 import shutil
 import tempfile
 import time
@@ -281,6 +282,7 @@ def _recipe_digest(*, full: bool) -> str:
         digest.update(repr((sorted(BACKEND_PACKAGES.items()), C_BACKENDS, NUMPY_REQUIREMENT)).encode())
         for path in _backend_sources():
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        digest.update(inspect.getsource(_lay_out_server).encode())  # how /opt/tritonserver is laid out
     return digest.hexdigest()[:16]
 
 
@@ -336,9 +338,12 @@ def _lay_out_server(tree: Path, dest: Path, server_version: str) -> str:
     host.link_tree(server / "backends" / "python", dest / "backends" / "python")
     host.link_tree(stub.parent, dest / "backends" / "python")
     host.link_tree(server / "caches", dest / "caches")
-    licence = next(tree.glob("nvidia_pytriton-*.dist-info/LICENSE"), None)
-    if licence is not None:
-        shutil.copy2(licence, dest / "LICENSE")
+    # NGC's tree carries the server's licence; newer wheels keep it under dist-info/licenses/ (PEP 639).
+    licence = next(iter(sorted(tree.glob("nvidia_pytriton-*.dist-info/LICENSE"))
+                        + sorted(tree.glob("nvidia_pytriton-*.dist-info/licenses/LICENSE"))), None)
+    if licence is None:
+        raise BuildFailed("the nvidia-pytriton wheel carries no LICENSE for /opt/tritonserver/LICENSE")
+    shutil.copy2(licence, dest / "LICENSE")
     (dest / "TRITON_VERSION").write_text(server_version + "\n")
     return candidates[0].name
 
