@@ -1,4 +1,4 @@
-"""The composer against a compose.py-style composition, on the NGC-scale 24.09 stand-ins.
+"""The composer against a compose.py-style composition, on the NGC-scale stand-ins (24.09; 26.07, CUDA 13).
 
 For onnxruntime+python and the four-backend selection (onnxruntime, python, tensorrt, pytorch):
 the full and min images' sizes, the composed image's, and the size of a composition made the way
@@ -17,6 +17,7 @@ and DCGM from NVIDIA's repository. So its size is a lower bound of compose.py's.
 
     .venv/bin/python benchmarks/ngc_scale.py     (needs `triton-standin --scale ngc` first)
     .venv/bin/python benchmarks/ngc_scale.py --only flavours   (issue 27's rows only)
+    .venv/bin/python benchmarks/ngc_scale.py --version 26.07 --only selections   (the CUDA 13 generation)
 
 It removes every image it makes.
 """
@@ -62,13 +63,16 @@ LEFT_OUT = ("pip install --upgrade pip; pip install wheel setuptools 'numpy<2' v
             "from containers here)", "DCGM 3.2.6 from NVIDIA's apt repository (not reachable here)")
 
 
-def compose_py_dockerfile(full: str, minimal: str, backends: tuple[str, ...]) -> str:
-    """A Dockerfile made as compose.py makes it (section 4), without its non-Debian network steps."""
+def compose_py_dockerfile(full: str, minimal: str, backends: tuple[str, ...], release=None) -> str:
+    """A Dockerfile made as compose.py makes it (section 4), without its non-Debian network steps;
+    from 26.06 its copies are owned by root (section 7)."""
+    server, name = (release.server, release.name) if release is not None else ("2.50.0", "24.09")
+    chown = "" if name >= "26.06" else "--chown=1000:1000 "
     apt = list(APT_ALWAYS)
     if {"onnxruntime", "pytorch"} & set(backends):
         apt.append("libgomp1")
     lines = [f"FROM {full} AS full", f"FROM {minimal}",
-             "ENV TRITON_SERVER_VERSION=2.50.0 NVIDIA_TRITON_SERVER_VERSION=24.09 TRITON_SERVER_USER=triton-server",
+             f"ENV TRITON_SERVER_VERSION={server} NVIDIA_TRITON_SERVER_VERSION={name} TRITON_SERVER_USER=triton-server",
              "RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends " + " ".join(apt)
              + " >/dev/null && rm -rf /var/lib/apt/lists/*"]
     if "python" in backends:
@@ -76,11 +80,11 @@ def compose_py_dockerfile(full: str, minimal: str, backends: tuple[str, ...]) ->
                      + " ".join(APT_PYTHON) + " >/dev/null && rm -rf /var/lib/apt/lists/*")
     if "pytorch" in backends:
         lines.append("ENV LD_LIBRARY_PATH=/opt/hpcx/ucc/lib/:/opt/hpcx/ucx/lib/:${LD_LIBRARY_PATH}")
-    lines.append(f"RUN rm -rf {ROOT} && mkdir -p {ROOT} && chown 1000:1000 {ROOT}")
+    lines.append(f"RUN rm -rf {ROOT} && mkdir -p {ROOT}" + (" && chown 1000:1000 " + ROOT if chown else ""))
     for part in ("LICENSE", "TRITON_VERSION", "bin", "lib"):
-        lines.append(f"COPY --chown=1000:1000 --from=full {ROOT}/{part} {ROOT}/{part}")
-    for name in backends:
-        lines.append(f"COPY --chown=1000:1000 --from=full {ROOT}/backends/{name} {ROOT}/backends/{name}")
+        lines.append(f"COPY {chown}--from=full {ROOT}/{part} {ROOT}/{part}")
+    for backend in backends:
+        lines.append(f"COPY {chown}--from=full {ROOT}/backends/{backend} {ROOT}/backends/{backend}")
     return "\n".join(lines) + "\n"
 
 
@@ -154,7 +158,7 @@ def run(engine, catalog, version: str, backends: tuple[str, ...]) -> None:
             finally:
                 sweep_stages(engine)
             with tempfile.TemporaryDirectory(prefix="compose-py-") as tmp:
-                (Path(tmp) / "Dockerfile").write_text(compose_py_dockerfile(full.id, minimal.id, backends))
+                (Path(tmp) / "Dockerfile").write_text(compose_py_dockerfile(full.id, minimal.id, backends, release))
                 _, style_s = timed(lambda: engine.build(Path(tmp), tag=style_tag, labels=LABEL, network_mode="host"))
             style = engine.require_image(style_tag).size
         finally:
@@ -174,7 +178,9 @@ def run(engine, catalog, version: str, backends: tuple[str, ...]) -> None:
           f"compose.py-style build {style_s:.0f} s")
     base = next(p.size for p in pruned.sizes.parts if p.kind == "base")
     pruned_counts = pruned_report.to_dict()["counts"]
+    goal = " (goal <= 0.40)" if version >= "26.01" and backends == SELECTIONS[0] else ""
     print(f"  --base pruned  {gb(pruned.size)}   pruned/compose.py-style {pruned.size / style:.2f}   "
+          f"pruned/min-based {pruned.size / result.size:.2f}{goal}   "
           f"pruned base {gb(base)} (min {gb(minimal.size)})   smoke test passed {pruned_counts['passed']}, "
           f"skipped {pruned_counts['skipped']}, failed {pruned_counts['failed']}")
     made = f"making the base in {base_made.seconds:.0f} s" if base_made else "the base was there already"
@@ -206,7 +212,7 @@ def run_flavours(engine, catalog, version: str) -> None:
                     style_tag = f"triton-composer-bench/tritonserver:compose-py-{name}"
                     try:
                         with tempfile.TemporaryDirectory(prefix="compose-py-") as tmp:
-                            (Path(tmp) / "Dockerfile").write_text(compose_py_dockerfile(full.id, minimal.id, backends))
+                            (Path(tmp) / "Dockerfile").write_text(compose_py_dockerfile(full.id, minimal.id, backends, release))
                             engine.build(Path(tmp), tag=style_tag, labels=LABEL, network_mode="host")
                         styles[backends] = engine.require_image(style_tag).size
                     finally:
@@ -225,6 +231,9 @@ def run_flavours(engine, catalog, version: str) -> None:
         print(f"  image {gb(result.size)}   compose.py-style {gb(style)}   image/compose.py-style {ratio:.3f}{verdict}")
         print(f"  base {gb(base)}   build {build_s:.0f} s   smoke test passed {counts['passed']}, skipped "
               f"{counts['skipped']}, failed {counts['failed']} (device {plan.device})   peak disk used {gb(disk.used)}")
+        if result.pruning is not None:  # where a pruned base's bytes are, and which kept file asks for them
+            largest = sorted(result.pruning.kept, key=lambda p: -p["size"])[:6]
+            print("  largest kept packages: " + "; ".join(f"{p['package']} {gb(p['size'])} ({p['why']})" for p in largest))
 
 
 def main() -> int:
