@@ -429,7 +429,9 @@ def make_plan(
     if flavour is not None:
         check_flavour_base(flavour, options.backends, minimal.ref, full.ref, offer,
                            (full_env or {}).get("TRITON_SERVER_VERSION"), full_cuda_major)
-        base_backends = tuple(sorted(b for b in options.backends if b in flavour.catalogued and b not in custom_names))
+        # Every backend of the flavour's image is in the composed image (it is the base), asked or not.
+        held = flavour.offer.components.get("backend", ())
+        base_backends = tuple(sorted(b for b in flavour.catalogued if b in held and b not in custom_names))
         custom_names_or_base = custom_names | set(base_backends)
     else:
         custom_names_or_base = custom_names

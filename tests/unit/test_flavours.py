@@ -78,8 +78,8 @@ def test_the_flavours_image_is_the_base_and_the_full_image_stays_py3(catalog):
 
 def test_vllm_and_python_come_from_the_flavours_image_other_backends_from_the_full_image(catalog):
     p = plan(catalog, "vllm", "onnxruntime")
-    assert p.backends == ("onnxruntime",) and p.base_backends == ("vllm",)
-    assert p.all_backends == ("onnxruntime", "vllm") and p.core == () and not p.python_runtime
+    assert p.backends == ("onnxruntime",) and p.base_backends == ("python", "vllm")
+    assert p.all_backends == ("onnxruntime", "python", "vllm") and p.core == () and not p.python_runtime
     assert dict(p.labels)["org.triton-composer.flavour"] == "vllm"
     assert dict(p.labels)["org.opencontainers.image.base.name"] == VLLM
     assert p.record()["flavour"] == "vllm"
@@ -140,7 +140,7 @@ def test_an_unknown_backend_is_still_named_against_the_full_image(catalog):
 def test_render_without_an_engine_plans_the_flavour_from_the_catalog(catalog):
     resolved = resolve_offline(spec(backends=("vllm", "onnxruntime"), version="24.09", flavour="vllm"), catalog)
     assert resolved.plan.min.ref == "nvcr.io/nvidia/tritonserver:24.09-vllm-python-py3"
-    assert resolved.plan.base_backends == ("vllm",)
+    assert resolved.plan.base_backends == ("python", "vllm")
 
 
 def test_the_probe_reads_the_cuda_major_from_libcudarts_soname():

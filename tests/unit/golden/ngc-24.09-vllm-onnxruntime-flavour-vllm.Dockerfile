@@ -1,5 +1,5 @@
 # Rendered by triton-composer 0.1.0 from dockerfiles/compose.Dockerfile.j2; edit the composition, not this file.
-# Triton 24.09 (server 2.50.0): backends onnxruntime, vllm
+# Triton 24.09 (server 2.50.0): backends onnxruntime, python, vllm
 
 FROM localhost/standin-ngc/tritonserver:24.09-py3 AS full
 
@@ -47,7 +47,7 @@ LABEL \
     org.opencontainers.image.created="2024-09-01T00:00:00Z" \
     org.opencontainers.image.title="Triton Inference Server (composed)" \
     org.opencontainers.image.version="24.09" \
-    org.triton-composer.backends="onnxruntime,vllm" \
+    org.triton-composer.backends="onnxruntime,python,vllm" \
     org.triton-composer.flavour="vllm" \
     org.triton-composer.full-image="localhost/standin-ngc/tritonserver:24.09-py3" \
     org.triton-composer.release="24.09" \
