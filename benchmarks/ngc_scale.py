@@ -18,6 +18,7 @@ and DCGM from NVIDIA's repository. So its size is a lower bound of compose.py's.
     .venv/bin/python benchmarks/ngc_scale.py     (needs `triton-standin --scale ngc` first)
     .venv/bin/python benchmarks/ngc_scale.py --only flavours   (issue 27's rows only)
     .venv/bin/python benchmarks/ngc_scale.py --version 26.07 --only selections   (the CUDA 13 generation)
+    .venv/bin/python benchmarks/ngc_scale.py --only vllm       (issue 28's rows: needs --flavour vllm too)
 
 It removes every image it makes.
 """
@@ -41,7 +42,7 @@ from composer.build.pruning import sweep_stages
 from composer.resolve.resolve import resolve
 from composer.verify.smoke import SmokePlan, smoke_test
 from composer.spec.options import CompositionSpec
-from triton_standins import ngc
+from triton_standins import ngc, ngc_vllm
 
 SELECTIONS = (("onnxruntime", "python"), ("onnxruntime", "python", "tensorrt", "pytorch"))
 # Issue 27's flavours: (backends, spec fields, what it is, goal as a fraction of the compose.py-style image).
@@ -236,11 +237,41 @@ def run_flavours(engine, catalog, version: str) -> None:
             print("  largest kept packages: " + "; ".join(f"{p['package']} {gb(p['size'])} ({p['why']})" for p in largest))
 
 
+def run_vllm(engine, catalog, version: str) -> None:
+    """Issue 28: the vLLM stand-in, and vllm+onnxruntime composed on it (smoke test included)
+    against the goal: at most the vLLM image plus 5% over the onnxruntime backend's folder."""
+    release = catalog.release(version)
+    vllm = engine.require_image(ngc_vllm.flavour_ref(release))
+    print(f"== vLLM stand-in {vllm.ref}")
+    print(f"  {gb(vllm.size)} (NGC's 24.09-vllm-python-py3: 19 GB)   min {gb(engine.require_image(release.min_ref(ngc.REGISTRY)).size)}")
+    tag = "triton-composer-bench/tritonserver:vllm-onnxruntime"
+    spec = CompositionSpec().with_fields({"selection.backends": ("vllm", "onnxruntime"), "images.version": version,
+                                          "images.registry": ngc.REGISTRY, "selection.flavour": "vllm",
+                                          "result.tag": tag})
+    with PeakDisk() as disk:
+        try:
+            plan, probe_s = timed(lambda: resolve(engine, spec, catalog).plan)
+            result, build_s = timed(lambda: build_image(engine, plan, labels=LABEL))
+        finally:
+            engine.remove_image(tag, force=True)
+            sweep_stages(engine)
+    ort = next(p.size for p in result.sizes.parts if p.name == "onnxruntime")
+    goal = vllm.size + 1.05 * ort
+    counts = result.smoke.to_dict()["counts"]
+    print("== vllm+onnxruntime --flavour vllm")
+    print(f"  image {gb(result.size)}   vLLM image {gb(vllm.size)}   onnxruntime folder {gb(ort)}   "
+          f"over the vLLM image {gb(result.size - vllm.size)} = {(result.size - vllm.size) / ort:.3f}x the folder "
+          f"(goal <= vLLM image + 1.05x the folder = {gb(goal)}: {'met' if result.size <= goal else 'NOT met'})")
+    print(f"  probe {probe_s:.0f} s   build {build_s:.0f} s   smoke test passed {counts['passed']}, skipped "
+          f"{counts['skipped']}, failed {counts['failed']}   peak disk used {gb(disk.used)}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", default="24.09")
-    parser.add_argument("--only", choices=("all", "selections", "flavours"), default="all",
-                        help="the min-base/pruned selections, issue 27's flavours (providers, CPU-only), or both")
+    parser.add_argument("--only", choices=("all", "selections", "flavours", "vllm"), default="all",
+                        help="the min-base/pruned selections, issue 27's flavours (providers, CPU-only), issue 28's "
+                             "vLLM rows, or all")
     args = parser.parse_args()
     try:
         engine = Engine.connect()
@@ -251,6 +282,8 @@ def main() -> int:
                 run(engine, catalog, args.version, backends)
         if args.only in ("all", "flavours"):
             run_flavours(engine, catalog, args.version)
+        if args.only in ("all", "vllm"):
+            run_vllm(engine, catalog, args.version)
     except ComposerError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 1

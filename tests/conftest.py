@@ -101,6 +101,18 @@ def ngc_standins_cuda13(engine: Engine):
 CUDA13_RELEASE = "26.07"
 
 
+@pytest.fixture(scope="session")
+def vllm_standin(engine: Engine, ngc_standins):
+    """The NGC-scale 24.09 vLLM stand-in (scripts/test builds it first; seconds when present)."""
+    from triton_standins import ngc_vllm
+
+    min_info = engine.image(ngc_standins.min_ref)
+    assert min_info is not None
+    info, _built = ngc_vllm.build_vllm(engine, Catalog.load().release(STANDIN_RELEASE), min_info,
+                                       on_line=lambda _line: None)
+    return info
+
+
 # The Ubuntu 24.04 generation's stand-ins the tests use: 25.01 (tree owned by 1000:1000) and
 # 26.07 (tree owned by root). scripts/test builds them before the run.
 GENERATION_2404_RELEASES = ("25.01", "26.07")

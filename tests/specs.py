@@ -11,7 +11,7 @@ _FIELDS = {
     "bake_models": "selection.bake_models", "smoke_cases": "result.smoke_cases", "samples": "result.samples",
     "base": "selection.base", "keep_tensorrt_builder": "selection.keep_tensorrt_builder",
     "ort_providers": "selection.ort_providers", "device": "selection.device", "gpus": "result.gpus",
-    "strict": "result.strict",
+    "strict": "result.strict", "flavour": "selection.flavour",
 }
 
 

@@ -726,6 +726,21 @@ def probe_image(root):
     }
 
 
+def cudart_sonames(resolver):
+    """The sonames of CUDA's runtime (libcudart.so.N) the loader finds, in its search order: the
+    CUDA major an image's backends were built for (two images to mix must agree on it)."""
+    found = []
+    for folder in resolver.ld_library_path + resolver.system_dirs:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            if re.match(r"^libcudart\.so\.[0-9]+$", name) and name not in found:
+                found.append(name)
+    return found
+
+
 def probe(root=DEFAULT_ROOT, system_dirs=None, ld_library_path=None, python=True):
     """The whole report for the Triton tree at `root` (see the module docstring)."""
     root = os.path.normpath(root)
@@ -750,6 +765,7 @@ def probe(root=DEFAULT_ROOT, system_dirs=None, ld_library_path=None, python=True
         "python": probe_python(resolver, version, libpython) if python else None,
         "stub_python": version,
         "stub_libpython": libpython,
+        "cudart": cudart_sonames(resolver),
         "facts": probe_image(root),
     }
 

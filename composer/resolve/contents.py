@@ -145,6 +145,12 @@ class FullImageContents:
     serve: bool = False  # /usr/bin/serve (SageMaker-enabled images)
     machine: str = ""  # e.g. x86_64: with libc, which wheels fit the image's python
     libc: str = ""  # glibc version, e.g. 2.35 ("" when the probe found none)
+    cudart: tuple[str, ...] = ()  # libcudart.so.N the loader finds, in its search order (none: no CUDA)
+
+    @property
+    def cuda_major(self) -> str | None:
+        """The CUDA major of the image, as its runtime library's soname says (libcudart.so.12: 12)."""
+        return self.cudart[0].rsplit(".", 1)[-1] if self.cudart else None
 
     def component(self, kind: str, name: str) -> Component | None:
         for c in self.components:
@@ -184,6 +190,7 @@ class FullImageContents:
             "root": self.root,
             "machine": self.machine,
             "libc": self.libc,
+            **({"cudart": list(self.cudart)} if self.cudart else {}),
             "ld_library_path": list(self.ld_library_path),
             "core": {
                 "paths": list(self.core_paths),
@@ -237,6 +244,7 @@ class FullImageContents:
             serve=bool(facts.get("serve")),
             machine=str(d.get("machine") or ""),
             libc=str(d.get("libc") or ""),
+            cudart=tuple(d.get("cudart") or ()),
         )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from composer import __version__
-from composer.spec.catalog import Catalog, Release
+from composer.spec.catalog import DEFAULT_FLAVOUR, Catalog, Flavour, Release
 from composer.core.errors import UsageError
 from composer.spec.model_envs import ModelEnv, hints
 from composer.spec.requirements import public_requirement
@@ -68,6 +68,18 @@ class Offer:
         )
 
     @classmethod
+    def from_flavour(cls, flavour: Flavour, release: Release) -> "Offer":
+        """What a flavour's image holds as the catalog says (no engine was asked)."""
+        return cls(
+            source=f"NGC's {release.name} {flavour.name} image (as catalogued; no engine was asked)",
+            core=(),
+            has_include=False,
+            components={"backend": flavour.backends, "repoagent": (), "cache": ()},
+            python=release.python,
+            runtime_python=release.python,
+        )
+
+    @classmethod
     def from_contents(cls, contents) -> "Offer":
         """From composer.resolve.contents.FullImageContents (what the probe found in the image)."""
         names = {kind: tuple(contents.names(kind)) for kind in KINDS}
@@ -88,6 +100,47 @@ class Offer:
             ort_providers=next((c.providers for c in contents.components
                                 if c.kind == "backend" and c.name == "onnxruntime"), ()),
         )
+
+
+@dataclass(frozen=True)
+class FlavourBase:
+    """The flavour's image a composition is built on (--flavour), and what it holds."""
+
+    name: str
+    catalogued: tuple[str, ...]  # the backends the catalog says its image holds (taken from it)
+    offer: Offer  # what the image holds (probed, or as catalogued)
+    server_version: str | None  # as its environment states
+    cuda_major: str | None  # as its libcudart soname says
+    built_on: str  # what NGC builds the flavour's image on
+
+    @classmethod
+    def of(cls, flavour: Flavour, offer: Offer, env: Mapping[str, str], cuda_major: str | None) -> "FlavourBase":
+        return cls(flavour.name, flavour.backends, offer, env.get("TRITON_SERVER_VERSION"), cuda_major,
+                   flavour.built_on)
+
+
+def check_flavour_base(flavour: FlavourBase, asked: tuple[str, ...], base_ref: str, full_ref: str, full_offer: Offer,
+                       full_server: str | None, full_cuda: str | None) -> None:
+    """The flavour's image and the py3 full image must agree where parts of one run on the other:
+    one server, one CUDA major, one python; and the flavour's image must hold what is asked of it.
+    Each refusal names both images."""
+    pairs = (
+        ("server versions differ", flavour.server_version, full_server, "server"),
+        ("CUDA majors differ", flavour.cuda_major, full_cuda, "libcudart.so."),
+        ("python versions differ", flavour.offer.python, full_offer.python, "python "),
+    )
+    for what, base_value, full_value, shown in pairs:
+        if base_value and full_value and base_value != full_value:
+            raise UsageError(
+                f"--flavour {flavour.name}: {what}: {base_ref} has {shown}{'' if shown.endswith(('.', ' ')) else ' '}"
+                f"{base_value}, {full_ref} has {shown}{'' if shown.endswith(('.', ' ')) else ' '}{full_value}: "
+                "parts of one cannot run on the other")
+    held = flavour.offer.components.get("backend", ())
+    for name in asked:
+        if name in flavour.catalogued and name not in held:
+            raise UsageError(f"--flavour {flavour.name} -b {name}: {base_ref} does not hold backend {name} (it holds "
+                             f"{', '.join(held) or 'none'}); the {flavour.name} flavour takes "
+                             f"{', '.join(flavour.catalogued)} from its own image")
 
 
 @dataclass(frozen=True)
@@ -213,6 +266,8 @@ class CompositionPlan:
     device: str = "gpu"  # "cpu": an image for hosts with no GPU (--device cpu)
     # ONNX Runtime's providers kept ("shared" with any of them); None: the backend's folder as it is
     ort_providers: tuple[str, ...] | None = None
+    flavour: str = DEFAULT_FLAVOUR  # "vllm": built on the release's vLLM image, not the min image
+    base_backends: tuple[str, ...] = ()  # backends the flavour's image holds and the image keeps from it
 
     @property
     def cpu_only(self) -> bool:
@@ -246,12 +301,14 @@ class CompositionPlan:
     def all_backends(self) -> tuple[str, ...]:
         """Backends in the image: from the full image, from other images, and custom ones."""
         others = {c.name for c in self.custom_backends} | {f.name for f in self.foreign_backends}
-        return tuple(sorted(set(self.backends) | others))
+        return tuple(sorted(set(self.backends) | others | set(self.base_backends)))
 
     @property
     def python_runtime(self) -> bool:
         """Whether the image gets the python the stub runs on (its own layer): the python backend,
-        or a custom backend that is a model.py served through it."""
+        or a custom backend that is a model.py served through it. A flavour's image has its own."""
+        if "python" in self.base_backends:
+            return False
         return "python" in self.all_backends or any(
             (c.source / "model.py").is_file() and not (c.source / f"libtriton_{c.name}.so").is_file()
             for c in self.custom_backends)
@@ -300,6 +357,8 @@ class CompositionPlan:
             "base": self.base,
             **({"device": self.device} if self.cpu_only else {}),
             **({"ort_providers": list(self.ort_providers)} if self.ort_providers is not None else {}),
+            **({"flavour": self.flavour, "base_backends": list(self.base_backends)}
+               if self.flavour != DEFAULT_FLAVOUR else {}),
         }
 
 
@@ -350,20 +409,33 @@ def make_plan(
     packages: Packages | None = None,
     model_envs: tuple[ModelEnv, ...] = (),
     min_config: BaseConfig | None = None,
+    flavour: FlavourBase | None = None,
+    full_cuda_major: str | None = None,
 ) -> CompositionPlan:
     """Check the selection against what the full image offers and fix every detail of the image.
 
     `created` is the image's creation time for its OCI label (resolved once, by the caller);
     `packages` the spec's packages as the build installs them (fetched into a wheelhouse by
     composer.resolve.resolve), so the spec itself is never rewritten; `min_config` the min image's
-    configuration (needed for --base pruned).
+    configuration (needed for --base pruned); `flavour` the flavour's image the image is built on
+    (the min role), checked against the full image (`full_cuda_major`: its libcudart's major).
     """
     options = spec.selection
     custom = _custom_backends(options.custom_backends)
     custom_names = {c.name for c in custom}
     foreign = tuple(sorted(foreign, key=lambda f: f.name))
     custom_names |= {f.name for f in foreign}
-    backends = _validated("backend", options.backends, offer, exclude=custom_names)
+    base_backends: tuple[str, ...] = ()
+    if flavour is not None:
+        check_flavour_base(flavour, options.backends, minimal.ref, full.ref, offer,
+                           (full_env or {}).get("TRITON_SERVER_VERSION"), full_cuda_major)
+        # Every backend of the flavour's image is in the composed image (it is the base), asked or not.
+        held = flavour.offer.components.get("backend", ())
+        base_backends = tuple(sorted(b for b in flavour.catalogued if b in held and b not in custom_names))
+        custom_names_or_base = custom_names | set(base_backends)
+    else:
+        custom_names_or_base = custom_names
+    backends = _validated("backend", options.backends, offer, exclude=custom_names_or_base)
     repoagents = _validated("repoagent", options.repoagents, offer)
     caches = _validated("cache", options.caches, offer)
 
@@ -376,7 +448,11 @@ def make_plan(
             )
     # A Python-based backend (a model.py in its folder) is served through the python backend.
     needs_python = sorted({b for b in backends if b in offer.python_based} | {f.name for f in foreign if f.python_based})
-    if needs_python and "python" not in backends:
+    if needs_python and "python" not in backends and flavour is not None and "python" in flavour.catalogued:
+        if "python" not in base_backends:
+            base_backends = tuple(sorted(set(base_backends) | {"python"}))
+            notes.append(f"kept the {flavour.name} image's python backend: {', '.join(needs_python)} run through it")
+    elif needs_python and "python" not in backends:
         if "python" not in offer.components.get("backend", ()):
             raise UsageError(
                 f"backend {needs_python[0]} is Python-based and needs the python backend, "
@@ -387,7 +463,7 @@ def make_plan(
     if options.with_headers and not offer.has_include:
         raise UsageError(f"--with-headers: {offer.source} has no /opt/tritonserver/include")
 
-    all_backends = sorted(set(backends) | custom_names)
+    all_backends = sorted(set(backends) | custom_names | set(base_backends))
     packages = spec.packages if packages is None else packages
     if packages:
         if "python" not in all_backends:
@@ -410,6 +486,10 @@ def make_plan(
                                          flavour=_flavour(cpu, options.ort_providers))
     labels = _labels(release, server_version, full, minimal, all_backends, repoagents, caches, created,
                      spec.result.labels)
+    if flavour is not None:
+        notes.append(f"built on the {flavour.name} image {minimal.ref} (NGC builds it on {flavour.built_on}); "
+                     f"from it: the server core and backends {', '.join(base_backends) or 'none'}")
+        labels = tuple(sorted({**dict(labels), "org.triton-composer.flavour": flavour.name}.items()))
     if cpu or providers is not None:
         extra = {"org.triton-composer.device": options.device}
         if providers is not None:
@@ -423,7 +503,7 @@ def make_plan(
         repoagents=repoagents,
         caches=caches,
         custom_backends=custom,
-        core=offer.core,
+        core=() if flavour is not None else offer.core,  # a flavour's image has the server core
         with_headers=options.with_headers,
         env=env,
         labels=labels,
@@ -447,6 +527,8 @@ def make_plan(
         pruning=_pruning(options, release, catalog, min_config),
         device=options.device,
         ort_providers=providers,
+        flavour=flavour.name if flavour is not None else DEFAULT_FLAVOUR,
+        base_backends=base_backends,
     )
 
 

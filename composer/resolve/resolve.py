@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from composer.spec.catalog import Catalog, Release
+from composer.spec.catalog import Catalog, Flavour, Release
 from composer.resolve.contents import FullImageContents, inspect_full
 from composer.engine.engine import Engine, ImageInfo
 from composer.core.errors import EngineUnavailable, ImageNotFound, UsageError
@@ -25,6 +25,7 @@ from composer.resolve.plan import (
     BaseConfig,
     BaseImage,
     CompositionPlan,
+    FlavourBase,
     Offer,
     check_image_release,
     created_label,
@@ -194,6 +195,7 @@ class Targets:
     min: str
     backend_images: tuple[tuple[str, str], ...] = ()
     full_info: ImageInfo | None = None  # when reading the release already required the full image
+    flavour: Flavour | None = None  # --flavour: `min` is the flavour's image, the composition's base
 
     def roles(self) -> list[tuple[str, str]]:
         """(role, ref) of every base image: full, min, backend:<name>."""
@@ -219,8 +221,11 @@ def resolve_targets(spec: CompositionSpec, catalog: Catalog, engine: Engine | No
     images = spec.images
     if images.version:
         release = catalog.release(images.version)
+        flavour = catalog.flavour(spec.selection.flavour, release, images.registry)
         full, minimal = image_refs(spec, release)
-        return Targets(release, full, minimal, spec.selection.backend_images)
+        if flavour is not None and not images.min:
+            minimal = flavour.ref(images.registry)  # the flavour's image is the base
+        return Targets(release, full, minimal, spec.selection.backend_images, flavour=flavour)
     if not images.full:
         raise UsageError("give --version YY.MM, or --image full=REF so the release can be read from the image")
     if engine is None:
@@ -228,8 +233,11 @@ def resolve_targets(spec: CompositionSpec, catalog: Catalog, engine: Engine | No
     info = engine.require_image(images.full)
     release = resolve_release(None, catalog, info.env)
     # The min image sits beside the full one: same repository, tag <release>-py3-min.
-    minimal = images.min or str(ImageRef.parse(images.full).without_digest().with_tag(f"{release.name}-py3-min"))
-    return Targets(release, images.full, minimal, spec.selection.backend_images, full_info=info)
+    flavour = catalog.flavour(spec.selection.flavour, release, images.registry)
+    repository = ImageRef.parse(images.full).without_digest()
+    beside = flavour.tag if flavour is not None else f"{release.name}-py3-min"
+    minimal = images.min or str(repository.with_tag(beside))
+    return Targets(release, images.full, minimal, spec.selection.backend_images, full_info=info, flavour=flavour)
 
 
 @dataclass(frozen=True)
@@ -243,12 +251,14 @@ class Inspection:
     min: ImageInfo
     contents: FullImageContents
     backend_images: tuple[tuple[str, ImageInfo, FullImageContents], ...] = ()
+    base_contents: FullImageContents | None = None  # what the flavour's image (the min role) holds
 
     def to_dict(self) -> dict:
         return {
             "full": _info_dict(self.full),
             "min": _info_dict(self.min),
             "contents": self.contents.to_dict(),
+            **({"base_contents": self.base_contents.to_dict()} if self.base_contents else {}),
             "backend_images": [
                 {"name": n, "image": _info_dict(i), "contents": c.to_dict()} for n, i, c in self.backend_images
             ],
@@ -263,6 +273,7 @@ class Inspection:
             backend_images=tuple(
                 (b["name"], _info(b["image"]), FullImageContents.from_dict(b["contents"])) for b in d["backend_images"]
             ),
+            base_contents=FullImageContents.from_dict(d["base_contents"]) if d.get("base_contents") else None,
         )
 
 
@@ -293,7 +304,8 @@ def inspect_images(engine: Engine, targets: Targets, on_line: LineSink = quiet) 
         on_line(f"backend {name} from: {ref}")
         info = engine.require_image(ref, on_line=on_line)
         others.append((name, info, probe(engine, ref, on_line)))
-    return Inspection(full_info, min_info, contents, tuple(others))
+    base = probe(engine, targets.min, on_line) if targets.flavour is not None else None
+    return Inspection(full_info, min_info, contents, tuple(others), base)
 
 
 def plan_from_inspection(
@@ -329,9 +341,16 @@ def plan_from_inspection(
         for name, info, contents in inspection.backend_images
     )
     offer = Offer.from_contents(inspection.contents)
+    flavour = None
+    if inspection.base_contents is not None:
+        described = catalog.flavour(spec.selection.flavour, release, spec.images.registry)
+        if described is not None:
+            flavour = FlavourBase.of(described, Offer.from_contents(inspection.base_contents), inspection.min.env,
+                                     inspection.base_contents.cuda_major)
     return make_plan(spec, release, offer, catalog, full, minimal, inspection.full.env, foreign,
                      created=created or created_label(os.environ), notes=tuple(notes), packages=packages,
-                     model_envs=model_envs, min_config=BaseConfig.of(inspection.min))
+                     model_envs=model_envs, min_config=BaseConfig.of(inspection.min), flavour=flavour,
+                     full_cuda_major=inspection.contents.cuda_major)
 
 
 def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | None = None) -> CompositionPlan:
@@ -345,9 +364,12 @@ def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | N
     )
     envs = tuple(dataclasses.replace(e, wheelhouse=spec.packages.wheelhouse)  # no engine: a given wheelhouse only
                  for e in spec.model_envs())
+    flavour = None
+    if targets.flavour is not None:  # as catalogued: its backends, the release's python and server
+        flavour = FlavourBase.of(targets.flavour, Offer.from_flavour(targets.flavour, targets.release), {}, None)
     return make_plan(spec, targets.release, offer, catalog, BaseImage("full", targets.full),
                      BaseImage("min", targets.min), foreign=foreign, created=created or created_label(os.environ),
-                     model_envs=envs)
+                     model_envs=envs, flavour=flavour)
 
 
 def _info_dict(info: ImageInfo) -> dict:

@@ -38,6 +38,23 @@ class Release:
 
 
 @dataclass(frozen=True)
+class Flavour:
+    """One of NGC's other tritonserver images of a release (--flavour): the base of a composition."""
+
+    name: str
+    release: str
+    tag: str  # e.g. 24.09-vllm-python-py3
+    backends: tuple[str, ...]  # what its image holds (taken from it, not from the full image)
+    built_on: str  # the image NGC builds it on, e.g. <registry>/tritonserver:24.09-py3-min
+
+    def ref(self, registry: str) -> str:
+        return f"{registry.rstrip('/')}/tritonserver:{self.tag}"
+
+
+DEFAULT_FLAVOUR = "py3"  # the full and min images: no flavour
+
+
+@dataclass(frozen=True)
 class NgcLayout:
     """What NGC's full image carries: used to validate and render when no engine is at hand."""
 
@@ -57,6 +74,7 @@ class Catalog:
     externally_managed_env: dict[str, str]
     # release -> {library: libraries it loads by name at run time} (for a pruned base)
     loaded_at_run_time: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    flavours: dict[str, dict] = field(default_factory=dict)  # name -> its entry in releases.yaml
 
     @classmethod
     def load(cls) -> "Catalog":
@@ -80,6 +98,7 @@ class Catalog:
             externally_managed_env=dict(raw["externally_managed_env"]),
             loaded_at_run_time={family: {library: tuple(loads) for library, loads in table.items()}
                                 for family, table in (raw.get("loaded_at_run_time") or {}).items()},
+            flavours={name: dict(entry) for name, entry in (raw.get("flavours") or {}).items()},
         )
 
     def release(self, name: str) -> Release:
@@ -97,6 +116,36 @@ class Catalog:
         """What strings cannot show of the libraries loaded by name at run time, for the release's
         family (the OS it is built on); empty for a family the catalog knows nothing of."""
         return self.loaded_at_run_time.get(release.os, {})
+
+    def flavour_problem(self, name: str, release: Release | None = None) -> str | None:
+        """Why flavour `name` cannot be composed (of `release`, when given), or None."""
+        if name == DEFAULT_FLAVOUR:
+            return None
+        entry = self.flavours.get(name)
+        if entry is None:
+            known = ", ".join([DEFAULT_FLAVOUR, *(n for n, e in sorted(self.flavours.items()) if "unsupported" not in e)])
+            return f"'{name}' is not a flavour; flavours: {known}"
+        if "unsupported" in entry:
+            return f"the {name} flavour is not yet supported: {entry['unsupported']}"
+        if release is not None and release.name < entry["from"]:
+            return f"release {release.name} has no {name} image (NGC publishes one from {entry['from']} on)"
+        return None
+
+    def flavour(self, name: str, release: Release, registry: str) -> Flavour | None:
+        """The flavour `name` of `release` (None for py3); refused as flavour_problem says."""
+        problem = self.flavour_problem(name, release)
+        if problem:
+            raise UsageError(problem)
+        if name == DEFAULT_FLAVOUR:
+            return None
+        entry = self.flavours[name]
+        built_on = ""
+        for row in sorted(entry.get("built_on") or (), key=lambda r: r["from"]):
+            if row["from"] <= release.name:
+                built_on = row["base"]
+        values = {"release": release.name, "registry": registry.rstrip("/")}
+        return Flavour(name, release.name, entry["tag"].format(**values), tuple(entry["backends"]),
+                       built_on.format(**values))
 
     def by_server(self, server_version: str) -> Release | None:
         """The release that carries server `server_version` (e.g. 2.50.0)."""

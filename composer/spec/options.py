@@ -23,7 +23,7 @@ from composer.core.files import MAX_VALUE, check_output_file, path_problem, prin
 from composer.core.redaction import redact_url
 from composer.core.refs import SHAPE, prefix_problem, reference_problem
 from composer.spec.cases import CaseError, model_folders, read_cases_file, repository_problem
-from composer.spec.catalog import RELEASE_PATTERN, Catalog
+from composer.spec.catalog import DEFAULT_FLAVOUR, RELEASE_PATTERN, Catalog
 from composer.spec.model_envs import ModelEnv, requested
 from composer.spec.model_needs import repository_needs_problem
 from composer.spec.requirements import check_requirement, read_requirement_file
@@ -57,6 +57,7 @@ class Selection:
     keep_tensorrt_builder: bool = False  # a pruned base keeps TensorRT's builder resource library
     ort_providers: tuple[str, ...] = ()  # ONNX Runtime's execution providers kept (none given: every one)
     device: str = "gpu"  # "gpu": NGC's GPU composition; "cpu": for hosts with no GPU
+    flavour: str = DEFAULT_FLAVOUR  # "py3": on the min image; "vllm": on the release's vLLM image
 
     @property
     def base_of(self) -> str:
@@ -518,6 +519,11 @@ def check_device(value: str) -> str | None:
     return None
 
 
+def check_flavour(value: str) -> str | None:
+    problem = Catalog.load().flavour_problem(value)
+    return f"{problem[:200]}" if problem else None
+
+
 def check_provider(value: str) -> str | None:
     problem = check_name(value)
     if problem:
@@ -664,6 +670,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("selection.device", "--device", "device", Text(check_device, "gpu or cpu"),
            "gpu (default) or cpu: an image for hosts with no GPU (a pruned base, ONNX Runtime's CPU provider "
            "only, the pinned memory pool off by default, smoke-tested with no GPU)."),
+    Option("selection.flavour", "--flavour", "flavour", Text(check_flavour, "a flavour"),
+           "The release's image the composition is built on: py3 (default: the min image) or vllm (NGC's "
+           "<release>-vllm-python-py3, whose python and vllm backends it keeps; other backends come from the py3 "
+           "full image)."),
     Option("selection.bake_models", "--bake-models", "bake_models", ModelRepository(),
            "Copy this model repository into the image at /models (a layer of its own) and serve it by default; "
            "wheels: fetch its models' environments' wheels.", commands=COMPOSING + (WHEELS,), portable=False),
@@ -853,6 +863,8 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
             f"--model-env {s.model_envs[0][0]}=...: environments are for python models; select --backend python too"))
     if s.device == "cpu":
         found += _cpu_problems(spec, command)
+    if s.flavour != DEFAULT_FLAVOUR:
+        found += _flavour_problems(spec)
     if s.keep_tensorrt_builder and s.base_of != "pruned":
         found.append(Problem(
             "keep_tensorrt_builder", "keep_tensorrt_builder applies to a pruned base: add base: pruned",
@@ -871,6 +883,20 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
         found.append(Problem(
             "packages", "package sources are given but no package: add pip: [SPEC] or requirements: [FILE]",
             "package sources were given but no package: add --pip SPEC or --requirements FILE"))
+    return found
+
+
+def _flavour_problems(spec: CompositionSpec) -> list[Problem]:
+    """What a composition on a flavour's image (--flavour) cannot be yet."""
+    s, found = spec.selection, []
+    if s.device == "cpu":
+        found.append(Problem("flavour", f"flavour: {s.flavour} is a GPU image: device: cpu does not apply",
+                             f"--flavour {s.flavour} --device cpu: the {s.flavour} image is for GPU hosts; "
+                             "leave out --device cpu"))
+    elif s.base == "pruned":
+        found.append(Problem("flavour", f"flavour: {s.flavour} with base: pruned is not yet supported",
+                             f"--flavour {s.flavour} --base pruned is not yet supported: the image is built on the "
+                             f"{s.flavour} image as it is (leave out --base pruned)"))
     return found
 
 
@@ -909,7 +935,11 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
     if found:
         raise UsageError(found[0].on_command_line)
     if spec.images.version:
-        Catalog.load().release(spec.images.version)  # unknown: refused before any work
+        catalog = Catalog.load()
+        release = catalog.release(spec.images.version)  # unknown: refused before any work
+        problem = catalog.flavour_problem(spec.selection.flavour, release)
+        if problem:
+            raise UsageError(f"--flavour {spec.selection.flavour}: {problem}")
     if command in (BUILD, RENDER, BUNDLE):
         problem = models_problem(spec, command)
         if problem:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from composer.engine.engine import Engine, Layer
 from composer.core.units import human_size
 from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
+from composer.spec.catalog import DEFAULT_FLAVOUR
 from composer.verify.sbom import SBOM_PATH
 
 # "/bin/sh -c #(nop) COPY dir:<hash> in /opt/tritonserver/backends/python " (the classic builder,
@@ -47,6 +48,7 @@ class SizeReport:
     parts: tuple[Part, ...]  # the selected parts, each measured from the layers that added it
     pruned_from: int = 0  # on a pruned base: the min image's size, of which the base is a part
     device: str = "gpu"  # "cpu": a CPU-only image (--device cpu)
+    base: str = "min image"  # what the image is built on: "vllm image (REF)" for a flavour's image
 
     @property
     def pruning_saved(self) -> int:
@@ -74,10 +76,11 @@ class SizeReport:
             "pruned_from": self.pruned_from,
             "pruning_saved": self.pruning_saved,
             "device": self.device,
+            "base": self.base,
         }
 
     def table(self) -> str:
-        rows = [("min image", self.min_image)] if not self.pruned_from else []
+        rows = [(self.base, self.min_image)] if not self.pruned_from else []
         rows += [(f"{p.kind} {p.name}" if p.kind in FOLDER_KINDS.values() else p.name, p.size) for p in self.parts]
         rows += [("lower bound", self.lower_bound), ("overhead", self.overhead), ("total", self.total)]
         if self.pruned_from:
@@ -106,13 +109,17 @@ def measure(engine: Engine, image: str, plan: CompositionPlan) -> SizeReport:
     report = report_from(layers, shared, plan)
     if plan.pruning:
         report = replace(report, pruned_from=sum(l.size for l in base))
+    if plan.flavour != DEFAULT_FLAVOUR:
+        report = replace(report, base=f"{plan.flavour} image ({plan.min.ref})")
     return replace(report, device=plan.device)
 
 
 def report_from(layers: list[Layer], shared: int, plan: CompositionPlan) -> SizeReport:
     """The report from an image's layers (oldest first), the first `shared` being the min image's."""
-    sizes: dict[tuple[str, str], int] = {("server", "server core"): 0}
-    for kind, names in (("backend", plan.all_backends), ("repoagent", plan.repoagents), ("cache", plan.caches),
+    # A flavour's image brings the server core and its own backends: they are part of the base.
+    sizes: dict[tuple[str, str], int] = {} if plan.flavour != DEFAULT_FLAVOUR else {("server", "server core"): 0}
+    backends = [b for b in plan.all_backends if b not in plan.base_backends]
+    for kind, names in (("backend", backends), ("repoagent", plan.repoagents), ("cache", plan.caches),
                         ("model env", [e.model for e in plan.model_envs])):
         sizes.update({(kind, n): 0 for n in names})
     trees = iter(((PRUNED_BASE,) if plan.pruning else ()) + ROOT_TREES)

@@ -14,6 +14,7 @@ from composer.core.errors import UsageError
 from composer.spec.catalog import Catalog
 
 SCALES = ("small", "ngc")
+FLAVOURS = ("py3", "vllm")  # py3: the full and min images; vllm: NGC's YY.MM-vllm-python-py3 (at NGC scale)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -25,24 +26,38 @@ def standin(
     scale: str = typer.Option(
         "small", "--scale", help="small: fast stand-ins for tests; ngc: NGC's size, real CUDA libraries (24.09: CUDA 12; 26.07: CUDA 13)."
     ),
+    flavour: str = typer.Option(
+        "py3", "--flavour", help="py3: the full and min images; vllm (with --scale ngc): the vLLM image, on the min image."
+    ),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the images are present."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable result on stdout."),
 ) -> None:
     """Build local stand-ins of NGC's full and min images, with a real Triton server inside."""
     from composer.engine.engine import Engine
-    from triton_standins import build_standins, ngc
+    from triton_standins import build_standins, ngc, ngc_vllm
 
     out = Printer(as_json)
     if scale not in SCALES:
         raise UsageError(f"--scale {scale!r} is not a stand-in scale; use small or ngc")
+    if flavour not in FLAVOURS:
+        raise UsageError(f"--flavour {flavour!r} is not a stand-in flavour; use {' or '.join(FLAVOURS)}")
+    if flavour != "py3" and scale != "ngc":
+        raise UsageError(f"--flavour {flavour} is built at NGC scale only: add --scale ngc")
     release = Catalog.load().release(version)
     build = ngc.build_standins if scale == "ngc" else build_standins
     if scale == "ngc":
         ngc.check_ngc_scale_release(release)
+    if flavour == "vllm":
+        ngc_vllm.check_release(release)
     engine = Engine.connect()
     result = build(engine, release, force=force, on_line=out.build_line)
     payload = {"full": result.full_ref, "min": result.min_ref}
-    out.result(payload, f"{result.full_ref}\n{result.min_ref}")
+    if flavour == "vllm":
+        min_info = engine.image(result.min_ref)
+        assert min_info is not None
+        vllm, _built = ngc_vllm.build_vllm(engine, release, min_info, force=force, on_line=out.build_line)
+        payload["vllm"] = ngc_vllm.flavour_ref(release)
+    out.result(payload, "\n".join(payload.values()))
 
 
 def main(argv: list[str] | None = None) -> None:

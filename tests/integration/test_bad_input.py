@@ -112,6 +112,10 @@ def _cases(tmp: Path) -> list[Case]:
         C(("build", *V, "-b", "onnxruntime", "--device", "cpu", "--ort-provider", "cuda"),
           "--device cpu --ort-provider cuda: a CPU-only image keeps only ONNX Runtime's CPU provider"),
         C(("build", *V, *B, "--device", "tpu"), "--device tpu: 'tpu' is not a device"),
+        # flavours (issue 28)
+        C(("build", *V, "-b", "vllm", "--flavour", "trtllm"),
+          "--flavour trtllm: the trtllm flavour is not yet supported: TensorRT-LLM cannot be installed here"),
+        C(("build", *V, *B, "--flavour", "llm"), "--flavour llm: 'llm' is not a flavour; flavours: py3, vllm"),
         C(("build", *V, "-b", "onnxruntime", "--ort-provider", "shared"), "'shared' is not an execution provider"),
         C(("build", *V, "-b", "onnxruntime", "--ort-provider", "cuda", "--model-repository", f"{tmp}/repo-trt"),
           "model fast asks for the tensorrt execution accelerator, whose ONNX Runtime provider this image leaves out"),

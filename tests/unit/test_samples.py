@@ -18,7 +18,7 @@ def _answer(sample):
 
 def test_catalog_has_one_sample_per_backend():
     samples = load_samples()
-    assert [s.backend for s in samples] == ["python", "onnxruntime", "pytorch", "identity", "tensorrt"]
+    assert [s.backend for s in samples] == ["python", "onnxruntime", "pytorch", "identity", "tensorrt", "vllm"]
     assert len({s.model for s in samples}) == len(samples)
     for sample in samples:
         assert sample.backend in sample.needs
@@ -44,6 +44,8 @@ def test_sample_files_exist(sample):
         assert model.is_file() and model.stat().st_size > 0
     if sample.backend == "pytorch":
         assert 'platform: "pytorch_libtorch"' in text
+    elif sample.backend == "vllm":  # NGC's vllm model: engine arguments in <version>/model.json
+        assert f'backend: "vllm"' in text and (sample.path / "1" / "model.json").is_file()
     elif sample.backend == "tensorrt":
         assert 'platform: "tensorrt_plan"' in text and (sample.path / "1" / "model.plan").is_file()
     else:
@@ -84,5 +86,5 @@ def test_samples_for_selects_by_needs():
     assert {s.backend for s in samples_for(["python", "onnxruntime", "pytorch", "identity", "tensorrt"])} == {
         "python", "onnxruntime", "pytorch", "identity", "tensorrt",
     }
-    assert [s.model for s in load_samples() if s.gpu] == ["tensorrt_plan"]
+    assert [s.model for s in load_samples() if s.gpu] == ["tensorrt_plan", "vllm_tiny"]
     assert samples_for([]) == []

@@ -23,6 +23,8 @@ def standin(*args: str) -> subprocess.CompletedProcess:
     (("-v", "24.9"), "unknown Triton release '24.9'"),
     (("--scale", "huge"), "--scale 'huge' is not a stand-in scale; use small or ngc"),
     (("--scale", "ngc", "--version", "25.01"), "no NGC-scale stand-in recipe for release 25.01; releases with one: 24.09"),
+    (("--flavour", "vllm"), "--flavour vllm is built at NGC scale only: add --scale ngc"),
+    (("--flavour", "trtllm", "--scale", "ngc"), "--flavour 'trtllm' is not a stand-in flavour; use py3 or vllm"),
     (("--versio", "24.09"), "No such option"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says):
