@@ -14,6 +14,7 @@ from composer.core.platforms import Platform, platform_problem
 from composer.core.refs import ImageRef
 from composer.registry.client import VerifiedBlob
 from composer.registry.copy import CopyStats, choose, copy_image, plan_copy
+from composer.spec.options import MIRROR, CompositionSpec, check, given_on_command_line
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -70,6 +71,14 @@ def test_an_unknown_digest_algorithm_is_refused():
 def test_platform_strings(text, problem):
     found = platform_problem(text)
     assert (found is None) if problem is None else found.startswith(problem), found
+
+
+def test_a_bad_platform_is_refused_by_its_flag_and_to_engine_refuses_platform():
+    with pytest.raises(UsageError, match=r"^--platform linux/amd65: unknown architecture"):
+        given_on_command_line(MIRROR, {"platform": "linux/amd65"})
+    given = given_on_command_line(MIRROR, {"platform": "linux/amd64", "to_engine": True, "version": "24.09"})
+    with pytest.raises(UsageError, match=r"^--to-engine --platform linux/amd64: the engine pulls"):
+        check(CompositionSpec().with_fields(given), MIRROR)
 
 
 INDEX = [
