@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -29,6 +31,7 @@ SCHEMA1_TYPES = (
 )
 MAX_CHILDREN = 256  # manifests of one index copied at most (multi-arch indexes hold a handful)
 MAX_DEPTH = 3  # an index of indexes of images, at most
+PARALLEL = 4  # blobs copied at once (skopeo copies several too): hashing and sockets leave the GIL
 
 def choose(descriptors: Sequence[dict], platform: Platform, what: str) -> dict:
     """The one descriptor of an index for `platform`, or a UsageError naming what it offers."""
@@ -265,9 +268,7 @@ def copy_image(plan: CopyPlan, source_api: RegistryApi, target_api: RegistryApi,
         on_line(f"{plan.target} already names {plan.top.digest}: nothing to move")
         return CopyStats(bytes_skipped=plan.size, blobs_skipped=len(plan.blobs))
     mount = same_registry(source_api, target_api) and src != dst
-    stats = CopyStats()
-    for blob in plan.blobs:
-        stats += _copy_blob(blob, plan, source_api, target_api, mount, meter, on_line)
+    stats = _copy_blobs(plan, source_api, target_api, mount, meter, on_line)
     put = 0
     for manifest in plan.manifests:  # children first, the index last; by digest, no tag yet
         if not target_api.has_manifest(dst, manifest.digest):
@@ -302,8 +303,42 @@ def _tag_names(api: RegistryApi, name: str, tag: str) -> str | None:
     return found[0] if found else None
 
 
+def _copy_blobs(plan: CopyPlan, source_api: RegistryApi, target_api: RegistryApi, mount: bool, meter: Meter,
+                on_line: LineSink) -> CopyStats:
+    """Every blob of the plan, PARALLEL at a time; on the first failure (or Ctrl-C) the others
+    stop at their next chunk, so no manifest is put and a re-run copies what is left."""
+    stop = threading.Event()
+    stats = CopyStats()
+    pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="blob")
+    try:
+        futures = [pool.submit(_copy_blob, blob, plan, source_api, target_api, mount, meter, on_line, stop)
+                   for blob in plan.blobs]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)  # the first failure is noticed at once
+        failed = [f.exception() for f in futures if f in done and f.exception() is not None]
+        if failed:
+            stop.set()  # before waiting for the others: they stop at their next chunk
+            raise failed[0]
+        for future in futures:
+            stats += future.result()
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return stats
+
+
+def _until(stop: threading.Event, chunks, what: str):
+    for chunk in chunks:
+        if stop.is_set():
+            raise RegistryError(f"{what}: stopped (another blob failed, or the copy was interrupted)")
+        yield chunk
+
+
 def _copy_blob(blob: Blob, plan: CopyPlan, source_api: RegistryApi, target_api: RegistryApi, mount: bool,
-               meter: Meter, on_line: LineSink) -> CopyStats:
+               meter: Meter, on_line: LineSink, stop: threading.Event) -> CopyStats:
+    if stop.is_set():
+        return CopyStats()
     src, dst = plan.source.repository, plan.target.repository
     short = blob.digest[:19]
     if target_api.blob_size(dst, blob.digest) is not None:
@@ -313,6 +348,7 @@ def _copy_blob(blob: Blob, plan: CopyPlan, source_api: RegistryApi, target_api: 
         return CopyStats(bytes_mounted=blob.size, blobs_mounted=1)
     what = f"blob {blob.digest} of {plan.source}"
     with contextlib.closing(source_api.chunks(source_api.open_blob(src, blob.digest), what)) as chunks:
-        target_api.upload_stream(dst, blob.digest, VerifiedBlob(chunks, blob.digest, blob.size, what, meter.add))
+        body = VerifiedBlob(_until(stop, chunks, what), blob.digest, blob.size, what, meter.add)
+        target_api.upload_stream(dst, blob.digest, body)
     on_line(f"blob {short} ({human_size(blob.size)}): copied ({human_size(meter.moved)} moved so far)")
     return CopyStats(bytes_moved=blob.size, blobs_moved=1)
