@@ -648,7 +648,8 @@ OPTIONS: tuple[Option, ...] = (
            "CA certificate for registries with their own CA (beyond /etc/docker/certs.d), used by the composer's "
            "registry client.", commands=(BUILD, BUNDLE, MIRROR, INSPECT), portable=False),
     Option("mirror.platform", "--platform", None, Text(platform_problem, "a platform os/arch[/variant]"),
-           "Copy only this platform's image of each index, os/arch[/variant] (default: every platform).",
+           "Copy only this platform's image of each index: os/arch or os/arch/variant, e.g. linux/arm64 (default: every "
+           "platform).",
            commands=(MIRROR,), portable=False),
     Option("mirror.to_engine", "--to-engine", None, Flag(),
            "Copy through the Docker engine (pull, then push), leaving the images in it; without it the images go "

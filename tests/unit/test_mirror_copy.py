@@ -259,3 +259,12 @@ def test_a_wrong_blob_tags_nothing(source):
     with pytest.raises(RegistryError, match=f"blob {bad.digest} of src.example/nv/t:1: the bytes the source sent"):
         copy_image(plan, source, target)
     assert not [c for c in target.calls if c[0] == "put_manifest"]
+
+
+def test_mirror_help_renders_every_flag():
+    """Help texts are rendered as markup: a bracketed '[/variant]' once broke `composer mirror --help`."""
+    from tests.cli import composer
+
+    done = composer("mirror", "--help", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--platform" in done.stdout and "--to-engine" in done.stdout and "Traceback" not in done.stderr
