@@ -21,6 +21,7 @@ from composer import __version__
 from composer.cli.output import Printer, smoke_table
 from composer.core.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
 from composer.core.files import check_output_file, printable
+from composer.core.platforms import Platform
 from composer.core.redaction import redact
 from composer.core.refs import check_registry_prefix, is_image_id
 from composer.core.units import human_size
@@ -30,7 +31,7 @@ from composer.publish.bundle import check_bundle_output, check_overrides, unpack
 from composer.publish.inspect import Difference, inspect as inspect_image
 from composer.publish.junit import check_junit_output, outcome_entries, write_junit
 from composer.publish.lock import check_lock_output, check_locked, lock_spec
-from composer.publish.push import mirror_release
+from composer.publish.mirror import mirror_release, mirror_through_engine
 from composer.registry.client import load_auth, Registries
 from composer.render.render import check_output, write_context
 from composer.resolve.packages import python_target
@@ -340,20 +341,35 @@ def mirror(
     ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Copy a release's full and min images into a private registry; only what is missing moves."""
+    """Copy a release's full and min images into a private registry, registry to registry (every
+    platform, their SBOMs); only what is missing moves. --to-engine copies through the engine."""
     out = Printer(as_json)
-    images = check(CompositionSpec().with_fields(given), MIRROR).images
+    spec = check(CompositionSpec().with_fields(given), MIRROR)
+    images, how = spec.images, spec.mirror
     release = Catalog.load().release(images.version)
     check_registry_prefix(to, "--to")
+    platform = Platform.parse(how.platform) if how.platform else None
     source, registry_ca = images.registry, images.registry_ca
     auth, src_auth = load_auth(registry_auth), load_auth(source_auth, flag="--source-auth")
-    engine = _engine()
-    result = mirror_release(engine, release, source=source, dest=to, auth=auth, source_auth=src_auth,
-                            registry_ca=registry_ca, on_line=out.step)
-    out.result(
-        result.to_dict(),
-        "\n".join(f"{'moved' if i.moved else 'present'}  {i.dest}@{i.digest}" for i in result.images),
-    )
+    engine = _engine()  # its trust (certs.d, insecure registries) and docker login credentials; no pull or push
+    if how.to_engine:
+        result = mirror_through_engine(engine, release, source=source, dest=to, auth=auth, source_auth=src_auth,
+                                       registry_ca=registry_ca, on_line=out.step)
+    else:
+        result = mirror_release(release, source=source, dest=to, registries=Registries(engine, auth, registry_ca),
+                                source_registries=Registries(engine, src_auth, registry_ca), platform=platform,
+                                on_line=out.step)
+    out.result(result.to_dict(), "\n".join(_mirrored_line(i) for i in result.images))
+
+
+def _mirrored_line(image) -> str:
+    line = f"{'moved' if image.moved else 'present'}  {image.dest}@{image.digest}"
+    if image.stats is not None:
+        s = image.stats
+        line += (f"  ({human_size(s.bytes_moved)} moved, {human_size(s.bytes_mounted)} mounted, "
+                 f"{human_size(s.bytes_skipped)} already there; {', '.join(image.platforms) or 'platform unnamed'}; "
+                 f"{len(image.referrers)} referrers)")
+    return line
 
 
 @app.command("inspect")

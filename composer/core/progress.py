@@ -18,11 +18,14 @@ class Heartbeat:
     """Keeps a long, silent step from looking hung: when no line came for `every` seconds it
     says how long the step has run and, when `measure` can tell, the bytes done so far."""
 
-    def __init__(self, on_line: LineSink, what: str, measure: Callable[[], int | None] = lambda: None, every: float = 10.0):
+    def __init__(self, on_line: LineSink, what: str, measure: Callable[[], int | None] = lambda: None, every: float = 10.0,
+                 describe: Callable[[int], str] | None = None):
         self._sink = on_line
         self.what = what
         self.measure = measure
         self.every = every
+        # How the bytes done since the start are said (default: what the engine's disk gained).
+        self.describe = describe or (lambda done: f"{done / 1e9:+.2f} GB on the engine's disk since it began")
         self._last = self._started = time.monotonic()
         self._start_bytes = measure()
         self._stop = threading.Event()
@@ -51,6 +54,6 @@ class Heartbeat:
             done = self.measure()
             amount = ""
             if done is not None and self._start_bytes is not None:
-                amount = f", {(done - self._start_bytes) / 1e9:+.2f} GB on the engine's disk since it began"
+                amount = ", " + self.describe(done - self._start_bytes)
             self._last = now
             self._sink(f"{self.what}: still working ({now - self._started:.0f} s{amount})")

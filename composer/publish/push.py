@@ -1,9 +1,7 @@
-"""Pushing composed images to registries and mirroring NGC releases between registries.
-
-Pushes and pulls go through the engine (composer.engine.engine, the only module that talks to Docker);
-what a registry already holds is read through composer.registry.client, so a mirror that
-re-runs moves only what is missing without pulling anything. Every engine message is scrubbed
-of credentials before it is shown.
+"""Pushing composed images to registries through the engine (composer.engine.engine, the only
+module that talks to Docker), with retries for transient failures and the local tag put back
+when a push fails. Every engine message is scrubbed of credentials before it is shown.
+(Mirroring a release between registries is composer.publish.mirror.)
 """
 
 from __future__ import annotations
@@ -11,16 +9,13 @@ from __future__ import annotations
 import enum
 import re
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
-
 
 from composer.engine.engine import Engine, ImageInfo
 from composer.core.errors import ImageNotFound, RegistryError, UsageError
 from composer.core.progress import LineSink, quiet
-from composer.core.refs import ImageRef, check_registry_prefix, parse_tag_ref
-from composer.registry.client import Registries, RegistryAuth
+from composer.core.refs import ImageRef, parse_tag_ref
+from composer.registry.client import RegistryAuth
 
 
 # -- failures -----------------------------------------------------------------
@@ -167,100 +162,3 @@ def _restore_tag(
 def _one_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[0] if lines else "unknown error"
-
-
-# -- mirror -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MirroredImage:
-    source: str
-    dest: str
-    digest: str
-    moved: bool  # False: the destination already held this image
-
-
-@dataclass(frozen=True)
-class MirrorResult:
-    release: str
-    images: tuple[MirroredImage, ...]
-
-    @property
-    def moved(self) -> tuple[MirroredImage, ...]:
-        return tuple(image for image in self.images if image.moved)
-
-    def to_dict(self) -> dict:
-        return {
-            "release": self.release,
-            "images": [
-                {"source": i.source, "dest": i.dest, "digest": i.digest, "moved": i.moved} for i in self.images
-            ],
-        }
-
-
-def mirror_release(
-    engine: Engine,
-    release,
-    *,
-    source: str,
-    dest: str,
-    auth: RegistryAuth | None = None,
-    source_auth: RegistryAuth | None = None,
-    registry_ca: Path | None = None,
-    on_line: LineSink = quiet,
-    retries: int = 3,
-    backoff: float = 1.0,
-    sleep: Callable[[float], None] = time.sleep,
-) -> MirrorResult:
-    """Copy a release's full and min images from `source` to `dest`; only what is missing moves.
-
-    `release` is a catalog Release or its name (YY.MM). A source image already on the engine is
-    used as is (stand-ins are local only); otherwise it is pulled. What `dest` holds is read from
-    its HTTP API (trusting the CA the engine trusts for it, or `registry_ca`), so a re-run
-    pushes nothing when the destination already has the same images; after a push the
-    registry is asked again that the tag names the pushed digest.
-    """
-    name = getattr(release, "name", release)
-    source, dest = check_registry_prefix(source, "--registry"), check_registry_prefix(dest, "--to")
-    if source == dest:
-        raise UsageError(f"cannot mirror {source} onto itself: give a different destination")
-    dest_host = ImageRef.parse(f"{dest}/tritonserver").host
-    api = Registries(engine, auth, registry_ca).client(dest_host)
-    scrub = _scrubber(auth, source_auth, api.auth)
-    say = (lambda line: on_line(scrub(line)))
-    images: list[MirroredImage] = []
-    for suffix in ("-py3", "-py3-min"):
-        src_ref = f"{source}/tritonserver:{name}{suffix}"
-        dst_ref = f"{dest}/tritonserver:{name}{suffix}"
-        info = engine.image(src_ref)
-        if info is None:
-            say(f"pulling {src_ref}")
-            info = engine.pull(src_ref, auth=source_auth.as_config() if source_auth else None, on_line=say)
-        else:
-            say(f"{src_ref} is on the engine ({info.id})")
-        target = ImageRef.parse(dst_ref)
-        held = api.holds_image(target.repository, target.tag_or_latest, info)
-        if held is not None:
-            say(f"{dst_ref} already holds it ({held.digest}): nothing to move")
-            images.append(MirroredImage(src_ref, dst_ref, held.digest, moved=False))
-            continue
-        say(f"pushing {src_ref} to {dst_ref}")
-        digest = push_image(
-            engine, info.id, dst_ref, auth=auth, retries=retries, backoff=backoff, on_line=say, sleep=sleep
-        )
-        now = api.digest(target)
-        if now != digest:
-            raise RegistryError(f"pushed {dst_ref} ({digest}) but the registry names {now or 'nothing'} by it")
-        images.append(MirroredImage(src_ref, dst_ref, digest, moved=True))
-    return MirrorResult(str(name), tuple(images))
-
-
-def _scrubber(*auths: RegistryAuth | None) -> Callable[[str], str]:
-    present = [a for a in auths if a is not None]
-
-    def scrub(text: str) -> str:
-        for a in present:
-            text = a.redact(text)
-        return text
-
-    return scrub

@@ -17,8 +17,8 @@ import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
-from urllib.parse import urlsplit
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from urllib.parse import quote, urlsplit
 
 import requests
 import requests.adapters
@@ -33,6 +33,7 @@ MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.oci.image.index.v1+json",
 )
+OCI_ARTIFACT = "application/vnd.oci.artifact.manifest.v1+json"  # accepted when reading, never written
 INDEX_TYPES = (
     "application/vnd.docker.distribution.manifest.list.v2+json",
     "application/vnd.oci.image.index.v1+json",
@@ -42,7 +43,11 @@ MAX_INDEX_CHILDREN = 16
 # Seconds a registry has to accept a connection, and then to answer each read: one that takes a
 # connection and never answers fails the command in that time, not a minute later.
 REGISTRY_TIMEOUT = 5.0
-
+# Seconds a blob stream may stay silent between chunks, and a registry may take to commit an
+# uploaded blob (it may hash gigabytes again), before the copy is called stuck.
+STREAM_TIMEOUT = 120.0
+CHUNK = 1 << 20  # bytes read and sent at a time: a layer is never held whole in memory
+MAX_MANIFEST = 4 << 20  # OCI's recommended limit for a manifest
 
 
 # -- credentials --------------------------------------------------------------
@@ -257,6 +262,57 @@ class _TrustAdapter(requests.adapters.HTTPAdapter):
         return super().init_poolmanager(*args, **kwargs)
 
 
+# -- a blob's bytes on their way: hashed, counted, the last chunk held back -----------------
+
+
+class VerifiedBlob:
+    """The bytes of one blob from a source stream, hashed and counted as they pass.
+
+    The last chunk is held back until the size and digest are proven, so a wrong blob raises a
+    RegistryError naming it before its last byte is sent: the registry never completes (and so
+    never keeps) a blob that is not what the manifest says. `len()` is the expected size, which
+    lets an HTTP client send it with a Content-Length, chunk by chunk, never whole in memory.
+    """
+
+    def __init__(self, chunks: Iterable[bytes], digest: str, size: int, what: str,
+                 on_bytes: Callable[[int], None] = lambda n: None):
+        algorithm, _, _ = digest.partition(":")
+        if algorithm not in ("sha256", "sha384", "sha512"):
+            raise RegistryError(f"{what}: cannot verify a {algorithm or 'bare'} digest")
+        self._chunks, self.digest, self.size, self.what = chunks, digest, size, what
+        self._hash = hashlib.new(algorithm)
+        self._on_bytes = on_bytes
+        self.seen = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[bytes]:
+        held = b""
+        for chunk in self._chunks:
+            if not chunk:
+                continue
+            self.seen += len(chunk)
+            if self.seen > self.size:
+                raise RegistryError(f"{self.what}: the source sent more than the {self.size} bytes its manifest "
+                                    "gives; nothing was tagged")
+            self._hash.update(chunk)
+            if held:
+                yield held
+                self._on_bytes(len(held))
+            held = chunk
+        if self.seen != self.size:
+            raise RegistryError(f"{self.what}: the source sent {self.seen} of the {self.size} bytes its manifest "
+                                "gives; nothing was tagged")
+        actual = f"{self._hash.name}:{self._hash.hexdigest()}"
+        if actual != self.digest:
+            raise RegistryError(f"{self.what}: the bytes the source sent hash to {actual}, not to the blob's "
+                                "digest; nothing was tagged")
+        if held:
+            yield held
+            self._on_bytes(len(held))
+
+
 # -- registry HTTP API --------------------------------------------------------
 
 
@@ -383,15 +439,20 @@ class RegistryApi:
         return self._request("GET", path, name, what, {"Accept": ", ".join(MANIFEST_TYPES)})
 
     def _request(self, method: str, path: str, name: str, what: str, headers: dict[str, str], *,
-                 data: bytes | None = None, scope: str = "pull") -> requests.Response:
-        """One request (a path on the registry, or a URL it gave), with its credentials."""
+                 data=None, scope: str = "pull", stream: bool = False) -> requests.Response:
+        """One request (a path on the registry, or a URL it gave), with its credentials.
+
+        `stream`: a blob's bytes (a streamed answer, or a streamed body): a long read timeout, and
+        no second try, since a stream can be sent only once."""
         try:
             url = path if "://" in path else self.base_url() + path
-            response = self._send(url, headers, method, data)
-            if response.status_code == 401:
+            response = self._send(url, headers, method, data, stream)
+            if response.status_code == 401 and not isinstance(data, VerifiedBlob):
                 challenge = response.headers.get("WWW-Authenticate", "")
                 if challenge.lower().startswith("bearer") and self._fetch_token(challenge, name, scope):
-                    response = self._send(url, headers, method, data)
+                    if stream:
+                        response.close()
+                    response = self._send(url, headers, method, data, stream)
         except requests.exceptions.SSLError:
             raise RegistryError(self._untrusted()) from None
         except requests.Timeout:
@@ -403,13 +464,17 @@ class RegistryApi:
             raise RegistryError(f"cannot read {what}: {type(exc).__name__} from registry {self.host}") from None
         return response
 
-    def _send(self, url: str, headers: dict[str, str], method: str = "GET", data: bytes | None = None) -> requests.Response:
+    def _send(self, url: str, headers: dict[str, str], method: str = "GET", data=None,
+              stream: bool = False) -> requests.Response:
         if self._token:
             headers = {**headers, "Authorization": f"Bearer {self._token}"}
         basic = (self.auth.username, self.auth.password) if self.auth and not self._token else None
+        timeout = (self.timeout, max(self.timeout, STREAM_TIMEOUT)) if stream else self.timeout
+        if method == "GET" and stream:
+            return self.session.get(url, headers=headers, auth=basic, timeout=timeout, stream=True)
         if method == "GET":
             return self.session.get(url, headers=headers, auth=basic, timeout=self.timeout)
-        return self.session.request(method, url, headers=headers, auth=basic, data=data, timeout=self.timeout,
+        return self.session.request(method, url, headers=headers, auth=basic, data=data, timeout=timeout,
                                     allow_redirects=False)
 
     # -- whole documents, blobs, and writes (SBOMs, inspect) -------------------------
@@ -476,6 +541,116 @@ class RegistryApi:
                              data=body, scope="pull,push")
         self._check(done, what, 201, "write")
         return done.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+
+    # -- copying between registries: raw manifests, blobs streamed and verified, mounts ------
+
+    def raw_manifest(self, name: str, reference: str) -> tuple[str, str, bytes] | None:
+        """The manifest `name:reference` as (digest, media type, exact bytes), or None.
+
+        The bytes are what a copy puts elsewhere, so the digest stays the same; one asked for by
+        digest must hash to it."""
+        sep = "@" if ":" in reference else ":"  # a tag holds no colon
+        what = f"{self.host}/{name}{sep}{reference}"
+        response = self._get(f"/v2/{name}/manifests/{reference}", name, what)
+        if response.status_code == 404:
+            return None
+        self._check(response, what)
+        body = response.content
+        if len(body) > MAX_MANIFEST:
+            raise RegistryError(f"cannot read {what}: the manifest is larger than {MAX_MANIFEST >> 20} MB")
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        if reference.startswith("sha256:") and reference != digest:
+            raise RegistryError(f"cannot read {what}: the registry's answer hashes to {digest}, not to that digest")
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise RegistryError(f"cannot read {what}: the registry's manifest is not JSON") from None
+        if not isinstance(data, dict):
+            raise RegistryError(f"cannot read {what}: the registry's manifest is not a JSON object")
+        media_type = data.get("mediaType") or response.headers.get("Content-Type", "").split(";")[0]
+        return digest, media_type, body
+
+    def has_manifest(self, name: str, digest: str) -> bool:
+        """Whether the registry holds the manifest `name@digest` (HEAD)."""
+        what = f"{self.host}/{name}@{digest}"
+        response = self._request("HEAD", f"/v2/{name}/manifests/{digest}", name, what,
+                                 {"Accept": ", ".join(MANIFEST_TYPES + (OCI_ARTIFACT,))})
+        if response.status_code == 404:
+            return False
+        self._check(response, what)
+        return True
+
+    def blob_size(self, name: str, digest: str) -> int | None:
+        """The size of the blob `name@digest` if the registry holds it whole (HEAD), else None."""
+        what = f"{self.host}/{name}@{digest}"
+        response = self._request("HEAD", f"/v2/{name}/blobs/{digest}", name, what, {})
+        if response.status_code == 404:
+            return None
+        if response.status_code in (301, 302, 303, 307, 308):  # held in a storage behind a redirect
+            return int(response.headers.get("Content-Length") or 0)
+        self._check(response, what)
+        return int(response.headers.get("Content-Length") or 0)
+
+    def mount_blob(self, name: str, digest: str, source: str) -> bool:
+        """Ask the registry to link blob `digest` of its repository `source` into `name` (a
+        cross-repository mount: no byte moves); False when it will not (then nothing changed)."""
+        what = f"{self.host}/{name}@{digest}"
+        path = f"/v2/{name}/blobs/uploads/?mount={quote(digest)}&from={quote(source, safe='/')}"
+        response = self._request("POST", path, name, what, {}, scope="pull,push")
+        if response.status_code == 201:
+            return True
+        self._check(response, what, 202, "write")
+        self._cancel(response.headers.get("Location", ""), name, what)  # it opened an upload instead
+        return False
+
+    def open_blob(self, name: str, digest: str) -> requests.Response:
+        """A streaming answer of the blob `name@digest` (read it with iter_content, then close it)."""
+        what = f"{self.host}/{name}@{digest}"
+        response = self._request("GET", f"/v2/{name}/blobs/{digest}", name, what, {}, stream=True)
+        if response.status_code != 200:
+            response.close()
+            if response.status_code == 404:
+                raise RegistryError(f"cannot read {what}: the registry does not hold that blob")
+            self._check(response, what)
+        return response
+
+    def chunks(self, response: requests.Response, what: str) -> Iterator[bytes]:
+        """The bytes of a streamed answer (open_blob) in CHUNK pieces; a connection lost on the
+        way is a RegistryError naming this registry and `what`, not the registry being written."""
+        try:
+            yield from response.iter_content(CHUNK)
+        except requests.RequestException as exc:
+            raise RegistryError(f"cannot read {what}: registry {self.host} stopped sending it "
+                                f"({type(exc).__name__})") from None
+        finally:
+            response.close()
+
+    def upload_stream(self, name: str, digest: str, body: "VerifiedBlob") -> None:
+        """Upload the blob `digest` from `body` (its size known, its bytes streamed and checked on the
+        way: see VerifiedBlob); the registry also checks the digest before it keeps the blob."""
+        what = f"{self.host}/{name}@{digest}"
+        started = self._request("POST", f"/v2/{name}/blobs/uploads/", name, what, {}, scope="pull,push")
+        self._check(started, what, 202, "write")
+        location = started.headers.get("Location", "")
+        url = location if "://" in location else self.base_url() + location
+        url += ("&" if "?" in url else "?") + f"digest={quote(digest)}"
+        try:
+            done = self._request("PUT", url, name, what, {"Content-Type": "application/octet-stream"}, data=body,
+                                 scope="pull,push", stream=True)
+        except BaseException:
+            self._cancel(location, name, what)  # the upload the registry keeps open goes too
+            raise
+        self._check(done, what, 201, "write")
+
+    def _cancel(self, location: str, name: str, what: str) -> None:
+        """Best effort: end an upload the registry opened (it would purge it in days otherwise)."""
+        if not location:
+            return
+        try:
+            url = location if "://" in location else self.base_url() + location
+            self._request("DELETE", url, name, what, {}, scope="pull,push")
+        except (RegistryError, requests.RequestException):
+            pass
 
     def _check(self, response: requests.Response, what: str, expected: int = 200, verb: str = "read") -> None:
         if response.status_code in (401, 403):

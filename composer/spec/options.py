@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from composer.core.errors import Invalid, UsageError
 from composer.core.files import MAX_VALUE, check_output_file, path_problem, printable, tree_problem
+from composer.core.platforms import platform_problem
 from composer.core.redaction import redact_url
 from composer.core.refs import SHAPE, prefix_problem, reference_problem
 from composer.spec.cases import CaseError, model_folders, read_cases_file, repository_problem
@@ -112,6 +113,14 @@ class Result:
 
 
 @dataclass(frozen=True)
+class Mirror:
+    """How `composer mirror` copies a release (nothing of a composed image)."""
+
+    platform: str | None = None  # os/arch[/variant]: only that image of an index (None: every platform)
+    to_engine: bool = False  # through the engine (pull, push), as before registry-to-registry copies
+
+
+@dataclass(frozen=True)
 class CompositionSpec:
     """The whole description of one composed image, as the user gave it."""
 
@@ -119,6 +128,7 @@ class CompositionSpec:
     images: Images = Images()
     packages: Packages = Packages()
     result: Result = Result()
+    mirror: Mirror = Mirror()
     name: str = "command line"  # a set's file stem, or "command line"
     source: Path | None = None  # the set file it came from
 
@@ -643,6 +653,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("images.registry_ca", "--registry-ca", "registry_ca", LocalPath("file"),
            "CA certificate for registries with their own CA (beyond /etc/docker/certs.d), used by the composer's "
            "registry client.", commands=(BUILD, BUNDLE, MIRROR, INSPECT), portable=False),
+    Option("mirror.platform", "--platform", None, Text(platform_problem, "a platform os/arch[/variant]"),
+           "Copy only this platform's image of each index: os/arch or os/arch/variant, e.g. linux/arm64 (default: every "
+           "platform).",
+           commands=(MIRROR,), portable=False),
+    Option("mirror.to_engine", "--to-engine", None, Flag(),
+           "Copy through the Docker engine (pull, then push), leaving the images in it; without it the images go "
+           "from registry to registry and the engine holds nothing new.", commands=(MIRROR,), portable=False),
     # selection
     Option("selection.backends", "--backend", "backends", _NAMES,
            "A backend to include (repeatable); smoke-test: a backend the image must hold (default: those its "
@@ -841,6 +858,10 @@ def problems(spec: CompositionSpec, command: str | None = BUILD) -> list[Problem
         found.append(Problem(
             "version", 'missing: give version: "YY.MM" (or images: {full: REF})',
             "give --version YY.MM (or --image full=REF), or a backend set with --set"))
+    if spec.mirror.to_engine and spec.mirror.platform:
+        found.append(Problem("platform", "to_engine copies the engine's own platform only: leave out platform",
+                             f"--to-engine --platform {spec.mirror.platform}: the engine pulls its own platform's "
+                             "image only; leave out --platform (or --to-engine to copy registry to registry)"))
     s = spec.selection
     if command in (None, BUILD, RENDER, BUNDLE, WHEELS) and not (s.backends or s.custom_backends or s.backend_images):
         found.append(Problem(

@@ -31,10 +31,10 @@ def forget(engine, ref: str) -> None:
 
 def test_mirror_build_from_mirror_and_push(engine, standin_images, registry, login):
     mirror = f"{registry.host}/nvidia"
-    run = composer("mirror", "--version", "24.09", "--from", "localhost/standin", "--to", mirror, "--json", env=login)
+    run = composer("mirror", "--to-engine", "--version", "24.09", "--from", "localhost/standin", "--to", mirror, "--json", env=login)
     assert run.returncode == 0, run.stderr
     assert all(i["moved"] for i in json.loads(run.stdout)["images"])
-    again = composer("mirror", "--version", "24.09", "--from", "localhost/standin", "--to", mirror, "--json",
+    again = composer("mirror", "--to-engine", "--version", "24.09", "--from", "localhost/standin", "--to", mirror, "--json",
                      env=login)
     assert not any(i["moved"] for i in json.loads(again.stdout)["images"])
 
@@ -78,7 +78,7 @@ def test_failed_smoke_test_pushes_nothing(engine, standin_images, registry, logi
 
 def test_bundle_then_build_with_the_registry_stopped(engine, standin_images, registry, login, tmp_path):
     mirror = f"{registry.host}/nvidia"
-    assert composer("mirror", "--version", "24.09", "--from", "localhost/standin", "--to", mirror,
+    assert composer("mirror", "--to-engine", "--version", "24.09", "--from", "localhost/standin", "--to", mirror,
                     env=login).returncode == 0
     archive = tmp_path / "python.tar"
     made = composer("bundle", "-o", str(archive), "--registry", mirror, "--version", "24.09", "-b", "python",
@@ -102,7 +102,7 @@ def test_bundle_then_build_with_the_registry_stopped(engine, standin_images, reg
 
 def test_lock_against_a_registry_then_the_tag_moves(engine, standin_images, registry, login, tmp_path):
     mirror = f"{registry.host}/nvidia"
-    assert composer("mirror", "--version", "24.09", "--from", "localhost/standin", "--to", mirror,
+    assert composer("mirror", "--to-engine", "--version", "24.09", "--from", "localhost/standin", "--to", mirror,
                     env=login).returncode == 0
     path = tmp_path / "mirrored.yaml"
     path.write_text(f'version: "24.09"\nregistry: {mirror}\nbackends: [python]\n'

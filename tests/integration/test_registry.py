@@ -10,7 +10,8 @@ import pytest
 from composer.engine.engine import Engine
 from composer.core.errors import RegistryError
 from composer.core.refs import ImageRef
-from composer.publish.push import mirror_release, push_image
+from composer.publish.mirror import mirror_through_engine
+from composer.publish.push import push_image
 from composer.registry.client import RegistryAuth
 
 pytestmark = pytest.mark.integration
@@ -116,7 +117,7 @@ def test_no_auth_uses_the_engines_own_credentials(monkeypatch, tmp_path, standin
 def test_mirror_moves_only_what_is_missing(engine, standin_images, registry):
     lines = Lines()
 
-    first = mirror_release(engine, RELEASE, source=STANDIN, dest=registry.host, auth=registry.auth, on_line=lines)
+    first = mirror_through_engine(engine, RELEASE, source=STANDIN, dest=registry.host, auth=registry.auth, on_line=lines)
 
     assert [(i.source, i.dest, i.moved) for i in first.images] == [
         (FULL_STANDIN, f"{registry.host}/tritonserver:{RELEASE}-py3", True),
@@ -129,21 +130,21 @@ def test_mirror_moves_only_what_is_missing(engine, standin_images, registry):
     assert ImageRef.parse(first.images[0].dest).host == registry.host
     assert registry.password not in "\n".join(lines)
 
-    again = mirror_release(engine, RELEASE, source=STANDIN, dest=registry.host, auth=registry.auth)
+    again = mirror_through_engine(engine, RELEASE, source=STANDIN, dest=registry.host, auth=registry.auth)
     assert again.moved == ()
     assert [i.digest for i in again.images] == [i.digest for i in first.images]
 
     # Without the local record of the push (RepoDigests), the content itself still matches.
     for image in first.images:
         engine.remove_image(image.dest)
-    third = mirror_release(engine, RELEASE, source=STANDIN, dest=registry.host, auth=registry.auth)
+    third = mirror_through_engine(engine, RELEASE, source=STANDIN, dest=registry.host, auth=registry.auth)
     assert third.moved == ()
     assert [i.digest for i in third.images] == [i.digest for i in first.images]
 
 
 def test_mirror_with_refused_credentials_is_one_line(engine, standin_images, registry):
     with pytest.raises(RegistryError) as caught:
-        mirror_release(engine, RELEASE, source=STANDIN, dest=registry.host, auth=RegistryAuth("x", "bad-pw-91"))
+        mirror_through_engine(engine, RELEASE, source=STANDIN, dest=registry.host, auth=RegistryAuth("x", "bad-pw-91"))
     assert caught.value.message == (
         f"cannot read {registry.host}/tritonserver:{RELEASE}-py3: the registry refused the credentials"
     )

@@ -60,7 +60,7 @@ def test_tls_registry_with_its_own_ca_mirror_lock_build_push_pull(engine, standi
     docker_config = login(tmp_path / "docker", reg)
     prefix = f"{reg.host}/nvidia"
 
-    mirrored = composer("mirror", "--version", RELEASE, "--from", STANDIN, "--to", prefix, "--json",
+    mirrored = composer("mirror", "--to-engine", "--version", RELEASE, "--from", STANDIN, "--to", prefix, "--json",
                         docker_config=docker_config)
     assert mirrored.returncode == 0, mirrored.stderr
     images = json.loads(mirrored.stdout)["images"]
@@ -164,8 +164,8 @@ def test_mirror_then_build_never_uses_another_repositorys_digest(engine, standin
     """Once the stand-ins are also pushed under another repository, their own name has no digest:
     a build from that name must not take the other repository's (FROM name@<that digest> fails)."""
     docker_config = login(tmp_path / "docker", registry)
-    mirrored = composer("mirror", "--version", RELEASE, "--from", STANDIN, "--to", f"{registry.host}/elsewhere",
-                        "--json", docker_config=docker_config)
+    mirrored = composer("mirror", "--to-engine", "--version", RELEASE, "--from", STANDIN,
+                        "--to", f"{registry.host}/elsewhere", "--json", docker_config=docker_config)
     assert mirrored.returncode == 0, mirrored.stderr
     other = {i["digest"] for i in json.loads(mirrored.stdout)["images"]}
     full = engine.image(FULL_STANDIN)

@@ -84,7 +84,7 @@ def test_command_line_and_set_give_equal_specs(folder):
 def test_every_field_is_declared_once_with_help_and_an_input():
     fields = [o.field for o in unique_fields()]
     assert len(fields) == len(set(fields))
-    spec_fields = {f"{g}.{n}" for g in ("selection", "images", "packages", "result")
+    spec_fields = {f"{g}.{n}" for g in ("selection", "images", "packages", "result", "mirror")
                    for n in getattr(CompositionSpec(), g).__dataclass_fields__}
     assert set(fields) == spec_fields  # every field of the spec has a declaration, and no more
     for option in OPTIONS:
