@@ -78,12 +78,12 @@ def test_each_file_goes_to_its_familys_layer(database, ngc_plan):
                                           "usr/local/cuda-12.6/targets/x86_64-linux/lib/libnvrtc.so.12.6.68"]
     assert planned["03-cublas"] == ["usr/local/cuda-12.6/targets/x86_64-linux/lib/libcublas.so.12.6.1.4",
                                     "usr/local/cuda-12.6/targets/x86_64-linux/lib/libcublasLt.so.12.6.1.4"]
-    assert planned["04-cuda-math"] == ["usr/local/cuda-12.6/targets/x86_64-linux/lib/libcufft.so.11.2.6.59"]
-    assert planned["05-cudnn"] == ["usr/lib/x86_64-linux-gnu/libcudnn.so.9.4.0", "usr/lib/x86_64-linux-gnu/libcudnn_ops.so.9.4.0"]
-    assert planned["06-nccl"] == ["usr/lib/x86_64-linux-gnu/libnccl.so.2.22.3"]
-    assert planned["09-hpcx"] == ["opt/hpcx/ompi/bin/mpirun", "opt/hpcx/ucx/lib/libucp.so.0"]  # owned, and by its path
-    assert planned["10-rest"] == ["usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0"]  # kept, but not the distribution's core
-    assert planned["11-dpkg"] == ["var/lib/dpkg/status"]
+    assert planned["05-cuda-fft-rand"] == ["usr/local/cuda-12.6/targets/x86_64-linux/lib/libcufft.so.11.2.6.59"]
+    assert planned["04-cudnn"] == ["usr/lib/x86_64-linux-gnu/libcudnn.so.9.4.0", "usr/lib/x86_64-linux-gnu/libcudnn_ops.so.9.4.0"]
+    assert planned["07-nccl"] == ["usr/lib/x86_64-linux-gnu/libnccl.so.2.22.3"]
+    assert planned["08-hpcx"] == ["opt/hpcx/ompi/bin/mpirun", "opt/hpcx/ucx/lib/libucp.so.0"]  # owned, and by its path
+    assert planned["12-rest"] == ["usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0"]  # kept, but not the distribution's core
+    assert planned["13-dpkg"] == ["var/lib/dpkg/status"]
     assert list(planned) == [slot.name for slot in ngc_plan("python", base="pruned").pruning.slots]
 
 
@@ -91,19 +91,19 @@ def test_a_family_kept_whole_is_the_same_layer_in_every_selection(database, ngc_
     """What two selections share: the core always; cuBLAS and cuDNN where both keep them."""
     small, onnxruntime, pytorch = (plan(database, ngc_plan, kept) for kept in (BASE, ONNXRUNTIME, PYTORCH))
     assert small["00-core"] == onnxruntime["00-core"] == pytorch["00-core"]
-    for name in ("02-cuda-runtime", "03-cublas", "04-cuda-math", "05-cudnn"):
+    for name in ("02-cuda-runtime", "03-cublas", "04-cudnn", "05-cuda-fft-rand"):
         assert onnxruntime[name] == pytorch[name] and onnxruntime[name]
         assert small[name] == (["usr/local/cuda-12.6/compat/README"] if name == "02-cuda-runtime" else [])
-    assert onnxruntime["06-nccl"] == [] and pytorch["06-nccl"]
+    assert onnxruntime["07-nccl"] == [] and pytorch["07-nccl"]
 
 
 def test_a_family_over_the_cap_is_split_by_its_sorted_paths(database, ngc_plan):
     kept = PYTORCH | {"libnvinfer10", "libnvinfer-plugin10"}
     planned = plan(database, ngc_plan, kept)
     # TensorRT: 2.4 GB in two layers of at most 1.9 GB, by path: libnvinfer.so first.
-    assert planned["07-tensorrt-1"] == ["usr/lib/x86_64-linux-gnu/libnvinfer.so.10.4.0"]
-    assert planned["08-tensorrt-2"] == ["usr/lib/x86_64-linux-gnu/libnvinfer_plugin.so.10.4.0"]
-    assert plan(database, ngc_plan, PYTORCH)["08-tensorrt-2"] == []  # a part with nothing: its list alone
+    assert planned["10-tensorrt-1"] == ["usr/lib/x86_64-linux-gnu/libnvinfer.so.10.4.0"]
+    assert planned["11-tensorrt-2"] == ["usr/lib/x86_64-linux-gnu/libnvinfer_plugin.so.10.4.0"]
+    assert plan(database, ngc_plan, PYTORCH)["11-tensorrt-2"] == []  # a part with nothing: its list alone
     # cuDNN (800 MB) over a cap of 700 MB has one part: the build stops, naming the family.
     table = json.loads(ngc_plan("python", base="pruned").pruning.layers_json())
     table["layer_bytes"] = 700 * MB + 2048
@@ -145,4 +145,4 @@ def test_the_base_is_the_same_bytes_for_the_same_plan_and_names_every_layer(ngc_
     for slot in plan_a.pruning.slots:
         assert f"\nFROM split AS layer-{slot.name}\n" in text and f"\nCOPY --from=layer-{slot.name} / /" in text
     assert '"--all-folders", "00-core"]' in text and text.count("--all-folders") == 1
-    assert '"11-dpkg", "layers.json"]' in text  # the report of every layer rides in the last
+    assert '"13-dpkg", "layers.json"]' in text  # the report of every layer rides in the last

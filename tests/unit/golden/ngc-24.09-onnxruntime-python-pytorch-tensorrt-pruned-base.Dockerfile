@@ -69,48 +69,58 @@ FROM split AS layer-03-cublas
 LABEL org.triton-composer.stage="layer"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "03-cublas"]
 
-FROM split AS layer-04-cuda-math
+FROM split AS layer-04-cudnn
 LABEL org.triton-composer.stage="layer"
-RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "04-cuda-math"]
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "04-cudnn"]
 
-FROM split AS layer-05-cudnn
+FROM split AS layer-05-cuda-fft-rand
 LABEL org.triton-composer.stage="layer"
-RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "05-cudnn"]
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "05-cuda-fft-rand"]
 
-FROM split AS layer-06-nccl
+FROM split AS layer-06-cuda-sparse-solver
 LABEL org.triton-composer.stage="layer"
-RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "06-nccl"]
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "06-cuda-sparse-solver"]
 
-FROM split AS layer-07-tensorrt-1
+FROM split AS layer-07-nccl
 LABEL org.triton-composer.stage="layer"
-RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "07-tensorrt-1"]
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "07-nccl"]
 
-FROM split AS layer-08-tensorrt-2
+FROM split AS layer-08-hpcx
 LABEL org.triton-composer.stage="layer"
-RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "08-tensorrt-2"]
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "08-hpcx"]
 
-FROM split AS layer-09-hpcx
+FROM split AS layer-09-cuda-profiling
 LABEL org.triton-composer.stage="layer"
-RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "09-hpcx"]
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "09-cuda-profiling"]
 
-FROM split AS layer-10-rest
+FROM split AS layer-10-tensorrt-1
 LABEL org.triton-composer.stage="layer"
-RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "10-rest"]
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "10-tensorrt-1"]
 
-FROM split AS layer-11-dpkg
+FROM split AS layer-11-tensorrt-2
 LABEL org.triton-composer.stage="layer"
-RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "11-dpkg", "layers.json"]
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "11-tensorrt-2"]
+
+FROM split AS layer-12-rest
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "12-rest"]
+
+FROM split AS layer-13-dpkg
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "13-dpkg", "layers.json"]
 
 FROM scratch
 COPY --from=layer-00-core / /
 COPY --from=layer-01-python / /
 COPY --from=layer-02-cuda-runtime / /
 COPY --from=layer-03-cublas / /
-COPY --from=layer-04-cuda-math / /
-COPY --from=layer-05-cudnn / /
-COPY --from=layer-06-nccl / /
-COPY --from=layer-07-tensorrt-1 / /
-COPY --from=layer-08-tensorrt-2 / /
-COPY --from=layer-09-hpcx / /
-COPY --from=layer-10-rest / /
-COPY --from=layer-11-dpkg / /
+COPY --from=layer-04-cudnn / /
+COPY --from=layer-05-cuda-fft-rand / /
+COPY --from=layer-06-cuda-sparse-solver / /
+COPY --from=layer-07-nccl / /
+COPY --from=layer-08-hpcx / /
+COPY --from=layer-09-cuda-profiling / /
+COPY --from=layer-10-tensorrt-1 / /
+COPY --from=layer-11-tensorrt-2 / /
+COPY --from=layer-12-rest / /
+COPY --from=layer-13-dpkg / /
