@@ -27,6 +27,9 @@ from composer.resolve.plan import ROOT, CompositionPlan
 from composer.core.progress import LineSink, quiet
 
 REPORT = f"{ROOT}/pruned.json"
+LAYERS_REPORT = "/usr/share/triton-composer/pruned-base/layers.json"  # each family layer's files and bytes
+# What a base is: a new format makes new bases (2: family layers; 1 was one layer of everything).
+BASE_FORMAT = "2 family layers"
 PROOF_FAILED = "proof failed: "
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # the engine colours a step's stderr
 
@@ -53,8 +56,9 @@ class PrunedBase:
 def base_key(plan: CompositionPlan, context: Path) -> str:
     """What a pruned base is made from: the images its Dockerfile builds FROM (by id) and every file
     of its build context (its Dockerfile names the selection, the composer's version and the steps).
-    The same key means the same base, so a base made before is used as it is."""
-    digest = hashlib.sha256()
+    The same key means the same base, so a base made before is used as it is; BASE_FORMAT keeps a
+    base of an older layout (one layer of everything) from being taken for a new one."""
+    digest = hashlib.sha256(f"format {BASE_FORMAT}\n".encode())
     for image in (plan.full, plan.min, *(other.image for other in plan.foreign_backends)):
         digest.update(f"image {image.role} {image.id or image.from_ref}\n".encode())
     for path in sorted(context.rglob("*")):
@@ -109,14 +113,20 @@ class PruningReport:
     loaded_at_run_time: tuple[dict, ...]  # each library loaded by name that the image holds (the proof requires it)
     dropped_files: dict
     named_not_in_image: tuple[dict, ...] = ()  # named by a kept file, but the image holds none (the driver's)
+    layers: tuple[dict, ...] = ()  # the base's layers in order: layer, family, part, files, bytes
 
     @classmethod
     def read(cls, engine: Engine, image: str) -> "PruningReport":
-        result = engine.run_once(image, ["cat", REPORT], entrypoint=[])
+        """From the image: the decision's report, and the base's layers (one container)."""
+        result = engine.run_once(image, ["cat", REPORT, LAYERS_REPORT], entrypoint=[])
         try:
-            raw = json.loads(result.output)
+            decoder = json.JSONDecoder()
+            text = result.output.strip()
+            raw, end = decoder.raw_decode(text)
+            layers = _layers(decoder, text[end:].strip())
             return cls(tuple(raw["kept"]), tuple(raw["dropped"]), tuple(raw["loaded_at_run_time"]),
-                       dict(raw["dropped_files_of_kept_packages"]), tuple(raw.get("named_not_in_image", ())))
+                       dict(raw["dropped_files_of_kept_packages"]), tuple(raw.get("named_not_in_image", ())),
+                       tuple(layers))
         except (ValueError, KeyError, TypeError):
             raise ComposerError(f"the image holds no readable {REPORT}") from None
 
@@ -124,7 +134,8 @@ class PruningReport:
         return {"kept": list(self.kept), "dropped": list(self.dropped),
                 "loaded_at_run_time": list(self.loaded_at_run_time),
                 "dropped_files_of_kept_packages": self.dropped_files,
-                "named_not_in_image": list(self.named_not_in_image)}
+                "named_not_in_image": list(self.named_not_in_image),
+                "layers": list(self.layers)}
 
     def explain(self) -> str:
         kept = sum(p["size"] for p in self.kept)
@@ -138,6 +149,11 @@ class PruningReport:
         lines += [f"  dropped  {p['package'].ljust(width)}  {human_size(p['size']).rjust(9)}"
                   for p in sorted(self.dropped, key=lambda p: -p["size"])]
         lines += [f"  run-time {item['library']}: {item['why']}" for item in self.loaded_at_run_time]
+        if self.layers:
+            lines.append(f"  layers of the base ({len(self.layers)}, in order; each holds one family, so images "
+                         "keeping the same family share it):")
+            lines += [f"  layer    {item['layer'].ljust(width)}  {human_size(item['bytes']).rjust(9)}  "
+                      f"{item['files']} files" for item in self.layers]
         named = sorted({item["library"] for item in self.named_not_in_image})
         if named:
             lines.append(f"  named, not in the image ({len(named)}: the CUDA driver's, other platforms'): "
@@ -145,11 +161,20 @@ class PruningReport:
         return "\n".join(lines)
 
 
-STAGE_LABEL = "org.triton-composer.stage"  # on the stages no image keeps: decide, pruned, proof
+def _layers(decoder: json.JSONDecoder, text: str) -> list:
+    """The base's layers from LAYERS_REPORT's text; none from a base made before it had them."""
+    try:
+        return list(decoder.raw_decode(text)[0]["layers"])
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
+STAGE_LABEL = "org.triton-composer.stage"  # on the stages no image keeps: decide, pruned, layers, split, layer, proof
 
 
 def sweep_stages(engine: Engine) -> None:
-    """Remove the images of the pruned base's own stages (decide, pruned, proof) that no tag names.
+    """Remove the images of the pruned base's own stages (decide, pruned, layers, split, each layer's,
+    proof) that no tag names.
     Each such stage labels itself first thing, so every image of it carries the label, a failed
     step's last one included; they stay in the build cache otherwise, as every stage of a
     multi-stage build does. Found by label, whatever builder made them."""

@@ -26,6 +26,7 @@ from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
 # Scripts that run inside the build (collect and packages stages), copied into every context.
 BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py")
 PRUNE_SCRIPTS = ("prune.py", "prove.sh")  # and these, for a pruned base
+LAYER_SCRIPTS = ("layers.py", "keep_layer.sh")  # and these in the pruned base's own context
 PRUNED_BASE = "pruned-base"  # the pruned base's own build context, a folder of the composition's
 
 
@@ -249,6 +250,9 @@ def _context_files(plan: CompositionPlan) -> dict[str, Content]:
         files[f"{PRUNED_BASE}/Dockerfile"] = (render_pruned_base(plan).encode(), 0o644)
         for name in ("collect.py", "probe.py", "prune.py", "loaded-at-run-time.json"):
             files[f"{PRUNED_BASE}/{name}"] = files[name]
+        for script in LAYER_SCRIPTS:
+            files[f"{PRUNED_BASE}/{script}"] = (package.joinpath(script).read_bytes(), 0o644)
+        files[f"{PRUNED_BASE}/layers.json"] = (plan.pruning.layers_json().encode(), 0o644)
         for name in [n for n in files if n.startswith("custom-backends/")]:
             files[f"{PRUNED_BASE}/{name}"] = files[name]
     if plan.baked_models is not None:  # links are followed: the image holds the files themselves

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from composer import __version__
-from composer.spec.catalog import DEFAULT_FLAVOUR, Catalog, Flavour, Release
+from composer.spec.catalog import DEFAULT_FLAVOUR, Catalog, Flavour, LayerFamily, Release
 from composer.core.errors import UsageError
 from composer.spec.model_envs import ModelEnv, hints
 from composer.spec.requirements import public_requirement
@@ -184,15 +184,44 @@ class BaseConfig:
 
 
 @dataclass(frozen=True)
+class LayerSlot:
+    """One layer of a pruned base: a family's part, named as its stage and its list are."""
+
+    name: str  # "03-cublas", or "07-tensorrt-2" for a family of more than one part
+    family: str
+    part: int
+    takes: str  # the family's own rule ("distribution", "rest", "database") or ""
+
+
+@dataclass(frozen=True)
 class Pruning:
-    """How a pruned base is made (--base pruned): the catalog's run-time loads for the release."""
+    """How a pruned base is made (--base pruned): the catalog's run-time loads for the release, and
+    the family layers it is written as (the same for every release: rules on names and paths)."""
 
     loaded_at_run_time: tuple[tuple[str, tuple[str, ...]], ...]  # library -> what it loads by name
     min_config: BaseConfig
     keep_tensorrt_builder: bool = False
+    layers: tuple[LayerFamily, ...] = ()
+    layer_bytes: int = 1_900_000_000
 
     def loaded_json(self) -> str:
         return json.dumps({library: list(loads) for library, loads in self.loaded_at_run_time}, indent=1) + "\n"
+
+    @property
+    def slots(self) -> tuple[LayerSlot, ...]:
+        """Every layer of the base, in order: each family's parts (an empty part is a layer too, of
+        its list alone: the Dockerfile names every layer before the build knows what each holds)."""
+        slots: list[LayerSlot] = []
+        for family in self.layers:
+            for part in range(1, family.parts + 1):
+                suffix = f"-{part}" if family.parts > 1 else ""
+                slots.append(LayerSlot(f"{len(slots):02d}-{family.family}{suffix}", family.family, part, family.takes))
+        return tuple(slots)
+
+    def layers_json(self) -> str:
+        """The table layers.py assigns files by (in the base's context)."""
+        return json.dumps({"layer_bytes": self.layer_bytes, "families": [f.to_dict() for f in self.layers],
+                           "slots": [dataclasses.asdict(s) for s in self.slots]}, indent=1, sort_keys=True) + "\n"
 
 
 @dataclass(frozen=True)
@@ -570,7 +599,8 @@ def _pruning(options, release: Release, catalog: Catalog, min_config: BaseConfig
     loaded = catalog.loaded_at_run_time_for(release)
     if min_config is None:
         raise UsageError("--base pruned needs the min image's configuration: render it with a Docker engine")
-    return Pruning(tuple(sorted(loaded.items())), min_config, options.keep_tensorrt_builder)
+    return Pruning(tuple(sorted(loaded.items())), min_config, options.keep_tensorrt_builder,
+                   catalog.pruned_base_layers, catalog.layer_bytes)
 
 
 def _pip_command(packages: Packages, offer: Offer, full_ref: str) -> tuple[str, ...]:

@@ -65,6 +65,21 @@ class NgcLayout:
 
 
 @dataclass(frozen=True)
+class LayerFamily:
+    """One family of a pruned base's files, written as its own layer(s) (releases.yaml, pruned_base_layers)."""
+
+    family: str
+    packages: str = ""  # a regex on a kept package's name
+    paths: str = ""  # a regex on the path (relative to /) of a file no package owns
+    takes: str = ""  # "distribution", "rest" or "database": the families with a rule of their own
+    parts: int = 1  # how many layers of at most `layer_bytes` it may take
+
+    def to_dict(self) -> dict:
+        return {"family": self.family, "packages": self.packages, "paths": self.paths, "takes": self.takes,
+                "parts": self.parts}
+
+
+@dataclass(frozen=True)
 class Catalog:
     releases: dict[str, Release]
     ngc_layout: NgcLayout
@@ -75,6 +90,8 @@ class Catalog:
     # release -> {library: libraries it loads by name at run time} (for a pruned base)
     loaded_at_run_time: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     flavours: dict[str, dict] = field(default_factory=dict)  # name -> its entry in releases.yaml
+    pruned_base_layers: tuple[LayerFamily, ...] = ()  # in order, the first holding the distribution's core
+    layer_bytes: int = 1_900_000_000  # a family bigger than this is split into parts
 
     @classmethod
     def load(cls) -> "Catalog":
@@ -99,6 +116,8 @@ class Catalog:
             loaded_at_run_time={family: {library: tuple(loads) for library, loads in table.items()}
                                 for family, table in (raw.get("loaded_at_run_time") or {}).items()},
             flavours={name: dict(entry) for name, entry in (raw.get("flavours") or {}).items()},
+            pruned_base_layers=tuple(LayerFamily(**item) for item in raw["pruned_base_layers"]["families"]),
+            layer_bytes=int(raw["pruned_base_layers"]["layer_bytes"]),
         )
 
     def release(self, name: str) -> Release:

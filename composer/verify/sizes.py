@@ -26,7 +26,7 @@ _BUILDKIT_COPY = re.compile(r"^(?:COPY|ADD)\b.*\s(\S+)\s+# buildkit$")
 FOLDER_KINDS = {"backends": "backend", "repoagents": "repoagent", "caches": "cache", "model_envs": "model env"}
 SERVER_ENTRY = ("/opt/nvidia/", "/usr/bin/serve")
 ROOT_TREES = (("libraries", "collected libraries"), ("python", "python runtime"))  # in the template's order
-PRUNED_BASE = ("base", "pruned base")  # the first tree copied to / on a pruned base
+PRUNED_BASE = ("base", "pruned base")  # the first trees copied to / on a pruned base: its family layers
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class SizeReport:
     pruned_from: int = 0  # on a pruned base: the min image's size, of which the base is a part
     device: str = "gpu"  # "cpu": a CPU-only image (--device cpu)
     base: str = "min image"  # what the image is built on: "vllm image (REF)" for a flavour's image
+    base_layers: tuple[Part, ...] = ()  # on a pruned base: its layers in order (kind "layer", name the family's)
 
     @property
     def pruning_saved(self) -> int:
@@ -77,11 +78,15 @@ class SizeReport:
             "pruning_saved": self.pruning_saved,
             "device": self.device,
             "base": self.base,
+            "base_layers": [p.to_dict() for p in self.base_layers],
         }
 
     def table(self) -> str:
         rows = [(self.base, self.min_image)] if not self.pruned_from else []
-        rows += [(f"{p.kind} {p.name}" if p.kind in FOLDER_KINDS.values() else p.name, p.size) for p in self.parts]
+        for p in self.parts:
+            rows.append((f"{p.kind} {p.name}" if p.kind in FOLDER_KINDS.values() else p.name, p.size))
+            if p.kind == PRUNED_BASE[0]:
+                rows += [(f"  layer {layer.name}", layer.size) for layer in self.base_layers]
         rows += [("lower bound", self.lower_bound), ("overhead", self.overhead), ("total", self.total)]
         if self.pruned_from:
             rows += [("min image (pruned from)", self.pruned_from), ("pruning saved", self.pruning_saved)]
@@ -122,9 +127,17 @@ def report_from(layers: list[Layer], shared: int, plan: CompositionPlan) -> Size
     for kind, names in (("backend", backends), ("repoagent", plan.repoagents), ("cache", plan.caches),
                         ("model env", [e.model for e in plan.model_envs])):
         sizes.update({(kind, n): 0 for n in names})
-    trees = iter(((PRUNED_BASE,) if plan.pruning else ()) + ROOT_TREES)
+    slots = list(plan.pruning.slots) if plan.pruning else []
+    base_layers = []
+    trees = iter(ROOT_TREES)
+    if plan.pruning:
+        sizes[PRUNED_BASE] = 0  # the first trees copied to /, one a slot of the base's
     for layer in layers[shared:]:
         where = destination(layer.created_by)
+        if where == "/" and len(base_layers) < len(slots):
+            base_layers.append(Part("layer", slots[len(base_layers)].name, layer.size))
+            sizes[PRUNED_BASE] += layer.size
+            continue
         key = _part_of(where, plan, trees) if where else None
         if key is not None:
             sizes[key] = sizes.get(key, 0) + layer.size
@@ -137,7 +150,7 @@ def report_from(layers: list[Layer], shared: int, plan: CompositionPlan) -> Size
         sizes.setdefault(("models", "baked models"), 0)
     total = sum(l.size for l in layers)
     parts = tuple(Part(kind, name, size) for (kind, name), size in sizes.items())
-    return SizeReport(total, sum(l.size for l in layers[:shared]), parts)
+    return SizeReport(total, sum(l.size for l in layers[:shared]), parts, base_layers=tuple(base_layers))
 
 
 def _part_of(where: str, plan: CompositionPlan, trees) -> tuple[str, str] | None:

@@ -57,14 +57,22 @@ def test_the_dockerfile_builds_on_the_base_given_restates_the_min_config_and_pro
 
 def test_the_size_report_names_the_pruned_base_and_what_it_saved(ngc_plan):
     plan = ngc_plan("python", base="pruned")
-    layers = [copy("/", 2_000_000_000), copy("/opt/tritonserver/bin", 4_000_000), copy("/", 7_000_000),
-              copy("/", 30_000_000), copy("/opt/tritonserver/backends/python", 3_000_000)]
+    slots = plan.pruning.slots  # the base's family layers, then the composition's
+    layers = [copy("/", 1_000_000_000 if slot.family == "core" else 100) for slot in slots]
+    layers += [copy("/opt/tritonserver/bin", 4_000_000), copy("/", 7_000_000),
+               copy("/", 30_000_000), copy("/opt/tritonserver/backends/python", 3_000_000)]
     report = report_from(layers, 0, plan)
     parts = {(p.kind, p.name): p.size for p in report.parts}
-    assert parts[("base", "pruned base")] == 2_000_000_000 and parts[("python", "python runtime")] == 30_000_000
+    assert parts[("base", "pruned base")] == 1_000_000_000 + 100 * (len(slots) - 1)
+    assert parts[("python", "python runtime")] == 30_000_000 and parts[("libraries", "collected libraries")] == 7_000_000
+    assert [(p.name, p.size) for p in report.base_layers][:2] == [("00-core", 1_000_000_000), ("01-python", 100)]
+    assert report.base_layers[-1].name == f"{len(slots) - 1:02d}-dpkg"
     report = replace(report, pruned_from=9_000_000_000)
-    assert report.pruning_saved == 7_000_000_000 and report.to_dict()["pruning_saved"] == 7_000_000_000
-    assert "pruning saved" in report.table() and "min image  " not in report.table()
+    saved = 9_000_000_000 - parts[("base", "pruned base")]
+    assert report.pruning_saved == saved and report.to_dict()["pruning_saved"] == saved
+    table = report.table()
+    assert "pruning saved" in table and "min image  " not in table and "  layer 03-cublas" in table
+    assert report.to_dict()["base_layers"][0] == {"kind": "layer", "name": "00-core", "size": 1_000_000_000}
 
 
 def test_the_proofs_line_is_the_error():
@@ -93,9 +101,11 @@ def test_every_stage_no_image_keeps_labels_itself_first_and_the_image_needs_the_
     for dockerfile in (context.directory / "Dockerfile", context.pruned_base / "Dockerfile"):
         lines = dockerfile.read_text().splitlines()
         for index, line in enumerate(lines):
-            stage = re.match(r"FROM \S+ AS (decide|pruned|proof)$", line)
+            stage = re.match(r"FROM \S+ AS (decide|pruned|layers|split|layer|proof)(-[0-9]{2}-[a-z0-9-]+)?$", line)
             if stage:
                 assert lines[index + 1] == f'LABEL org.triton-composer.stage="{stage.group(1)}"', dockerfile
+            else:
+                assert " AS " not in line or re.search(r" AS (full|min|collect|composed|packages|model-envs)$", line), line
     final = (context.directory / "Dockerfile").read_text().rsplit("\nFROM ", 1)[1]
     assert final.startswith("composed\n") and "COPY --from=proof /composer-proof/proved.txt" in final
 
@@ -105,13 +115,16 @@ def test_the_pruned_base_is_its_own_context_sharing_the_collect_and_decide_steps
     context = write_context(plan, tmp_path / "context")
     assert context.pruned_base == tmp_path / "context" / "pruned-base"
     assert sorted(p.name for p in context.pruned_base.iterdir()) == [
-        "Dockerfile", "collect.py", "loaded-at-run-time.json", "probe.py", "prune.py"]
+        "Dockerfile", "collect.py", "keep_layer.sh", "layers.json", "layers.py", "loaded-at-run-time.json", "probe.py",
+        "prune.py"]
     base = (context.pruned_base / "Dockerfile").read_text()
     main = context.dockerfile.read_text()
     collect = base[base.index("FROM nvcr.io"):base.index("FROM collect AS decide")].strip()
     decide = base[base.index("FROM collect AS decide"):base.index("# The min image less")].strip()
     assert collect.count("FROM ") == 3 and collect in main and decide in main  # the same steps: one cache
-    assert base.endswith("FROM scratch\nCOPY --from=pruned / /\n") and "rm -f -- < /composer/prune/drop.txt" in base
+    final = base[base.index("\nFROM scratch\n"):].strip().splitlines()
+    assert final[1:] == [f"COPY --from=layer-{slot.name} / /" for slot in plan.pruning.slots]  # a layer a family
+    assert "rm -f -- < /composer/prune/drop.txt" in base
     assert write_context(ngc_plan("onnxruntime", "python"), tmp_path / "plain").pruned_base is None
 
 
@@ -124,6 +137,17 @@ def test_the_base_key_follows_the_base_images_and_every_file_of_its_context(ngc_
     assert key != base_key(plan, write_context(ngc_plan("onnxruntime", base="pruned"), tmp_path / "c").pruned_base)
     (folder / "loaded-at-run-time.json").write_text("{}")
     assert key != base_key(plan, folder)
+
+
+def test_an_older_bases_format_is_not_taken_for_this_one(ngc_plan, tmp_path, monkeypatch):
+    """A base of one layer (format 1) made from the same inputs would have had another key."""
+    from composer.build import pruning
+
+    plan = ngc_plan("onnxruntime", "python", base="pruned")
+    folder = write_context(plan, tmp_path / "a").pruned_base
+    key = base_key(plan, folder)
+    monkeypatch.setattr(pruning, "BASE_FORMAT", "1")
+    assert base_key(plan, folder) != key
 
 
 def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(ngc_plan, tmp_path):

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.render.render import render_dockerfile, render_sbom_layer, write_context
+from composer.render.render import render_dockerfile, render_pruned_base, render_sbom_layer, write_context
 from composer.verify.sbom import SBOM_PATH, parse_facts, version_labels
 from tests.unit.fake_engine import recorded_facts
 
@@ -28,6 +28,15 @@ def test_golden_dockerfiles(ngc_plan, release, name):
     options = {"bake_models": Path("/srv/models")} if name.endswith("-baked") else {}
     text = render_dockerfile(ngc_plan(*selection, release=release, **options))
     _matches_golden(text, GOLDEN / f"ngc-{release}-{name}.Dockerfile")
+
+
+@pytest.mark.parametrize("name", ["onnxruntime-python", "onnxruntime-python-pytorch-tensorrt"])
+@pytest.mark.parametrize("which", ["pruned-base", "pruned"])
+def test_golden_pruned_renders(ngc_plan, name, which):
+    """A pruned composition's two Dockerfiles: the base (its family layers) and the image on it."""
+    plan = ngc_plan(*SELECTIONS[name], base="pruned")
+    text = render_pruned_base(plan) if which == "pruned-base" else render_dockerfile(plan)
+    _matches_golden(text, GOLDEN / f"ngc-24.09-{name}-{which}.Dockerfile")
 
 
 def test_golden_sbom_layer():

@@ -1,0 +1,126 @@
+# Rendered by triton-composer 0.1.0 from dockerfiles/pruned-base.Dockerfile.j2; edit the composition, not this file.
+# The pruned base of the composition in ../Dockerfile (Triton 24.09: onnxruntime, python):
+# only the packages and files of the min image the selection needs, written FROM scratch as one
+# layer per family of files (the distribution's core first, the dpkg database last), each holding
+# only its files at fixed times, so compositions keeping the same family share its layer; none over
+# 2 GB. composer build makes it once per min image and selection and passes its id to ../Dockerfile
+# as PRUNED_BASE.
+
+FROM nvcr.io/nvidia/tritonserver@sha256:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff AS full
+
+FROM nvcr.io/nvidia/tritonserver@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa AS min
+
+# What the selected parts need at run time and the min image lacks (shared libraries, the
+# python the python backend stub was built for) is found from the files themselves by
+# collect.py, inside the full image: no package manager, no network.
+FROM full AS collect
+USER root
+COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
+COPY collect.py probe.py /composer/
+RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "--python-out", "/composer/python-rootfs", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
+
+FROM collect AS decide
+LABEL org.triton-composer.stage="decide"
+COPY --from=min /var/lib/dpkg /composer/min-dpkg
+COPY prune.py loaded-at-run-time.json /composer/
+RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
+
+# The min image less what prune.py dropped: a layer of deletions only; its dpkg database lists
+# exactly the packages kept, with their files (written at a fixed time). The files left are listed
+# for the layers stage.
+FROM min AS pruned
+LABEL org.triton-composer.stage="pruned"
+USER root
+COPY --from=decide /composer/prune/ /composer/prune/
+RUN cd / && xargs --no-run-if-empty --delimiter='\n' rm -f -- < /composer/prune/drop.txt \
+ && cp /composer/prune/dpkg/status /var/lib/dpkg/status \
+ && cp -R /composer/prune/dpkg/info/. /var/lib/dpkg/info/ \
+ && find /var/lib/dpkg -exec touch -h -d @0 {} + \
+ && rm -rf /composer \
+ && find / -xdev ! -type d ! -path /etc/hosts ! -path /etc/hostname ! -path /etc/resolv.conf ! -path /.dockerenv \
+      ! -path /composer-files.tsv -printf '%y\t%s\t%P\n' > /composer-files.tsv
+
+# Which layer each file goes to (layers.py, by the families of layers.json), each family split
+# under 2 GB where it is bigger.
+FROM decide AS layers
+LABEL org.triton-composer.stage="layers"
+COPY --from=pruned /composer-files.tsv /composer/files.tsv
+COPY layers.py layers.json /composer/
+RUN ["python3", "/composer/layers.py", "--files", "/composer/files.tsv", "--min-dpkg", "/composer/min-dpkg", "--kept", "/composer/prune/dpkg/status", "--table", "/composer/layers.json", "--out", "/composer/layers"]
+
+FROM pruned AS split
+LABEL org.triton-composer.stage="split"
+COPY --from=layers /composer/layers/ /composer-layers/
+COPY keep_layer.sh /composer-layers/
+
+FROM split AS layer-00-core
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "--all-folders", "00-core"]
+
+FROM split AS layer-01-python
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "01-python"]
+
+FROM split AS layer-02-cuda-runtime
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "02-cuda-runtime"]
+
+FROM split AS layer-03-cublas
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "03-cublas"]
+
+FROM split AS layer-04-cudnn
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "04-cudnn"]
+
+FROM split AS layer-05-cuda-fft-rand
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "05-cuda-fft-rand"]
+
+FROM split AS layer-06-cuda-sparse-solver
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "06-cuda-sparse-solver"]
+
+FROM split AS layer-07-nccl
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "07-nccl"]
+
+FROM split AS layer-08-hpcx
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "08-hpcx"]
+
+FROM split AS layer-09-cuda-profiling
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "09-cuda-profiling"]
+
+FROM split AS layer-10-tensorrt-1
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "10-tensorrt-1"]
+
+FROM split AS layer-11-tensorrt-2
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "11-tensorrt-2"]
+
+FROM split AS layer-12-rest
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "12-rest"]
+
+FROM split AS layer-13-dpkg
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "13-dpkg", "layers.json"]
+
+FROM scratch
+COPY --from=layer-00-core / /
+COPY --from=layer-01-python / /
+COPY --from=layer-02-cuda-runtime / /
+COPY --from=layer-03-cublas / /
+COPY --from=layer-04-cudnn / /
+COPY --from=layer-05-cuda-fft-rand / /
+COPY --from=layer-06-cuda-sparse-solver / /
+COPY --from=layer-07-nccl / /
+COPY --from=layer-08-hpcx / /
+COPY --from=layer-09-cuda-profiling / /
+COPY --from=layer-10-tensorrt-1 / /
+COPY --from=layer-11-tensorrt-2 / /
+COPY --from=layer-12-rest / /
+COPY --from=layer-13-dpkg / /
