@@ -13,8 +13,9 @@
 # /composer-layers beside it, and gives every folder and those files one fixed time (0). The base
 # copies the stage's tree as one layer: files keep the min image's times, owners and modes, so the
 # layer's bytes depend only on its files. The files the engine mounts over in a step
-# (/etc/hostname, /etc/hosts, /etc/resolv.conf) cannot be removed here: where the min image has
-# them, every layer repeats them (a few bytes, the same in every layer).
+# (/etc/hostname, /etc/hosts, /etc/resolv.conf; with Podman /run/.containerenv too) cannot be
+# removed here: where the min image has them, every layer repeats them (a few bytes, the same in
+# every layer).
 #
 # The removing is done by one perl process, started while the tools are still there: a layer
 # without coreutils removes them too.
@@ -26,8 +27,12 @@ shift
 work=/composer-layers
 marks=usr/share/triton-composer/pruned-base
 cd /
+# Every file the engine mounts into this step stays: the ones named, and whatever else is a mount
+# point here (Podman's builder also mounts /run/.containerenv; removing a mount point fails, EBUSY).
+awk '{ print substr($5, 2) }' /proc/self/mountinfo | LC_ALL=C sort -u > "$work/mounts"
 find . -xdev ! -type d ! -path "./composer-layers/*" ! -path ./etc/hosts ! -path ./etc/hostname \
-  ! -path ./etc/resolv.conf ! -path ./.dockerenv -printf '%P\n' | LC_ALL=C sort > "$work/all"
+  ! -path ./etc/resolv.conf ! -path ./.dockerenv -printf '%P\n' | LC_ALL=C sort \
+  | LC_ALL=C comm -23 - "$work/mounts" > "$work/all"
 LC_ALL=C comm -23 "$work/all" "$work/$name.list" > "$work/remove"
 mkdir -p "$marks"
 cp "$work/$name.list" "$marks/$name.list"
