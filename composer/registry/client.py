@@ -480,21 +480,13 @@ class RegistryApi:
     # -- whole documents, blobs, and writes (SBOMs, inspect) -------------------------
 
     def document(self, name: str, reference: str) -> tuple[str, str, dict, int] | None:
-        """The manifest `name:reference` as (digest, media type, JSON, size), or None."""
-        sep = "@" if reference.startswith("sha256:") else ":"
-        what = f"{self.host}/{name}{sep}{reference}"
-        response = self._get(f"/v2/{name}/manifests/{reference}", name, what)
-        if response.status_code == 404:
+        """The manifest `name:reference` as (digest, media type, JSON, size), or None: the raw
+        manifest (read and checked once, in raw_manifest), parsed."""
+        raw = self.raw_manifest(name, reference)
+        if raw is None:
             return None
-        self._check(response, what)
-        body = response.content
-        digest = response.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
-        try:
-            data = json.loads(body)
-        except ValueError:
-            raise RegistryError(f"cannot read {what}: the registry's manifest is not JSON") from None
-        media_type = data.get("mediaType") or response.headers.get("Content-Type", "").split(";")[0]
-        return digest, media_type, data, len(body)
+        digest, media_type, body = raw
+        return digest, media_type, json.loads(body), len(body)
 
     def blob(self, name: str, digest: str, limit: int = 64 << 20) -> bytes:
         """A blob (a config, an SBOM) of at most `limit` bytes, checked against its digest."""
