@@ -512,15 +512,19 @@ class RegistryApi:
         except (ValueError, AttributeError):
             return None
 
-    def upload_blob(self, name: str, data: bytes) -> str:
-        """Upload `data` as a blob of repository `name` (one monolithic upload); its digest."""
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        what = f"{self.host}/{name}@{digest}"
+    def _upload_url(self, name: str, digest: str, what: str) -> str:
+        """Start an upload session for blob `digest` of `name`; the URL its one PUT goes to."""
         started = self._request("POST", f"/v2/{name}/blobs/uploads/", name, what, {}, scope="pull,push")
         self._check(started, what, 202, "write")
         location = started.headers.get("Location", "")
         url = location if "://" in location else self.base_url() + location
-        url += ("&" if "?" in url else "?") + f"digest={digest}"
+        return url + ("&" if "?" in url else "?") + f"digest={quote(digest)}"
+
+    def upload_blob(self, name: str, data: bytes) -> str:
+        """Upload `data` as a blob of repository `name` (one monolithic upload); its digest."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        what = f"{self.host}/{name}@{digest}"
+        url = self._upload_url(name, digest, what)
         done = self._request("PUT", url, name, what, {"Content-Type": "application/octet-stream"}, data=data,
                              scope="pull,push")
         self._check(done, what, 201, "write")
@@ -621,11 +625,7 @@ class RegistryApi:
         """Upload the blob `digest` from `body` (its size known, its bytes streamed and checked on the
         way: see VerifiedBlob); the registry also checks the digest before it keeps the blob."""
         what = f"{self.host}/{name}@{digest}"
-        started = self._request("POST", f"/v2/{name}/blobs/uploads/", name, what, {}, scope="pull,push")
-        self._check(started, what, 202, "write")
-        location = started.headers.get("Location", "")
-        url = location if "://" in location else self.base_url() + location
-        url += ("&" if "?" in url else "?") + f"digest={quote(digest)}"
+        url = self._upload_url(name, digest, what)
         try:
             done = self._request("PUT", url, name, what, {"Content-Type": "application/octet-stream"}, data=body,
                                  scope="pull,push", stream=True)
