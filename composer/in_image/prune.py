@@ -17,7 +17,14 @@ database (status, and the lists of kept packages that lost files), required.txt 
 loaded libraries the proof requires: NAME<TAB>why) and pruned.json (each kept package with why,
 each dropped package with its size).
 
-Usage: prune.py --root /opt/tritonserver --min-dpkg DIR --loaded FILE --out DIR [--keep-tensorrt-builder] PATH...
+With --python (a base holding pip-installed distributions, as NGC's vLLM image): the python
+distributions the kept python code imports, those --python-dist names, and what they require
+(pydists.py); every file of a kept distribution stays, with what its ELF files need or name; the
+files of the others, and the files under the site folders that nothing kept owns, go. It then also
+writes python/elf.txt and python/imports.txt, which the proof checks.
+
+Usage: prune.py --root /opt/tritonserver --min-dpkg DIR --loaded FILE --out DIR [--keep-tensorrt-builder]
+                [--python [--python-dist NAME]...] PATH...
 """
 
 import argparse
@@ -29,6 +36,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import collect  # noqa: E402  (copied beside this script)
 import probe  # noqa: E402
+import pydists  # noqa: E402
 
 DOCUMENTATION = re.compile(r"/share/(doc|man|info|doc-base|lintian)/")
 DEV_PACKAGE = re.compile(r"-(dev|dbg)(-|$)")  # libfoo-dev, NVIDIA's libcudnn9-dev-cuda-12
@@ -161,6 +169,20 @@ class Keeper(object):
         self.reached = set()  # real paths of ELF files walked
         self.triggered = set()
         self.seen_names = set()  # (real path of the naming file, name)
+        self.dists = None  # pydists.Closure, with --python: the python distributions kept
+        self.dist_owner = {}  # path -> the installed distribution whose RECORD lists it
+
+    def keep_owner(self, path, why):
+        """Keep what owns `path`: its dpkg package, or its python distribution (with --python)."""
+        self.keep(self.db.package_of(path), why)
+        name = self.dist_of(path)
+        if name is not None:
+            self.dists.add(name, why)
+
+    def dist_of(self, path):
+        if self.dists is None:
+            return None
+        return self.dist_owner.get(os.path.normpath(path)) or self.dist_owner.get(os.path.realpath(path))
 
     def keep(self, package, why):
         if package is None or package in self.why or is_dev(package):
@@ -189,7 +211,7 @@ class Keeper(object):
                 if resolved is None:
                     continue
                 step = "%s -> %s" % (chain, soname)
-                self.keep(self.db.package_of(resolved), "%s: %s" % (part, step))
+                self.keep_owner(resolved, "%s: %s" % (part, step))
                 stack.append((resolved, step))
 
     def trigger(self, path, name, part, chain, stack):
@@ -212,7 +234,7 @@ class Keeper(object):
             return
         if found not in [library for library, _ in self.required]:
             self.required.append((found, why))
-        self.keep(self.db.package_of(found), why)
+        self.keep_owner(found, why)
         stack.append((found, "%s -> %s (loaded by name)" % (chain, name)))
 
     def locate(self, path, name):
@@ -248,15 +270,26 @@ class Keeper(object):
         if probe.is_under(path, self.root):
             return any(probe.is_under(path, part) for part in self.parts_paths)
         package = self.db.package_of(path)
-        return package is not None and not is_dev(package)
+        return package is not None and not is_dev(package) or self.dist_of(path) is not None
 
     def settle(self):
         """Until nothing changes: what kept packages depend on, and what their ELF files need."""
-        done = set()
+        done, walked = set(), set()
         while True:
+            if self.dists is not None:
+                self.dists.settle()
             todo = sorted(set(self.why) - done)
-            if not todo:
+            dists = sorted(set(self.dists.why) - walked) if self.dists is not None else []
+            if not todo and not dists:
                 return
+            for name in dists:  # a python distribution: what its files' packages and ELF files need
+                walked.add(name)
+                dist = self.dists.dists[name]
+                for path in dist.files:
+                    self.keep(self.db.package_of(path), "python distribution %s holds files of it" % dist.shown)
+                files = [p for p in dist.files if os.path.isfile(p) and not os.path.islink(p)
+                         and os.path.getsize(p) >= 64 and self.resolver.elf(p) is not None]
+                self.walk(files, "python distribution " + dist.shown)
             for package in todo:
                 done.add(package)
                 for dependency in self.db.depends(package):
@@ -286,9 +319,10 @@ def selected_seeds(report, resolver, root, paths):
     return parts
 
 
-def decide(db, resolver, root, parts, loaded, keep_builder, parts_paths=()):
-    """The Keeper after every seed: the distribution's required packages, then each part."""
-    keeper = Keeper(db, resolver, root, loaded, keep_builder, parts_paths)
+def decide(db, resolver, root, parts, loaded, keep_builder, parts_paths=(), keeper=None):
+    """The Keeper after every seed: the distribution's required packages, then each part (a
+    keeper given already holds the python distributions' roots)."""
+    keeper = keeper or Keeper(db, resolver, root, loaded, keep_builder, parts_paths)
     for package, fields in sorted(db.fields.items()):
         if fields.get("Essential") == "yes" or fields.get("Priority") == "required":
             keeper.keep(package, "required by the distribution (Priority: %s)" % fields.get("Priority", "?"))
@@ -353,6 +387,89 @@ def write_outputs(out, db, keeper, keep_builder, info_dir):
     return report
 
 
+def python_roots(keeper, dists, root, paths, names):
+    """Seed the python closure: what the kept python code of the selected parts imports (mapped to
+    distributions through their RECORD), and the distributions named (--pip, model environments).
+    Returns {module: distribution} of the imports found, which the proof imports."""
+    keeper.dists = pydists.Closure(dists, pydists.environment())
+    keeper.dist_owner = keeper.dists.owners()
+    code = [path for top in paths for path, _ in probe.walk_files(os.path.join(root, top), ())
+            if path.endswith(".py")]
+    imported = {}
+    for module, path in sorted(pydists.imported_modules(code).items()):
+        name = keeper.dists.by_module.get(module)
+        if name is not None:
+            imported[module] = name
+            keeper.dists.add(name, "%s (imported by %s)" % (dists[name].shown, os.path.relpath(path, root)))
+    for name in names:
+        requirement = pydists.Requirement(name)
+        if requirement.name not in dists:
+            keeper.dists.missing.append((name, "asked for (--pip or a model environment)"))
+        keeper.dists.add(requirement.name, "%s (asked for)" % requirement.name, requirement.extras)
+    return imported
+
+
+def write_python_outputs(out, db, keeper, sites, imported, result):
+    """With --python, after write_outputs: the files of the dropped distributions and the files
+    nothing kept owns under the site folders join drop.txt; pruned.json gains `python`; python/
+    elf.txt (each kept ELF file, with the names it already could not resolve before pruning) and
+    python/imports.txt (the modules the kept code imports) are for the proof."""
+    closure = keeper.dists
+    kept_files = set()
+    for name in closure.why:
+        kept_files.update(closure.dists[name].files)
+    kept_packages = set(keeper.why)
+
+    def goes(path):
+        if path in kept_files or os.path.realpath(path) in kept_files:
+            return False
+        return db.package_of(path) not in kept_packages or db.package_of(path) is None
+
+    drops, unowned = set(), [0, 0]
+    dropped = sorted(set(closure.dists) - set(closure.why))
+    for name in dropped:
+        drops.update(p for p in closure.dists[name].files if os.path.lexists(p) and not os.path.isdir(p) and goes(p))
+    for site in sites:
+        for path, st in probe.walk_files(site, ()):
+            if path not in drops and not os.path.isdir(path) and goes(path) and path not in keeper.dist_owner:
+                drops.add(path)
+                unowned[0] += 1
+                unowned[1] += st.st_size
+    with open(os.path.join(out, "drop.txt")) as fh:
+        drops.update("/" + line.rstrip("\n") for line in fh if line.strip())
+    with open(os.path.join(out, "drop.txt"), "w") as fh:
+        fh.writelines(p.lstrip("/") + "\n" for p in sorted(drops))
+
+    elves = []
+    for name in sorted(closure.why):
+        for path in closure.dists[name].files:
+            if os.path.isfile(path) and not os.path.islink(path) and keeper.resolver.elf(path) is not None:
+                unresolved = [soname for soname, found in keeper.resolver.deps(path) if found is None]
+                elves.append((path, unresolved))
+    os.makedirs(os.path.join(out, "python"), exist_ok=True)
+    with open(os.path.join(out, "python", "elf.txt"), "w") as fh:
+        fh.writelines("%s\t%s\n" % (path, ",".join(names)) for path, names in elves)
+    with open(os.path.join(out, "python", "imports.txt"), "w") as fh:
+        fh.writelines(m + "\n" for m in sorted(m for m, d in imported.items() if d in closure.why))
+
+    dist = closure.dists
+    result["python"] = {
+        "kept": [{"distribution": dist[n].shown, "version": dist[n].version, "size": dist[n].size(),
+                  "why": closure.why[n]} for n in sorted(closure.why)],
+        "dropped": [{"distribution": dist[n].shown, "version": dist[n].version, "size": dist[n].size()}
+                    for n in dropped],
+        "missing": [{"requirement": r, "why": w} for r, w in closure.missing],
+        "conditional_not_installed": [{"requirement": r, "why": w} for r, w in closure.absent],
+        "unowned_files_dropped": {"count": unowned[0], "bytes": unowned[1]},
+        "unresolved_before_pruning": [{"file": p, "needs": n} for p, n in elves if n],
+        "imports": sorted(m for m, d in imported.items() if d in closure.why),
+    }
+    with open(os.path.join(out, "pruned.json"), "w") as fh:
+        json.dump(result, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    return result
+
+
 def _size(path):
     try:
         return os.lstat(path).st_size
@@ -378,6 +495,8 @@ def main(argv):
     parser.add_argument("--loaded", required=True, help="JSON: soname -> libraries it loads by name")
     parser.add_argument("--out", required=True)
     parser.add_argument("--keep-tensorrt-builder", action="store_true")
+    parser.add_argument("--python", action="store_true", help="prune the python distributions too")
+    parser.add_argument("--python-dist", action="append", default=[], help="a distribution kept, with what it requires")
     parser.add_argument("paths", nargs="+")
     args = parser.parse_args(argv[1:])
 
@@ -391,8 +510,21 @@ def main(argv):
     db = Database(args.min_dpkg)
     resolver = probe.Resolver(root, report["system_dirs"], report["ld_library_path"])
     parts = selected_seeds(report, resolver, root, args.paths)
-    keeper = decide(db, resolver, root, parts, loaded, args.keep_tensorrt_builder, args.paths)
+    keeper = Keeper(db, resolver, root, loaded, args.keep_tensorrt_builder, args.paths)
+    sites, imported = [], {}
+    if args.python:
+        sites = pydists.site_folders()
+        imported = python_roots(keeper, pydists.installed(sites), root, args.paths, args.python_dist)
+    keeper = decide(db, resolver, root, parts, loaded, args.keep_tensorrt_builder, args.paths, keeper)
     result = write_outputs(args.out, db, keeper, args.keep_tensorrt_builder, os.path.join(args.min_dpkg, "info"))
+    if args.python:
+        result = write_python_outputs(args.out, db, keeper, sites, imported, result)
+        python = result["python"]
+        print("prune: keeps %d python distributions (%.2f GB), drops %d (%.2f GB)" % (
+            len(python["kept"]), sum(d["size"] for d in python["kept"]) / 1e9, len(python["dropped"]),
+            sum(d["size"] for d in python["dropped"]) / 1e9))
+        for item in python["missing"]:
+            print("prune:   not installed: %s (%s)" % (item["requirement"], item["why"]))
     kept = sum(item["size"] for item in result["kept"])
     gone = sum(item["size"] for item in result["dropped"])
     print("prune: keeps %d packages (%.2f GB), drops %d (%.2f GB) and %.2f GB of files of kept packages" % (
