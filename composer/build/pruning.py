@@ -32,6 +32,12 @@ LAYERS_REPORT = "/usr/share/triton-composer/pruned-base/layers.json"  # each fam
 BASE_FORMAT = "2 family layers"
 PROOF_FAILED = "proof failed: "
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # the engine colours a step's stderr
+# Families of what pruning removes, by package name (the size report's rows), first match wins.
+FAMILIES = (
+    ("TensorRT", re.compile(r"nvinfer|tensorrt|nvonnxparser|nvparsers")),
+    ("CUDA", re.compile(r"^(cuda-|libcu|libnccl|libnpp|libnvjpeg|libnvjitlink|libnvrtc|libnvtx|libnvptx|"
+                        r"nsight|libcudnn|hpcx|nvidia-)")),
+)
 
 
 BASE_LABEL = "org.triton-composer.pruned-base"  # its value: the key of what the base was made from
@@ -114,6 +120,7 @@ class PruningReport:
     dropped_files: dict
     named_not_in_image: tuple[dict, ...] = ()  # named by a kept file, but the image holds none (the driver's)
     layers: tuple[dict, ...] = ()  # the base's layers in order: layer, family, part, files, bytes
+    python: dict | None = None  # on a flavour's image: the python distributions kept (why) and dropped
 
     @classmethod
     def read(cls, engine: Engine, image: str) -> "PruningReport":
@@ -126,7 +133,7 @@ class PruningReport:
             layers = _layers(decoder, text[end:].strip())
             return cls(tuple(raw["kept"]), tuple(raw["dropped"]), tuple(raw["loaded_at_run_time"]),
                        dict(raw["dropped_files_of_kept_packages"]), tuple(raw.get("named_not_in_image", ())),
-                       tuple(layers))
+                       tuple(layers), raw.get("python"))
         except (ValueError, KeyError, TypeError):
             raise ComposerError(f"the image holds no readable {REPORT}") from None
 
@@ -135,7 +142,22 @@ class PruningReport:
                 "loaded_at_run_time": list(self.loaded_at_run_time),
                 "dropped_files_of_kept_packages": self.dropped_files,
                 "named_not_in_image": list(self.named_not_in_image),
-                "layers": list(self.layers)}
+                "layers": list(self.layers),
+                **({"python": self.python} if self.python is not None else {}),
+                "removed_by_family": self.removed_by_family()}
+
+    def removed_by_family(self) -> dict[str, int]:
+        """Bytes pruning removed: CUDA, TensorRT, python distributions, other packages, and files of
+        kept packages (documentation, headers, static archives, TensorRT's builder resource)."""
+        found = {"CUDA": 0, "TensorRT": 0, "python distributions": 0, "other packages": 0,
+                 "files of kept packages": int(self.dropped_files.get("bytes", 0))}
+        for package in self.dropped:
+            family = next((name for name, pattern in FAMILIES if pattern.search(package["package"])), "other packages")
+            found[family] += package["size"]
+        if self.python is not None:
+            found["python distributions"] = sum(d["size"] for d in self.python.get("dropped", ())) + \
+                int(self.python.get("unowned_files_dropped", {}).get("bytes", 0))
+        return found
 
     def explain(self) -> str:
         kept = sum(p["size"] for p in self.kept)
@@ -149,6 +171,9 @@ class PruningReport:
         lines += [f"  dropped  {p['package'].ljust(width)}  {human_size(p['size']).rjust(9)}"
                   for p in sorted(self.dropped, key=lambda p: -p["size"])]
         lines += [f"  run-time {item['library']}: {item['why']}" for item in self.loaded_at_run_time]
+        lines += self._python_lines()
+        lines.append("  removed: " + ", ".join(f"{family} {human_size(size)}"
+                                             for family, size in self.removed_by_family().items()))
         if self.layers:
             lines.append(f"  layers of the base ({len(self.layers)}, in order; each holds one family, so images "
                          "keeping the same family share it):")
@@ -159,6 +184,20 @@ class PruningReport:
             lines.append(f"  named, not in the image ({len(named)}: the CUDA driver's, other platforms'): "
                          + ", ".join(named))
         return "\n".join(lines)
+
+    def _python_lines(self) -> list[str]:
+        """The python distributions kept (with the chain of Requires-Dist) and dropped (with sizes)."""
+        if self.python is None:
+            return []
+        kept, dropped = self.python.get("kept", []), self.python.get("dropped", [])
+        lines = [f"pruned base: kept {len(kept)} python distributions ({human_size(sum(d['size'] for d in kept))}), "
+                 f"dropped {len(dropped)} ({human_size(sum(d['size'] for d in dropped))})"]
+        width = max([len(d["distribution"]) for d in kept + dropped] or [0])
+        lines += [f"  kept     {d['distribution'].ljust(width)}  {human_size(d['size']).rjust(9)}  {d['why']}" for d in kept]
+        lines += [f"  dropped  {d['distribution'].ljust(width)}  {human_size(d['size']).rjust(9)}"
+                  for d in sorted(dropped, key=lambda d: -d["size"])]
+        lines += [f"  not installed: {m['requirement']} ({m['why']})" for m in self.python.get("missing", [])]
+        return lines
 
 
 def _layers(decoder: json.JSONDecoder, text: str) -> list:

@@ -48,4 +48,30 @@ while IFS="$(printf '\t')" read -r lib why; do
   echo "proof failed: $lib is missing ($why)" >&2
   exit 1
 done < "$required"
-echo "proof: $checked ELF files resolve every NEEDED entry; $(grep -c . "$required") run-time loaded libraries present" | tee "$verdict"
+python_note=""
+listing="$(dirname "$required")/python"
+if [ -d "$listing" ]; then  # a base with python distributions pruned (prune.py --python)
+  dists=0
+  while IFS="$(printf '\t')" read -r file before; do
+    [ -n "$file" ] || continue
+    [ -e "$file" ] || { echo "proof failed: $file (a file of a kept python distribution) is missing" >&2; exit 1; }
+    out=$(LD_LIBRARY_PATH="$(dirname "$file")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$file" 2>/dev/null) || continue
+    dists=$((dists + 1))
+    for lib in $(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*\([^[:space:]]*\) => not found.*/\1/p'); do
+      case "$lib" in
+        libcuda.so*|libcudadebugger.so*|libnvidia-*|libnvcuvid.so*|libnvoptix.so*|lib*_nvidia*) continue ;;
+      esac
+      case ",$before," in  # unresolved in the image before pruning too: not pruning's doing
+        *",$lib,"*) continue ;;
+      esac
+      echo "proof failed: $file needs $lib, which the image lacks" >&2; exit 1
+    done
+  done < "$listing/elf.txt"
+  modules=$(paste -sd, "$listing/imports.txt")
+  if [ -n "$modules" ]; then
+    python3 -c "import $modules" >/dev/null 2>/tmp/proof-import \
+      || { echo "proof failed: python3 -c 'import $modules': $(tail -n 1 /tmp/proof-import)" >&2; exit 1; }
+  fi
+  python_note="; $dists ELF files of kept python distributions resolve; python3 imports ${modules:-nothing}"
+fi
+echo "proof: $checked ELF files resolve every NEEDED entry; $(grep -c . "$required") run-time loaded libraries present$python_note" | tee "$verdict"

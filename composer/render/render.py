@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass
 from importlib import resources
@@ -21,12 +22,15 @@ from composer.core.errors import Invalid, UsageError
 from composer.core.files import check_output_file, digest, make_folders, path_problem, printable, read_text, write_file
 from composer.spec.model_envs import CONFIG, pointed_config
 from composer.spec.requirements import installable_requirement
+from composer.spec.catalog import DEFAULT_FLAVOUR
 from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
 BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py")
-PRUNE_SCRIPTS = ("prune.py", "prove.sh")  # and these, for a pruned base
+PRUNE_SCRIPTS = ("prune.py", "pydists.py", "prove.sh")  # and these, for a pruned base
 LAYER_SCRIPTS = ("layers.py", "keep_layer.sh")  # and these in the pruned base's own context
+# A requirement line's distribution name, with the extras it asks for (prune.py --python-dist).
+REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?")
 PRUNED_BASE = "pruned-base"  # the pruned base's own build context, a folder of the composition's
 
 
@@ -65,9 +69,26 @@ def collect_paths(plan: CompositionPlan) -> list[str]:
     return paths
 
 
+def python_prune(plan: CompositionPlan) -> dict | None:
+    """A pruned base on a flavour's image (its python distributions pruned too): the parts prune.py
+    seeds from (the image's server core and backends, then what is copied in) and the distributions
+    asked for by name (--pip, model environments); None otherwise."""
+    if not plan.pruning or plan.flavour == DEFAULT_FLAVOUR:
+        return None
+    lines = list(plan.packages.specs) + [line for env in plan.model_envs for line in env.requirements]
+    names = []
+    for line in lines:
+        match = REQUIREMENT_NAME.match(installable_requirement(line))
+        if match and match.group(0) not in names:
+            names.append(match.group(0))
+    core = ["bin", "lib"] + [f"backends/{b}" for b in plan.base_backends]
+    return {"paths": core + collect_paths(plan), "dists": names}
+
+
 def render_dockerfile(plan: CompositionPlan) -> str:
     text = templates().get_template("compose.Dockerfile.j2").render(
         plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
+        python_prune=python_prune(plan),
     )
     return text.rstrip("\n") + "\n"
 
@@ -76,6 +97,7 @@ def render_pruned_base(plan: CompositionPlan) -> str:
     """The pruned base's Dockerfile: the same collect and decide stages as the composition's."""
     text = templates().get_template("pruned-base.Dockerfile.j2").render(
         plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
+        python_prune=python_prune(plan),
     )
     return text.rstrip("\n") + "\n"
 
@@ -248,7 +270,7 @@ def _context_files(plan: CompositionPlan) -> dict[str, Content]:
         files.update(_tree(custom.source, f"custom-backends/{custom.name}", keep_links=True))
     if plan.pruning:  # the pruned base's context: what its Dockerfile copies, and no more
         files[f"{PRUNED_BASE}/Dockerfile"] = (render_pruned_base(plan).encode(), 0o644)
-        for name in ("collect.py", "probe.py", "prune.py", "loaded-at-run-time.json"):
+        for name in ("collect.py", "probe.py", "prune.py", "pydists.py", "loaded-at-run-time.json"):
             files[f"{PRUNED_BASE}/{name}"] = files[name]
         for script in LAYER_SCRIPTS:
             files[f"{PRUNED_BASE}/{script}"] = (package.joinpath(script).read_bytes(), 0o644)

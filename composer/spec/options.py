@@ -914,10 +914,6 @@ def _flavour_problems(spec: CompositionSpec) -> list[Problem]:
         found.append(Problem("flavour", f"flavour: {s.flavour} is a GPU image: device: cpu does not apply",
                              f"--flavour {s.flavour} --device cpu: the {s.flavour} image is for GPU hosts; "
                              "leave out --device cpu"))
-    elif s.base == "pruned":
-        found.append(Problem("flavour", f"flavour: {s.flavour} with base: pruned is not yet supported",
-                             f"--flavour {s.flavour} --base pruned is not yet supported: the image is built on the "
-                             f"{s.flavour} image as it is (leave out --base pruned)"))
     return found
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from composer.core.errors import UsageError
-from composer.render.render import render_dockerfile
+from composer.render.render import python_prune, render_dockerfile, render_pruned_base
 from composer.resolve.contents import FullImageContents
 from composer.resolve.plan import BaseImage, FlavourBase, Offer, make_plan
 from composer.resolve.resolve import resolve_offline, resolve_targets
@@ -28,7 +28,8 @@ def recorded(name: str) -> tuple[dict, FullImageContents]:
     return doc["env"], FullImageContents.from_dict(doc["contents"])
 
 
-def plan(catalog, *backends, base_env=None, base_contents=None, full_env=None, full_contents=None, **options):
+def plan(catalog, *backends, base_env=None, base_contents=None, full_env=None, full_contents=None, min_config=None,
+         **options):
     release = catalog.release("24.09")
     opts = spec(backends=tuple(backends), version="24.09", registry=REGISTRY, flavour="vllm", **options)
     f_env, f_contents = recorded("full")
@@ -39,7 +40,7 @@ def plan(catalog, *backends, base_env=None, base_contents=None, full_env=None, f
                              base_env, base_contents.cuda_major)
     return make_plan(opts, release, Offer.from_contents(full_contents), catalog, BaseImage("full", FULL, "sha256:" + "1" * 64),
                      BaseImage("min", VLLM, "sha256:" + "2" * 64), full_env, created="2024-09-01T00:00:00Z",
-                     flavour=flavour, full_cuda_major=full_contents.cuda_major)
+                     flavour=flavour, full_cuda_major=full_contents.cuda_major, min_config=min_config)
 
 
 def test_the_catalog_names_each_flavours_image_and_what_ngc_builds_it_on(catalog):
@@ -63,7 +64,6 @@ def test_flavours_that_cannot_be_composed_are_refused_before_any_work(flavour, v
 
 @pytest.mark.parametrize("options, says", [
     ({"device": "cpu"}, "--flavour vllm --device cpu: the vllm image is for GPU hosts"),
-    ({"base": "pruned"}, "--flavour vllm --base pruned is not yet supported"),
 ])
 def test_what_a_flavour_cannot_be_yet_is_refused(options, says):
     with pytest.raises(UsageError) as refused:
@@ -156,3 +156,22 @@ def test_golden_dockerfile_on_the_vllm_image(catalog):
 
     _matches_golden(render_dockerfile(plan(catalog, "vllm", "onnxruntime")),
                     GOLDEN / "ngc-24.09-vllm-onnxruntime-flavour-vllm.Dockerfile")
+
+
+def test_a_pruned_base_on_the_vllm_image_prunes_its_python_distributions_too(catalog):
+    """--flavour vllm --base pruned: prune.py decides in the vLLM image (which holds the server core,
+    its backends and the pip-installed distributions), with the parts copied in from the collect
+    stage, seeded from the image's own parts and --pip's distributions; the proof checks the kept
+    distributions (golden files of their own)."""
+    from tests.unit.conftest import MIN_CONFIG
+    from tests.unit.test_render import GOLDEN, _matches_golden
+
+    pruned = plan(catalog, "vllm", "onnxruntime", base="pruned", min_config=MIN_CONFIG)
+    check(spec(backends=("vllm", "onnxruntime"), version="24.09", flavour="vllm", base="pruned"))  # no refusal
+    assert python_prune(pruned) == {"paths": ["bin", "lib", "backends/python", "backends/vllm", "backends/onnxruntime"],
+                                    "dists": []}
+    text = render_dockerfile(pruned)
+    assert "FROM min AS decide" in text and '"--python"' in text and "/composer-proof/python/" in text
+    _matches_golden(text, GOLDEN / "ngc-24.09-vllm-onnxruntime-flavour-vllm-pruned.Dockerfile")
+    _matches_golden(render_pruned_base(pruned), GOLDEN / "ngc-24.09-vllm-onnxruntime-flavour-vllm-pruned-base.Dockerfile")
+    assert python_prune(plan(catalog, "vllm")) is None  # the vLLM image as it is

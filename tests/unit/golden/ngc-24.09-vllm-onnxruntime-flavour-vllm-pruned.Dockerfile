@@ -1,0 +1,94 @@
+# Rendered by triton-composer 0.1.0 from dockerfiles/compose.Dockerfile.j2; edit the composition, not this file.
+# Triton 24.09 (server 2.50.0): backends onnxruntime, python, vllm
+
+# The pruned base, made by pruned-base/Dockerfile (composer build passes its image id).
+ARG PRUNED_BASE
+
+FROM localhost/standin-ngc/tritonserver:24.09-py3 AS full
+
+FROM localhost/standin-ngc/tritonserver:24.09-vllm-python-py3 AS min
+
+# What the selected parts need at run time and the min image lacks (shared libraries, the
+# python the python backend stub was built for) is found from the files themselves by
+# collect.py, inside the full image: no package manager, no network.
+FROM full AS collect
+USER root
+COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
+COPY collect.py probe.py /composer/
+RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "backends/onnxruntime"]
+
+# The pruned base (--base pruned): prune.py decides, from the min image's dpkg database and the
+# files of the full image (a superset of the min image's), which packages and files of the min
+# image the selection needs (its report: /opt/tritonserver/pruned.json). The base itself, a fresh tree of
+# only those, is built by pruned-base/Dockerfile and passed in as PRUNED_BASE (composer build makes
+# it once per min image and selection, and reuses it); its decide stage is this one.
+
+FROM min AS decide
+LABEL org.triton-composer.stage="decide"
+USER root
+COPY --from=collect /composer/rootfs/ /
+COPY --from=collect /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
+COPY --from=min /var/lib/dpkg /composer/min-dpkg
+COPY collect.py probe.py prune.py pydists.py loaded-at-run-time.json /composer/
+RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "--python", "bin", "lib", "backends/python", "backends/vllm", "backends/onnxruntime"]
+
+
+FROM ${PRUNED_BASE} AS composed
+ENV \
+    PATH="/usr/local/cuda/bin:/usr/bin:/bin" \
+    NVIDIA_REQUIRE_CUDA="cuda>=9.0"
+ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]
+COPY --from=decide /composer/prune/pruned.json /opt/tritonserver/pruned.json
+USER root
+COPY --from=collect /composer/rootfs/ /
+COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
+COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
+# Register copied libraries with the loader; create the server's user as NGC images do
+# (from 24.11 NGC first removes the user `ubuntu`, which holds uid 1000 on Ubuntu 24.04).
+RUN ldconfig \
+ && if id -u tensorrt-server >/dev/null 2>&1; then userdel tensorrt-server; fi \
+ && if [ "$(id -u ubuntu 2>/dev/null)" = 1000 ]; then userdel ubuntu; fi \
+ && if [ "$(getent group 1000 | cut -d: -f1)" = ubuntu ]; then groupdel ubuntu; fi \
+ && (id -u triton-server >/dev/null 2>&1 \
+     || (groupadd --gid 1000 triton-server && useradd --uid 1000 --gid 1000 --shell /bin/bash --home-dir /home/triton-server --create-home triton-server))
+ENV \
+    TRITON_SERVER_VERSION="2.50.0" \
+    NVIDIA_TRITON_SERVER_VERSION="24.09" \
+    TRITON_SERVER_USER="triton-server" \
+    TRITON_SERVER_GPU_ENABLED="0" \
+    PATH="/opt/tritonserver/bin:${PATH}" \
+    UCX_MEM_EVENTS="no" \
+    TCMALLOC_RELEASE_RATE="200" \
+    DEBIAN_FRONTEND="noninteractive" \
+    TF_ADJUST_HUE_FUSED="1" \
+    TF_ADJUST_SATURATION_FUSED="1" \
+    TF_ENABLE_WINOGRAD_NONFUSED="1" \
+    TF_AUTOTUNE_THRESHOLD="2"
+WORKDIR /opt/tritonserver
+LABEL \
+    com.nvidia.tritonserver.version="2.50.0" \
+    org.opencontainers.image.base.name="localhost/standin-ngc/tritonserver:24.09-vllm-python-py3" \
+    org.opencontainers.image.created="2024-09-01T00:00:00Z" \
+    org.opencontainers.image.title="Triton Inference Server (composed)" \
+    org.opencontainers.image.version="24.09" \
+    org.triton-composer.backends="onnxruntime,python,vllm" \
+    org.triton-composer.flavour="vllm" \
+    org.triton-composer.full-image="localhost/standin-ngc/tritonserver:24.09-py3" \
+    org.triton-composer.release="24.09" \
+    org.triton-composer.version="0.1.0"
+
+# The proof, before the tag moves: the image's own loader resolves every NEEDED entry of every ELF
+# file in its library folders and /opt/tritonserver, and every library the selection loads by name at run
+# time is there. A miss fails the build, naming the file and the library. The image copies the
+# proof's verdict, so every builder (BuildKit and Podman build only what the image needs) runs it.
+FROM composed AS proof
+LABEL org.triton-composer.stage="proof"
+COPY prove.sh /composer-proof/
+COPY --from=decide /composer/prune/required.txt /composer-proof/
+# The python distributions kept: each one's ELF files resolve their NEEDED entries, and the modules
+# the kept python code imports import in the image's python.
+COPY --from=decide /composer/prune/python/ /composer-proof/python/
+RUN ["/bin/sh", "/composer-proof/prove.sh", "/composer-proof/required.txt", "/composer-proof/proved.txt"]
+
+FROM composed
+COPY --from=proof /composer-proof/proved.txt /opt/tritonserver/proved.txt
