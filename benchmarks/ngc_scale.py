@@ -264,6 +264,35 @@ def run_vllm(engine, catalog, version: str) -> None:
           f"(goal <= vLLM image + 1.05x the folder = {gb(goal)}: {'met' if result.size <= goal else 'NOT met'})")
     print(f"  probe {probe_s:.0f} s   build {build_s:.0f} s   smoke test passed {counts['passed']}, skipped "
           f"{counts['skipped']}, failed {counts['failed']}   peak disk used {gb(disk.used)}")
+    run_vllm_pruned(engine, catalog, version, vllm)
+
+
+def run_vllm_pruned(engine, catalog, version: str, vllm) -> None:
+    """Issue 28 item 4: vllm+onnxruntime on a pruned vLLM base (python distributions pruned too)
+    against the goal: at most half the vLLM image. The base is made anew (removed after)."""
+    tag = "triton-composer-bench/tritonserver:vllm-onnxruntime-pruned"
+    spec = CompositionSpec().with_fields({"selection.backends": ("vllm", "onnxruntime"), "images.version": version,
+                                          "images.registry": ngc.REGISTRY, "selection.flavour": "vllm",
+                                          "selection.base": "pruned", "result.tag": tag})
+    result = None
+    with PeakDisk() as disk:
+        try:
+            plan = resolve(engine, spec, catalog).plan
+            result, build_s = timed(lambda: build_image(engine, plan, labels=LABEL))
+        finally:
+            engine.remove_image(tag, force=True)
+            if result is not None and result.pruned_base is not None and result.pruned_base.made:
+                engine.remove_image(result.pruned_base.tag, force=True)
+            sweep_stages(engine)
+    goal = 0.5 * vllm.size
+    counts = result.smoke.to_dict()["counts"]
+    removed = result.pruning.removed_by_family() if result.pruning else {}
+    print("== vllm+onnxruntime --flavour vllm --base pruned")
+    print(f"  image {gb(result.size)} = {result.size / vllm.size:.2f}x the vLLM image {gb(vllm.size)} "
+          f"(goal <= 0.5x = {gb(goal)}: {'met' if result.size <= goal else 'NOT met'})   build {build_s:.0f} s   "
+          f"smoke test passed {counts['passed']}, skipped {counts['skipped']}, failed {counts['failed']}   "
+          f"peak disk used {gb(disk.used)}")
+    print("  removed: " + ", ".join(f"{family} {gb(size)}" for family, size in removed.items()))
 
 
 def main() -> int:

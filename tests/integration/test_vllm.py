@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from composer.build.pruning import sweep_stages
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.spec.catalog import Catalog
@@ -122,3 +123,51 @@ def test_images_that_disagree_are_refused_up_front_naming_both(engine, vllm_stan
         assert "Traceback" not in run.stderr and engine.image(tag) is None
     finally:
         engine.remove_image(derived, force=True)
+
+
+GOAL_FACTOR = 0.5  # issue 28 item 4: vllm+onnxruntime pruned at most half the vLLM stand-in
+
+
+@pytest.fixture(scope="module")
+def pruned(engine, vllm_standin, tmp_path_factory):
+    """vllm + onnxruntime on a pruned vLLM base, built and smoke-tested once for the module; the
+    composed image, the base's tag this build made and the stage images are removed after."""
+    repo, cases = _repository(tmp_path_factory.mktemp("vllm-pruned"))
+    tag = f"triton-composer-test/tritonserver:vllm-pruned-{uuid.uuid4().hex[:10]}"
+    plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY, flavour="vllm",
+                                base="pruned", tag=tag, model_repository=repo, smoke_cases=cases), Catalog.load()).plan
+    result = None
+    try:
+        result = build_image(engine, plan, labels=TEST_LABEL)
+        yield {"result": result, "tag": tag, "plan": plan}
+    finally:
+        engine.remove_image(tag, force=True)
+        if result is not None and result.pruned_base is not None and result.pruned_base.made:
+            engine.remove_image(result.pruned_base.tag, force=True)
+        sweep_stages(engine)
+
+
+def test_pruned_the_onnx_models_and_the_python_sample_answer_and_vllm_is_a_skip(pruned):
+    report = pruned["result"].smoke
+    assert report.passed, [(r.subject, r.model, r.detail) for r in report.failures()]
+    rows = {r.model: r for r in report.rows}
+    for name in SERVED:
+        assert rows[name].status == "PASS" and rows[name].cases == "1/1", (name, rows[name].detail)
+    assert rows["add_sub"].status == "PASS" and rows["onnx_affine"].status == "PASS"
+    assert rows["vllm_tiny"].status == "SKIP" and "needs a GPU" in rows["vllm_tiny"].detail
+
+
+def test_pruned_vllm_imports_and_the_report_says_why(engine, pruned):
+    out = engine.run_once(pruned["tag"], ["python3", "-c", "import torch, vllm; print(vllm.__version__)"], entrypoint=[])
+    assert out.exit_code == 0 and out.output.strip().splitlines()[-1] == "0.5.3.post1", out.output
+    python = pruned["result"].pruning.python
+    kept = {d["distribution"]: d["why"] for d in python["kept"]}
+    assert kept["vllm"].startswith("vllm (imported by backends/vllm/model.py)")
+    assert kept["torch"] == "vllm (imported by backends/vllm/model.py) -> torch"
+    proved = engine.run_once(pruned["tag"], ["cat", "/opt/tritonserver/proved.txt"], entrypoint=[]).output
+    assert "ELF files of kept python distributions resolve; python3 imports numpy,vllm" in proved
+
+
+def test_pruned_is_at_most_half_the_vllm_image(pruned, vllm_standin):
+    size = pruned["result"].size
+    assert size <= GOAL_FACTOR * vllm_standin.size, (size, vllm_standin.size)
