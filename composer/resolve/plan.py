@@ -599,8 +599,9 @@ def _pruning(options, release: Release, catalog: Catalog, min_config: BaseConfig
     loaded = catalog.loaded_at_run_time_for(release)
     if min_config is None:
         raise UsageError("--base pruned needs the min image's configuration: render it with a Docker engine")
-    return Pruning(tuple(sorted(loaded.items())), min_config, options.keep_tensorrt_builder,
-                   catalog.pruned_base_layers, catalog.layer_bytes)
+    python = options.flavour != DEFAULT_FLAVOUR  # a flavour's image: its python distributions are pruned
+    layers = tuple(f for f in catalog.pruned_base_layers if python or not f.python_distributions)
+    return Pruning(tuple(sorted(loaded.items())), min_config, options.keep_tensorrt_builder, layers, catalog.layer_bytes)
 
 
 def _pip_command(packages: Packages, offer: Offer, full_ref: str) -> tuple[str, ...]:

@@ -73,6 +73,9 @@ class LayerFamily:
     paths: str = ""  # a regex on the path (relative to /) of a file no package owns
     takes: str = ""  # "distribution", "rest" or "database": the families with a rule of their own
     parts: int = 1  # how many layers of at most `layer_bytes` it may take
+    # Only on a base whose python distributions are pruned too (a flavour's image, where pip put
+    # gigabytes of them): the other bases' layers, and so their digests, stay as they were.
+    python_distributions: bool = False
 
     def to_dict(self) -> dict:
         return {"family": self.family, "packages": self.packages, "paths": self.paths, "takes": self.takes,

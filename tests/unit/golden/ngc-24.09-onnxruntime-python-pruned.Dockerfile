@@ -25,7 +25,7 @@ RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld
 FROM collect AS decide
 LABEL org.triton-composer.stage="decide"
 COPY --from=min /var/lib/dpkg /composer/min-dpkg
-COPY prune.py loaded-at-run-time.json /composer/
+COPY prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
 
 FROM ${PRUNED_BASE} AS composed

@@ -1,8 +1,10 @@
 # Rendered by triton-composer 0.1.0 from dockerfiles/pruned-base.Dockerfile.j2; edit the composition, not this file.
 # The pruned base of the composition in ../Dockerfile (Triton 24.09: onnxruntime, python, vllm):
 # only the packages and files of the min image the selection needs, written FROM scratch as one
-# fresh layer (deleting files in a later layer would not make the image smaller). composer build
-# makes it once per min image and selection and passes its id to ../Dockerfile as PRUNED_BASE.
+# layer per family of files (the distribution's core first, the dpkg database last), each holding
+# only its files at fixed times, so compositions keeping the same family share its layer; none over
+# 2 GB. composer build makes it once per min image and selection and passes its id to ../Dockerfile
+# as PRUNED_BASE.
 
 FROM localhost/standin-ngc/tritonserver:24.09-py3 AS full
 
@@ -27,9 +29,9 @@ COPY --from=min /var/lib/dpkg /composer/min-dpkg
 COPY collect.py probe.py prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "--python", "bin", "lib", "backends/python", "backends/vllm", "backends/onnxruntime"]
 
-
 # The min image less what prune.py dropped: a layer of deletions only; its dpkg database lists
-# exactly the packages kept, with their files.
+# exactly the packages kept, with their files (written at a fixed time). The files left are listed
+# for the layers stage.
 FROM min AS pruned
 LABEL org.triton-composer.stage="pruned"
 USER root
@@ -37,7 +39,122 @@ COPY --from=decide /composer/prune/ /composer/prune/
 RUN cd / && xargs --no-run-if-empty --delimiter='\n' rm -f -- < /composer/prune/drop.txt \
  && cp /composer/prune/dpkg/status /var/lib/dpkg/status \
  && cp -R /composer/prune/dpkg/info/. /var/lib/dpkg/info/ \
- && rm -rf /composer
+ && find /var/lib/dpkg -exec touch -h -d @0 {} + \
+ && rm -rf /composer \
+ && find / -xdev ! -type d ! -path /etc/hosts ! -path /etc/hostname ! -path /etc/resolv.conf ! -path /.dockerenv \
+      ! -path /composer-files.tsv -printf '%y\t%s\t%P\n' > /composer-files.tsv
+
+# Which layer each file goes to (layers.py, by the families of layers.json), each family split
+# under 2 GB where it is bigger.
+FROM decide AS layers
+LABEL org.triton-composer.stage="layers"
+COPY --from=pruned /composer-files.tsv /composer/files.tsv
+COPY layers.py layers.json /composer/
+RUN ["python3", "/composer/layers.py", "--files", "/composer/files.tsv", "--min-dpkg", "/composer/min-dpkg", "--kept", "/composer/prune/dpkg/status", "--table", "/composer/layers.json", "--out", "/composer/layers"]
+
+FROM pruned AS split
+LABEL org.triton-composer.stage="split"
+COPY --from=layers /composer/layers/ /composer-layers/
+COPY keep_layer.sh /composer-layers/
+
+FROM split AS layer-00-core
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "--all-folders", "00-core"]
+
+FROM split AS layer-01-py-nvidia-1
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "01-py-nvidia-1"]
+
+FROM split AS layer-02-py-nvidia-2
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "02-py-nvidia-2"]
+
+FROM split AS layer-03-py-torch-1
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "03-py-torch-1"]
+
+FROM split AS layer-04-py-torch-2
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "04-py-torch-2"]
+
+FROM split AS layer-05-py-dists-1
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "05-py-dists-1"]
+
+FROM split AS layer-06-py-dists-2
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "06-py-dists-2"]
+
+FROM split AS layer-07-python
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "07-python"]
+
+FROM split AS layer-08-cuda-runtime
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "08-cuda-runtime"]
+
+FROM split AS layer-09-cublas
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "09-cublas"]
+
+FROM split AS layer-10-cudnn
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "10-cudnn"]
+
+FROM split AS layer-11-cuda-fft-rand
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "11-cuda-fft-rand"]
+
+FROM split AS layer-12-cuda-sparse-solver
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "12-cuda-sparse-solver"]
+
+FROM split AS layer-13-nccl
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "13-nccl"]
+
+FROM split AS layer-14-hpcx
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "14-hpcx"]
+
+FROM split AS layer-15-cuda-profiling
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "15-cuda-profiling"]
+
+FROM split AS layer-16-tensorrt-1
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "16-tensorrt-1"]
+
+FROM split AS layer-17-tensorrt-2
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "17-tensorrt-2"]
+
+FROM split AS layer-18-rest
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "18-rest"]
+
+FROM split AS layer-19-dpkg
+LABEL org.triton-composer.stage="layer"
+RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "19-dpkg", "layers.json"]
 
 FROM scratch
-COPY --from=pruned / /
+COPY --from=layer-00-core / /
+COPY --from=layer-01-py-nvidia-1 / /
+COPY --from=layer-02-py-nvidia-2 / /
+COPY --from=layer-03-py-torch-1 / /
+COPY --from=layer-04-py-torch-2 / /
+COPY --from=layer-05-py-dists-1 / /
+COPY --from=layer-06-py-dists-2 / /
+COPY --from=layer-07-python / /
+COPY --from=layer-08-cuda-runtime / /
+COPY --from=layer-09-cublas / /
+COPY --from=layer-10-cudnn / /
+COPY --from=layer-11-cuda-fft-rand / /
+COPY --from=layer-12-cuda-sparse-solver / /
+COPY --from=layer-13-nccl / /
+COPY --from=layer-14-hpcx / /
+COPY --from=layer-15-cuda-profiling / /
+COPY --from=layer-16-tensorrt-1 / /
+COPY --from=layer-17-tensorrt-2 / /
+COPY --from=layer-18-rest / /
+COPY --from=layer-19-dpkg / /

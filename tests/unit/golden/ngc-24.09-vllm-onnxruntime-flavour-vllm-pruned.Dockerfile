@@ -32,7 +32,6 @@ COPY --from=min /var/lib/dpkg /composer/min-dpkg
 COPY collect.py probe.py prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "--python", "bin", "lib", "backends/python", "backends/vllm", "backends/onnxruntime"]
 
-
 FROM ${PRUNED_BASE} AS composed
 ENV \
     PATH="/usr/local/cuda/bin:/usr/bin:/bin" \
