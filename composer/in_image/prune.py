@@ -194,6 +194,9 @@ class Keeper(object):
         """Follow NEEDED and named libraries from `seeds` (files of `part`); keep each one's package."""
         stack = [(path, os.path.relpath(path, self.root) if probe.is_under(path, self.root) else path)
                  for path in seeds]
+        for path in seeds:  # a seed outside the Triton root (the python runtime) is the image's own file
+            if not probe.is_under(path, self.root):
+                self.keep_owner(path, "%s: %s" % (part, path))
         while stack:
             path, chain = stack.pop()
             real = os.path.realpath(path)
@@ -290,6 +293,10 @@ class Keeper(object):
                 files = [p for p in dist.files if os.path.isfile(p) and not os.path.islink(p)
                          and os.path.getsize(p) >= 64 and self.resolver.elf(p) is not None]
                 self.walk(files, "python distribution " + dist.shown)
+                for script, interpreter in interpreters(dist.files):  # its commands' #! line names it
+                    why = "python distribution %s: %s runs %s" % (dist.shown, script, interpreter)
+                    self.keep_owner(interpreter, why)
+                    self.walk([os.path.realpath(interpreter)], why)
             for package in todo:
                 done.add(package)
                 for dependency in self.db.depends(package):
@@ -297,6 +304,27 @@ class Keeper(object):
                 files = [p for p in self.db.files[package] if dropped_file(p, self.keep_builder) is None
                          and os.path.isfile(p) and not os.path.islink(p) and os.path.getsize(p) >= 64]
                 self.walk([p for p in files if self.resolver.elf(p) is not None], "package " + package)
+
+
+def interpreters(files):
+    """(script, interpreter) for each file of `files` whose #! line names an interpreter the image
+    holds (a distribution's commands: /usr/bin/python3, a link to python3.X)."""
+    found = []
+    for path in files:
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(256)
+        except OSError:
+            continue
+        if not head.startswith(b"#!"):
+            continue
+        words = head[2:].split(b"\n", 1)[0].split()
+        interpreter = os.fsdecode(words[0]) if words else ""
+        if interpreter.startswith("/") and os.path.isfile(interpreter):
+            found.append((path, interpreter))
+    return found
 
 
 def selected_seeds(report, resolver, root, paths):

@@ -213,3 +213,18 @@ def test_the_24_09_libraries_strings_find_every_library_of_the_old_hand_list(tmp
     assert HAND_LIST_24_09 <= found, sorted(HAND_LIST_24_09 - found)
     assert {"libcudnn9-cuda-12", "libcublas-12-6", "cuda-nvrtc-12-6", "libnvinfer-plugin10", "hpcx"} <= set(keeper.why)
     assert "libcuda.so.1" in {library for library, _ in keeper.not_in_image}  # the driver: named, never in an image
+
+
+def test_a_distributions_commands_name_the_interpreter_it_keeps(tmp_path):
+    """A pip-installed command's #! line names the interpreter (kept with --python); a link, a
+    relative or missing interpreter and a file with no #! line name none."""
+    interpreter = tmp_path / "python3.11"
+    interpreter.write_bytes(b"\x7fELF")
+    script = tmp_path / "normalizer"
+    script.write_bytes(b"#!" + bytes(interpreter) + b" -s\nimport sys\n")
+    (tmp_path / "relative").write_bytes(b"#!python3\n")
+    (tmp_path / "missing").write_bytes(b"#!/nowhere/python3\n")
+    (tmp_path / "module.py").write_bytes(b"import os\n")
+    (tmp_path / "link").symlink_to(script)
+    files = [str(p) for p in sorted(tmp_path.iterdir())]
+    assert prune.interpreters(files) == [(str(script), str(interpreter))]
