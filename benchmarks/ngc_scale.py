@@ -267,38 +267,52 @@ def run_vllm(engine, catalog, version: str) -> None:
     run_vllm_pruned(engine, catalog, version, vllm)
 
 
+VLLM_PRUNED_PROVIDERS = ((), ("cuda",), ("cpu",))  # ONNX Runtime's providers kept: every one, CUDA, CPU only
+
+
 def run_vllm_pruned(engine, catalog, version: str, vllm) -> None:
     """Issue 28 item 4: vllm+onnxruntime on a pruned vLLM base (python distributions pruned too)
-    against the goal: at most half the vLLM image. The base is made anew (removed after)."""
-    tag = "triton-composer-bench/tritonserver:vllm-onnxruntime-pruned"
-    spec = CompositionSpec().with_fields({"selection.backends": ("vllm", "onnxruntime"), "images.version": version,
-                                          "images.registry": ngc.REGISTRY, "selection.flavour": "vllm",
-                                          "selection.base": "pruned", "result.tag": tag})
-    result = None
-    with PeakDisk() as disk:
-        try:
-            plan = resolve(engine, spec, catalog).plan
-            result, build_s = timed(lambda: build_image(engine, plan, labels=LABEL))
-        finally:
-            engine.remove_image(tag, force=True)
-            if result is not None and result.pruned_base is not None and result.pruned_base.made:
-                engine.remove_image(result.pruned_base.tag, force=True)
-            sweep_stages(engine)
-    goal = 0.5 * vllm.size
-    counts = result.smoke.to_dict()["counts"]
-    removed = result.pruning.removed_by_family() if result.pruning else {}
-    print("== vllm+onnxruntime --flavour vllm --base pruned")
-    print(f"  image {gb(result.size)} = {result.size / vllm.size:.2f}x the vLLM image {gb(vllm.size)} "
-          f"(goal <= 0.5x = {gb(goal)}: {'met' if result.size <= goal else 'NOT met'})   build {build_s:.0f} s   "
-          f"smoke test passed {counts['passed']}, skipped {counts['skipped']}, failed {counts['failed']}   "
-          f"peak disk used {gb(disk.used)}")
-    print("  removed: " + ", ".join(f"{family} {gb(size)}" for family, size in removed.items()))
+    against the goal: at most half the vLLM image; with every ONNX Runtime provider (the default),
+    the CUDA provider alone, and the CPU provider alone (ONNX models on the CPU beside vLLM on the
+    GPU). Each base is made anew (removed after)."""
+    for providers in VLLM_PRUNED_PROVIDERS:
+        tag = "triton-composer-bench/tritonserver:vllm-onnxruntime-pruned"
+        spec = CompositionSpec().with_fields({"selection.backends": ("vllm", "onnxruntime"), "images.version": version,
+                                              "images.registry": ngc.REGISTRY, "selection.flavour": "vllm",
+                                              "selection.base": "pruned", "selection.ort_providers": providers,
+                                              "result.tag": tag})
+        result = None
+        with PeakDisk() as disk:
+            try:
+                plan = resolve(engine, spec, catalog).plan
+                result, build_s = timed(lambda: build_image(engine, plan, labels=LABEL))
+            finally:
+                engine.remove_image(tag, force=True)
+                if result is not None and result.pruned_base is not None and result.pruned_base.made:
+                    engine.remove_image(result.pruned_base.tag, force=True)
+                sweep_stages(engine)
+        goal = 0.5 * vllm.size
+        counts = result.smoke.to_dict()["counts"]
+        pruning = result.pruning
+        removed = pruning.removed_by_family() if pruning else {}
+        kept_dists = sum(d["size"] for d in (pruning.python or {}).get("kept", ())) if pruning else 0
+        kept_packages = sorted(pruning.kept, key=lambda p: -p["size"])[:6] if pruning else []
+        asked = " --ort-provider " + " --ort-provider ".join(providers) if providers else ""
+        print(f"== vllm+onnxruntime --flavour vllm --base pruned{asked}")
+        print(f"  image {gb(result.size)} = {result.size / vllm.size:.2f}x the vLLM image {gb(vllm.size)} "
+              f"(goal <= 0.5x = {gb(goal)}: {'met' if result.size <= goal else 'NOT met'})   build {build_s:.0f} s   "
+              f"smoke test passed {counts['passed']}, skipped {counts['skipped']}, failed {counts['failed']}   "
+              f"peak disk used {gb(disk.used)}")
+        print(f"  python distributions kept {gb(kept_dists)} = {kept_dists / vllm.size:.2f}x the vLLM image "
+              "(vLLM's Requires-Dist closure)")
+        print("  largest kept packages: " + ", ".join(f"{p['package']} {gb(p['size'])}" for p in kept_packages))
+        print("  removed: " + ", ".join(f"{family} {gb(size)}" for family, size in removed.items()))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", default="24.09")
-    parser.add_argument("--only", choices=("all", "selections", "flavours", "vllm"), default="all",
+    parser.add_argument("--only", choices=("all", "selections", "flavours", "vllm", "vllm-pruned"), default="all",
                         help="the min-base/pruned selections, issue 27's flavours (providers, CPU-only), issue 28's "
                              "vLLM rows, or all")
     args = parser.parse_args()
@@ -313,6 +327,9 @@ def main() -> int:
             run_flavours(engine, catalog, args.version)
         if args.only in ("all", "vllm"):
             run_vllm(engine, catalog, args.version)
+        if args.only == "vllm-pruned":
+            run_vllm_pruned(engine, catalog, args.version, engine.require_image(
+                ngc_vllm.flavour_ref(catalog.release(args.version))))
     except ComposerError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 1

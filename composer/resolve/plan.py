@@ -21,7 +21,7 @@ from composer.core.errors import UsageError
 from composer.spec.model_envs import ModelEnv, hints
 from composer.spec.requirements import public_requirement
 from composer.core.refs import ImageRef
-from composer.spec.options import NAME_PATTERN, CompositionSpec, Packages, Result, source_date_epoch
+from composer.spec.options import CPU_PROVIDER, NAME_PATTERN, CompositionSpec, Packages, Result, source_date_epoch
 
 ROOT = "/opt/tritonserver"
 MODELS_ROOT = "/models"  # where baked models go, and what the image serves by default
@@ -572,13 +572,13 @@ def _ort_providers(options, backends, offer: Offer) -> tuple[str, ...] | None:
     GPU image). Names are checked against the folder (when the probe read it); "shared" is kept
     with any provider; a CPU-only image keeps none but those asked of CPU_PROVIDERS (checked
     up front by composer.spec.options)."""
-    asked = tuple(options.ort_providers)
+    asked = tuple(p for p in options.ort_providers if p != CPU_PROVIDER)  # "cpu": always there
     if "onnxruntime" not in backends:
-        if asked:
-            raise UsageError(f"--ort-provider {asked[0]}: ONNX Runtime's providers are chosen for the onnxruntime "
+        if options.ort_providers:
+            raise UsageError(f"--ort-provider {options.ort_providers[0]}: ONNX Runtime's providers are chosen for the onnxruntime "
                              "backend; select --backend onnxruntime too")
         return None
-    if not asked and options.device != "cpu":
+    if not options.ort_providers and options.device != "cpu":
         return None
     if offer.ort_providers is not None:
         offered = tuple(p for p in offer.ort_providers if p != SHARED_PROVIDER)

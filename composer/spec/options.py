@@ -519,6 +519,9 @@ def check_base(value: str) -> str | None:
 DEVICES = ("gpu", "cpu")
 # The ONNX Runtime providers a CPU-only image may keep beside the CPU provider (which is always there).
 CPU_PROVIDERS = ("openvino",)
+# Always kept; named alone (--ort-provider cpu), it keeps no other: ONNX models on the CPU of a GPU
+# image (beside vLLM, say) without the gigabytes the CUDA and TensorRT providers reach.
+CPU_PROVIDER = "cpu"
 # The library of ONNX Runtime's providers that every other provider loads through: no provider of its own.
 SHARED_PROVIDER = "shared"
 
@@ -541,8 +544,6 @@ def check_provider(value: str) -> str | None:
     if value == SHARED_PROVIDER:
         return ("'shared' is not an execution provider: it is the library the other providers load through, "
                 "kept with any of them")
-    if value == "cpu":
-        return "the CPU provider is always there: name only the others (e.g. cuda, tensorrt, openvino)"
     return None
 
 
@@ -682,8 +683,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("selection.ort_providers", "--ort-provider", "ort_providers",
            Strings(check_provider, "a list of provider names", unique=True),
            "An ONNX Runtime execution provider to keep (repeatable), as the onnxruntime backend's folder names it "
-           "(libonnxruntime_providers_NAME.so: cuda, tensorrt, openvino); the CPU provider is always there "
-           "(default: every provider the backend holds; with --device cpu: none but CPU)."),
+           "(libonnxruntime_providers_NAME.so: cuda, tensorrt, openvino); the CPU provider is always there, and "
+           "--ort-provider cpu alone keeps no other (default: every provider the backend holds; with --device cpu: "
+           "none but CPU)."),
     Option("selection.device", "--device", "device", Text(check_device, "gpu or cpu"),
            "gpu (default) or cpu: an image for hosts with no GPU (a pruned base, ONNX Runtime's CPU provider "
            "only, the pinned memory pool off by default, smoke-tested with no GPU)."),
@@ -928,7 +930,7 @@ def _cpu_problems(spec: CompositionSpec, command: str | None) -> list[Problem]:
                              "carry every GPU library); leave base out or give pruned",
                              "--device cpu needs a pruned base (the whole min image carries every GPU library): "
                              "leave out --base min"))
-    gpu_only = [p for p in s.ort_providers if p not in CPU_PROVIDERS]
+    gpu_only = [p for p in s.ort_providers if p not in CPU_PROVIDERS and p != CPU_PROVIDER]
     if gpu_only:
         found.append(Problem("ort_providers", f"device: cpu keeps only ONNX Runtime's CPU provider (and "
                              f"{', '.join(CPU_PROVIDERS)}): {gpu_only[0]} needs a GPU",
@@ -973,7 +975,7 @@ def check(spec: CompositionSpec, command: str = BUILD) -> CompositionSpec:
 def kept_providers(selection: Selection) -> tuple[str, ...] | None:
     """ONNX Runtime's providers a composition keeps beside CPU (None: every one its backend holds)."""
     if selection.ort_providers or selection.device == "cpu":
-        return tuple(sorted(selection.ort_providers))
+        return tuple(sorted(p for p in selection.ort_providers if p != CPU_PROVIDER))
     return None
 
 

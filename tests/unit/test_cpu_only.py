@@ -85,12 +85,20 @@ def test_an_unknown_provider_names_what_the_image_holds(ngc_offer_plan):
 
 @pytest.mark.parametrize("name, says", [
     ("shared", "'shared' is not an execution provider"),
-    ("cpu", "the CPU provider is always there"),
     ("cu da", "is not a name"),
 ])
 def test_provider_names_are_checked_when_read(name, says):
     with pytest.raises(UsageError, match=says):
         given_on_command_line("build", {"ort_provider": [name]})
+
+
+def test_ort_provider_cpu_alone_keeps_no_other_on_a_gpu_image(ngc_offer_plan):
+    """--ort-provider cpu: ONNX models on the CPU of a GPU image; every other provider leaves the
+    folder, the image keeps its GPU (the tag and label say cpu)."""
+    plan = ngc_offer_plan("onnxruntime", "python", ort_providers=("cpu",))
+    assert plan.ort_providers == () and not plan.cpu_only and plan.gpu
+    assert ngc_offer_plan("onnxruntime", ort_providers=("cpu", "cuda")).ort_providers == ("cuda",)
+    assert "kept: CPU)" in render_dockerfile(plan)
 
 
 def test_a_cpu_image_keeps_only_the_cpu_provider_on_a_pruned_base(ngc_offer_plan):
