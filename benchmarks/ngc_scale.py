@@ -19,6 +19,7 @@ and DCGM from NVIDIA's repository. So its size is a lower bound of compose.py's.
     .venv/bin/python benchmarks/ngc_scale.py --only flavours   (issue 27's rows only)
     .venv/bin/python benchmarks/ngc_scale.py --version 26.07 --only selections   (the CUDA 13 generation)
     .venv/bin/python benchmarks/ngc_scale.py --only vllm       (issue 28's rows: needs --flavour vllm too)
+    .venv/bin/python benchmarks/ngc_scale.py --only vllm-pruned   (its pruned rows alone, by ONNX Runtime provider)
 
 It removes every image it makes.
 """

@@ -127,12 +127,14 @@ def test_images_that_disagree_are_refused_up_front_naming_both(engine, vllm_stan
 
 @pytest.fixture(scope="module")
 def pruned(engine, vllm_standin, tmp_path_factory):
-    """vllm + onnxruntime on a pruned vLLM base, built and smoke-tested once for the module; the
-    composed image, the base's tag this build made and the stage images are removed after."""
+    """vllm + onnxruntime on a pruned vLLM base, ONNX Runtime on the CPU (--ort-provider cpu: the
+    configuration within the 0.5x goal), built and smoke-tested once for the module; the composed
+    image, the base's tag this build made and the stage images are removed after."""
     repo, cases = _repository(tmp_path_factory.mktemp("vllm-pruned"))
     tag = f"triton-composer-test/tritonserver:vllm-pruned-{uuid.uuid4().hex[:10]}"
     plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY, flavour="vllm",
-                                base="pruned", tag=tag, model_repository=repo, smoke_cases=cases), Catalog.load()).plan
+                                base="pruned", ort_providers=("cpu",), tag=tag, model_repository=repo,
+                                smoke_cases=cases), Catalog.load()).plan
     result = None
     try:
         result = build_image(engine, plan, labels=TEST_LABEL)
@@ -177,3 +179,7 @@ def test_pruned_the_distributions_have_layers_of_their_own_none_over_2_gb(engine
     sizes = [layer.size for layer in engine.layers(pruned["tag"])]
     assert len(sizes) > len(layers) and all(size < 2_000_000_000 for size in sizes), sizes
     assert pruned["result"].size < vllm_standin.size
+    folder = engine.run_once(pruned["tag"], ["ls", "/opt/tritonserver/backends/onnxruntime"], entrypoint=[]).output
+    assert "libonnxruntime.so" in folder and "providers_cuda" not in folder and "providers_tensorrt" not in folder
+    kept = {p["package"] for p in pruned["result"].pruning.kept}
+    assert not [p for p in kept if p.startswith(("libcudnn", "libnvinfer", "libcublas"))], sorted(kept)

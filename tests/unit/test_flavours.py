@@ -158,7 +158,7 @@ def test_golden_dockerfile_on_the_vllm_image(catalog):
                     GOLDEN / "ngc-24.09-vllm-onnxruntime-flavour-vllm.Dockerfile")
 
 
-def test_a_pruned_base_on_the_vllm_image_prunes_its_python_distributions_too(catalog):
+def test_a_pruned_base_on_the_vllm_image_prunes_its_python_distributions_too(catalog, ngc_plan):
     """--flavour vllm --base pruned: prune.py decides in the vLLM image (which holds the server core,
     its backends and the pip-installed distributions), with the parts copied in from the collect
     stage, seeded from the image's own parts and --pip's distributions; the proof checks the kept
@@ -175,3 +175,8 @@ def test_a_pruned_base_on_the_vllm_image_prunes_its_python_distributions_too(cat
     _matches_golden(text, GOLDEN / "ngc-24.09-vllm-onnxruntime-flavour-vllm-pruned.Dockerfile")
     _matches_golden(render_pruned_base(pruned), GOLDEN / "ngc-24.09-vllm-onnxruntime-flavour-vllm-pruned-base.Dockerfile")
     assert python_prune(plan(catalog, "vllm")) is None  # the vLLM image as it is
+    # pip's distributions get family layers of their own, on this base alone
+    families = [s.family for s in pruned.pruning.slots]
+    assert families[:7] == ["core", "py-nvidia", "py-nvidia", "py-torch", "py-torch", "py-dists", "py-dists"]
+    py3 = ngc_plan("onnxruntime", "python", base="pruned")
+    assert not [s for s in py3.pruning.slots if s.family.startswith("py-")]
