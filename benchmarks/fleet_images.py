@@ -42,8 +42,9 @@ from composer.spec.options import CompositionSpec
 
 NGC_SOURCE = "localhost/standin-ngc"
 FLEET = (("python",), ("onnxruntime", "python"), ("pytorch", "python"), ("onnxruntime", "python", "tensorrt", "pytorch"))
-# The small stand-ins have no tensorrt, and their Python-based pytorch fails a pruned base's proof
-# (torch/bin/test_shim needs libtorch.so): identity stands in for them, to check the benchmark itself.
+# The small stand-ins have no tensorrt: identity stands in for it, and for pytorch, as in the small
+# figures in README (their pytorch takes a pruned base too since the proof leaves what the full image
+# could not resolve either, such as torch/bin/test_shim's libtorch.so).
 SMALL_FLEET = (("python",), ("onnxruntime", "python"), ("identity",), ("identity", "onnxruntime", "python"))
 BENCH_KEY = "org.triton-composer.bench"
 LABEL = {BENCH_KEY: "fleet"}  # on every image it builds, the bases included

@@ -415,6 +415,23 @@ def write_outputs(out, db, keeper, keep_builder, info_dir):
     return report
 
 
+def write_unresolved(out, resolver, root, parts):
+    """unresolved.txt: each ELF file of the selected parts (under the Triton root) with the NEEDED
+    entries it cannot resolve before pruning (file TAB names,...): the proof does not blame the
+    pruned base for those (torch's test binaries, say, which have no RUNPATH to torch/lib)."""
+    lines = []
+    for _, files in parts:
+        for path in files:
+            if not probe.is_under(path, root):
+                continue
+            missing = [name for name, found in resolver.deps(path) if found is None]
+            if missing:
+                lines.append("%s\t%s\n" % (path, ",".join(missing)))
+    with open(os.path.join(out, "unresolved.txt"), "w", errors="surrogateescape") as fh:
+        fh.writelines(sorted(set(lines)))
+    return len(lines)
+
+
 def python_roots(keeper, dists, root, paths, names):
     """Seed the python closure: what the kept python code of the selected parts imports (mapped to
     distributions through their RECORD), and the distributions named (--pip, model environments).
@@ -545,6 +562,10 @@ def main(argv):
         imported = python_roots(keeper, pydists.installed(sites), root, args.paths, args.python_dist)
     keeper = decide(db, resolver, root, parts, loaded, args.keep_tensorrt_builder, args.paths, keeper)
     result = write_outputs(args.out, db, keeper, args.keep_tensorrt_builder, os.path.join(args.min_dpkg, "info"))
+    unresolved = write_unresolved(args.out, resolver, root, parts)
+    if unresolved:
+        print("prune: %d files of the selection have NEEDED entries unresolved before pruning (unresolved.txt)"
+              % unresolved)
     if args.python:
         result = write_python_outputs(args.out, db, keeper, sites, imported, result)
         python = result["python"]

@@ -176,3 +176,27 @@ def test_the_ubuntu_24_04_generation_takes_a_pruned_base_and_serves(engine, stan
     finally:
         engine.remove_image(tag, force=True)
         sweep_stages(engine)
+
+
+def test_what_the_full_image_could_not_resolve_either_is_not_pruning_fault(engine, standin_images):
+    """The small stand-in's Python-based pytorch holds torch's test binaries, whose libtorch.so the
+    full image's loader cannot find either (no RUNPATH to torch/lib): the proof counts them and
+    passes, and the pytorch sample answers on the pruned base."""
+    tag = f"triton-composer-test/tritonserver:pruned-pytorch-{uuid.uuid4().hex[:10]}"
+    result = None
+    try:
+        plan = resolve(engine, spec(backends=("pytorch", "python"), version="24.09", registry="localhost/standin",
+                                    tag=tag, base="pruned"), Catalog.load()).plan
+        result = build_image(engine, plan, labels=TEST_LABEL)
+        assert result.smoke.passed, [(r.subject, r.model, r.detail) for r in result.smoke.failures()]
+        samples = {r.subject: r.status for r in result.smoke.rows if r.request == "sample"}
+        assert samples["pytorch"] == samples["python"] == "PASS"
+        proved = run(engine, tag, "cat /opt/tritonserver/proved.txt")
+        assert "entries unresolved in the full image too, left as they were" in proved, proved
+        shim = run(engine, tag, "ldd /opt/tritonserver/backends/pytorch/site-packages/torch/bin/test_shim || true")
+        assert "libtorch.so => not found" in shim
+    finally:
+        engine.remove_image(tag, force=True)
+        if result is not None and result.pruned_base is not None and result.pruned_base.made:
+            engine.remove_image(result.pruned_base.tag, force=True)
+        sweep_stages(engine)

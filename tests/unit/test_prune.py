@@ -228,3 +228,16 @@ def test_a_distributions_commands_name_the_interpreter_it_keeps(tmp_path):
     (tmp_path / "link").symlink_to(script)
     files = [str(p) for p in sorted(tmp_path.iterdir())]
     assert prune.interpreters(files) == [(str(script), str(interpreter))]
+
+
+def test_entries_unresolved_before_pruning_are_listed_for_the_proof(image, tmp_path):
+    """unresolved.txt names each file of the selection with the NEEDED entries it cannot resolve in
+    the full image already (a test binary with no RUNPATH to its libraries); files that resolve
+    are not listed."""
+    root, _, resolver, parts = image
+    shim = root / "backends" / "demo" / "bin" / "test_shim"
+    make_elf(shim, needed=["libtorch.so", "libc.so.6", "libc10.so"])
+    out = tmp_path / "out"
+    out.mkdir()
+    assert prune.write_unresolved(str(out), resolver, str(root), parts + [("backend demo", [str(shim)])]) == 1
+    assert (out / "unresolved.txt").read_text() == f"{shim}\tlibtorch.so,libc10.so\n"

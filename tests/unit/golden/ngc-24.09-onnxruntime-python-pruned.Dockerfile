@@ -94,7 +94,7 @@ LABEL \
 FROM composed AS proof
 LABEL org.triton-composer.stage="proof"
 COPY prove.sh /composer-proof/
-COPY --from=decide /composer/prune/required.txt /composer-proof/
+COPY --from=decide /composer/prune/required.txt /composer/prune/unresolved.txt /composer-proof/
 RUN ["/bin/sh", "/composer-proof/prove.sh", "/composer-proof/required.txt", "/composer-proof/proved.txt"]
 
 FROM composed

@@ -83,7 +83,7 @@ LABEL \
 FROM composed AS proof
 LABEL org.triton-composer.stage="proof"
 COPY prove.sh /composer-proof/
-COPY --from=decide /composer/prune/required.txt /composer-proof/
+COPY --from=decide /composer/prune/required.txt /composer/prune/unresolved.txt /composer-proof/
 # The python distributions kept: each one's ELF files resolve their NEEDED entries, and the modules
 # the kept python code imports import in the image's python.
 COPY --from=decide /composer/prune/python/ /composer-proof/python/
