@@ -57,13 +57,18 @@ def composed(engine, vllm_standin, tmp_path_factory):
         engine.remove_image(tag, force=True)
 
 
-def test_the_onnx_models_and_the_python_sample_answer(composed):
-    report = composed["result"].smoke
+def _serves(report):
+    """The smoke report passed, with every ONNX model and the python sample answering; its rows."""
     assert report.passed, [(r.subject, r.model, r.detail) for r in report.failures()]
     rows = {r.model: r for r in report.rows}
     for name in SERVED:
         assert rows[name].status == "PASS" and rows[name].cases == "1/1", (name, rows[name].detail)
     assert rows["add_sub"].status == "PASS" and rows["onnx_affine"].status == "PASS"
+    return rows
+
+
+def test_the_onnx_models_and_the_python_sample_answer(composed):
+    _serves(composed["result"].smoke)
 
 
 def test_the_vllm_sample_is_a_skip_with_vllms_reason(composed):
@@ -147,12 +152,7 @@ def pruned(engine, vllm_standin, tmp_path_factory):
 
 
 def test_pruned_the_onnx_models_and_the_python_sample_answer_and_vllm_is_a_skip(pruned):
-    report = pruned["result"].smoke
-    assert report.passed, [(r.subject, r.model, r.detail) for r in report.failures()]
-    rows = {r.model: r for r in report.rows}
-    for name in SERVED:
-        assert rows[name].status == "PASS" and rows[name].cases == "1/1", (name, rows[name].detail)
-    assert rows["add_sub"].status == "PASS" and rows["onnx_affine"].status == "PASS"
+    rows = _serves(pruned["result"].smoke)
     assert rows["vllm_tiny"].status == "SKIP" and "needs a GPU" in rows["vllm_tiny"].detail
 
 
