@@ -21,13 +21,12 @@ from composer.core.errors import UsageError
 from composer.spec.model_envs import ModelEnv, hints
 from composer.spec.requirements import public_requirement
 from composer.core.refs import ImageRef
-from composer.spec.options import CPU_PROVIDER, NAME_PATTERN, CompositionSpec, Packages, Result, source_date_epoch
+from composer.spec.options import CPU_PROVIDER, NAME_PATTERN, SHARED_PROVIDER, CompositionSpec, Packages, Result, source_date_epoch
 
 ROOT = "/opt/tritonserver"
 MODELS_ROOT = "/models"  # where baked models go, and what the image serves by default
 KINDS = ("backend", "repoagent", "cache")
 CPU_SERVER_FLAGS = ("--pinned-memory-pool-byte-size=0",)  # a host with no GPU has no pinned memory to pool
-SHARED_PROVIDER = "shared"
 FOLDERS = {"backend": "backends", "repoagent": "repoagents", "cache": "caches"}
 
 
