@@ -20,6 +20,29 @@ done
 checked=0
 before_list="$(dirname "$required")/unresolved.txt"
 excused=0
+# resolves FILE SEARCH BEFORE [LIST]: FILE's NEEDED entries as the loader finds them with
+# LD_LIBRARY_PATH=SEARCH; fails the proof at the first one it cannot find, unless it is the
+# driver's or was unresolved before pruning too (in BEFORE, a comma list, or looked up in LIST on
+# the first miss; those from LIST are counted). Returns 1 when ldd cannot read FILE.
+resolves() {
+  out=$(LD_LIBRARY_PATH="$2" ldd "$1" 2>/dev/null) || return 1
+  before="$3"
+  looked=""
+  for lib in $(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*\([^[:space:]]*\) => not found.*/\1/p'); do
+    case "$lib" in  # the driver's
+      libcuda.so*|libcudadebugger.so*|libnvidia-*|libnvcuvid.so*|libnvoptix.so*|lib*_nvidia*) continue ;;
+    esac
+    if [ -n "${4:-}" ] && [ -z "$looked" ]; then
+      looked=1
+      [ -f "$4" ] && before=$(awk -F '\t' -v f="$1" '$1 == f { print $2; exit }' "$4")
+    fi
+    case ",$before," in  # unresolved before pruning too: not pruning's doing
+      *",$lib,"*) [ -n "${4:-}" ] && excused=$((excused + 1)); continue ;;
+    esac
+    echo "proof failed: $1 needs $lib, which the image lacks" >&2; exit 1
+  done
+  return 0
+}
 # shellcheck disable=SC2086
 {  # the loader's folders as the loader reads them (flat); the Triton tree with all its folders
   find $existing -maxdepth 1 -type f \( -name '*.so' -o -name '*.so.*' \)
@@ -30,19 +53,8 @@ while IFS= read -r file; do
   case "$file" in  # Triton's libraries lean on those the server (RUNPATH ../lib) or their folder loaded
     /opt/tritonserver/*) search="$(dirname "$file"):/opt/tritonserver/lib${search:+:$search}" ;;
   esac
-  out=$(LD_LIBRARY_PATH="$search" ldd "$file" 2>/dev/null) || continue
+  resolves "$file" "$search" "" "$before_list" || continue
   checked=$((checked + 1))
-  for lib in $(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*\([^[:space:]]*\) => not found.*/\1/p'); do
-    case "$lib" in  # the driver's
-      libcuda.so*|libcudadebugger.so*|libnvidia-*|libnvcuvid.so*|libnvoptix.so*|lib*_nvidia*) continue ;;
-    esac
-    before=""
-    [ -f "$before_list" ] && before=$(awk -F '\t' -v f="$file" '$1 == f { print $2; exit }' "$before_list")
-    case ",$before," in  # unresolved before pruning too: not pruning's doing
-      *",$lib,"*) excused=$((excused + 1)); continue ;;
-    esac
-    echo "proof failed: $file needs $lib, which the image lacks" >&2; exit 1
-  done
 done < /tmp/proof-files
 cache=$(ldconfig -p)
 while IFS="$(printf '\t')" read -r lib why; do
@@ -64,17 +76,8 @@ if [ -d "$listing" ]; then  # a base with python distributions pruned (prune.py 
   while IFS="$(printf '\t')" read -r file before; do
     [ -n "$file" ] || continue
     [ -e "$file" ] || { echo "proof failed: $file (a file of a kept python distribution) is missing" >&2; exit 1; }
-    out=$(LD_LIBRARY_PATH="$(dirname "$file")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$file" 2>/dev/null) || continue
+    resolves "$file" "$(dirname "$file")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$before" || continue
     dists=$((dists + 1))
-    for lib in $(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*\([^[:space:]]*\) => not found.*/\1/p'); do
-      case "$lib" in
-        libcuda.so*|libcudadebugger.so*|libnvidia-*|libnvcuvid.so*|libnvoptix.so*|lib*_nvidia*) continue ;;
-      esac
-      case ",$before," in  # unresolved in the image before pruning too: not pruning's doing
-        *",$lib,"*) continue ;;
-      esac
-      echo "proof failed: $file needs $lib, which the image lacks" >&2; exit 1
-    done
   done < "$listing/elf.txt"
   modules=$(paste -sd, "$listing/imports.txt")
   if [ -n "$modules" ]; then
