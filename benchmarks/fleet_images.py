@@ -37,8 +37,8 @@ from composer.core.units import human_size
 from composer.engine.engine import Engine
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.spec.catalog import Catalog
-from composer.spec.options import CompositionSpec
+from composer.catalog.catalog import Catalog
+from composer.config.options import CompositionSpec
 
 NGC_SOURCE = "localhost/standin-ngc"
 FLEET = (("python",), ("onnxruntime", "python"), ("pytorch", "python"), ("onnxruntime", "python", "tensorrt", "pytorch"))

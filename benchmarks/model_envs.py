@@ -19,12 +19,12 @@ import time
 import uuid
 from pathlib import Path
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.engine.engine import Engine
-from composer.resolve.model_envs import ENVS_ROOT
+from composer.config.model_envs import ENVS_ROOT
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.spec.options import CompositionSpec
+from composer.config.options import CompositionSpec
 from composer.verify.triton_client import TensorData, TritonHTTP
 
 LABEL = {"triton-composer.benchmark": "1"}

@@ -35,14 +35,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.engine.engine import Engine
 from composer.core.errors import ComposerError
 from composer.pipeline import build_image
 from composer.build.pruning import sweep_stages
 from composer.resolve.resolve import resolve
 from composer.verify.smoke import SmokePlan, smoke_test
-from composer.spec.options import CompositionSpec
+from composer.config.options import CompositionSpec
 from triton_standins import ngc, ngc_vllm
 
 SELECTIONS = (("onnxruntime", "python"), ("onnxruntime", "python", "tensorrt", "pytorch"))

@@ -21,7 +21,7 @@ import sys
 from dataclasses import replace
 from importlib import resources
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.resolve.contents import inspect_full
 from composer.engine.engine import Engine
 from composer.core.errors import ComposerError
@@ -29,7 +29,7 @@ from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.resolve.plan import ROOT
 from composer.render.render import collect_paths
-from composer.spec.options import CompositionSpec
+from composer.config.options import CompositionSpec
 
 SELECTIONS = (("python",), ("onnxruntime", "python"), ("identity", "python"), ("onnxruntime", "python", "pytorch"))
 LABEL = {"triton-composer.benchmark": "1"}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.engine.engine import Engine
 from composer.core.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
 from composer.core.files import check_output_file, write_file
@@ -26,13 +26,13 @@ from composer.build.pruning import PrunedBase, PruningReport, proof_failure, pru
 from composer.core.redaction import redact
 from composer.render.render import BuildContext, write_context
 from composer.resolve.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
-from composer.spec.options import is_sbom
+from composer.config.options import is_sbom
 from composer.verify.sbom import SBOM_PATH, add_sbom
 from composer.verify.sizes import SizeReport, measure
 from composer.verify.smoke import SmokePlan, SmokeReport, smoke_test
-from composer.spec.options import CompositionSpec
-from composer.publish.bundle import ReadBundle, open_bundle
-from composer.publish.lock import verify_lock
+from composer.config.options import CompositionSpec
+from composer.sources.bundle import ReadBundle, open_bundle
+from composer.sources.lock import verify_lock
 from composer.registry.client import Registries
 from composer.publish.push import push_image
 from composer.publish.artifacts import push_sbom
@@ -292,6 +292,6 @@ def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catal
 
 def compose_bundle(engine: Engine, read: ReadBundle, spec: CompositionSpec, catalog: Catalog, run: Run) -> list[Outcome]:
     """Load the bundle's images and compose `spec`: the bundle's own, checked with the result
-    options given (composer.spec.options.check, as for every build)."""
+    options given (composer.config.options.check, as for every build)."""
     inspection = open_bundle(engine, read, on_line=run.on_line)
     return compose_all(engine, [spec], catalog, run, inspection)

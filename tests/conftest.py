@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.engine.engine import Engine
 from composer.core.errors import EngineUnavailable
 

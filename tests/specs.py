@@ -1,6 +1,6 @@
 """Tests build CompositionSpecs by field name, as the command line or a set would."""
 
-from composer.spec.options import CompositionSpec, Packages
+from composer.config.options import CompositionSpec, Packages
 
 _FIELDS = {
     "backends": "selection.backends", "repoagents": "selection.repoagents", "caches": "selection.caches",

@@ -27,11 +27,11 @@ from composer.core.refs import check_registry_prefix, is_image_id
 from composer.core.units import human_size
 from composer.engine.engine import Engine
 from composer.pipeline import compose_all, compose_bundle, Run
-from composer.publish.bundle import check_bundle_output, check_overrides, unpacked, write_bundle
+from composer.sources.bundle import check_bundle_output, check_overrides, unpacked, write_bundle
 from composer.publish.inspect import Difference, inspect as inspect_image
 from composer.publish.junit import check_junit_output, outcome_entries, write_junit
-from composer.publish.lock import check_lock_output, check_locked, lock_spec
-from composer.publish.mirror import mirror_release, mirror_through_engine
+from composer.sources.lock import check_lock_output, check_locked, lock_spec
+from composer.sources.mirror import mirror_release, mirror_through_engine
 from composer.registry.client import load_auth, Registries
 from composer.render.render import check_output, write_context
 from composer.resolve.packages import python_target
@@ -45,10 +45,10 @@ from composer.resolve.resolve import (
     resolve_for_render,
     resolve_targets,
 )
-from composer.spec.catalog import Catalog
-from composer.spec.sets import specs_from_sets
+from composer.catalog.catalog import Catalog
+from composer.config.sets import specs_from_sets
 from composer.verify.smoke import image_smoke_plan, smoke_test
-from composer.spec.options import (
+from composer.config.options import (
     BACKENDS,
     BUILD,
     BUNDLE,
@@ -137,7 +137,7 @@ def _engine():
     return Engine.connect()
 
 
-# -- spec options: declared once in composer.spec.options, turned into typer parameters here ---------
+# -- spec options: declared once in composer.config.options, turned into typer parameters here ---------
 
 
 def _typer_parameter(option: Option) -> inspect.Parameter:
@@ -158,7 +158,7 @@ def spec_options(command: str):
     """Give a typer command the flags of every spec option it takes.
 
     The command receives `given`: field path -> value for the fields the command line gave,
-    each read and checked by its declaration (composer.spec.options.given_on_command_line).
+    each read and checked by its declaration (composer.config.options.given_on_command_line).
     """
 
     def decorate(function):

@@ -1,7 +1,7 @@
 """Pushing composed images to registries through the engine (composer.engine.engine, the only
 module that talks to Docker), with retries for transient failures and the local tag put back
 when a push fails. Every engine message is scrubbed of credentials before it is shown.
-(Mirroring a release between registries is composer.publish.mirror.)
+(Mirroring a release between registries is composer.sources.mirror.)
 """
 
 from __future__ import annotations

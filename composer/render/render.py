@@ -20,9 +20,9 @@ import jinja2
 
 from composer.core.errors import Invalid, UsageError
 from composer.core.files import check_output_file, digest, make_folders, path_problem, printable, read_text, write_file
-from composer.spec.model_envs import CONFIG, pointed_config
-from composer.spec.requirements import installable_requirement
-from composer.spec.catalog import DEFAULT_FLAVOUR
+from composer.config.model_envs import CONFIG, pointed_config
+from composer.config.requirements import installable_requirement
+from composer.catalog.catalog import DEFAULT_FLAVOUR
 from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.

@@ -21,10 +21,10 @@ from urllib.parse import urlsplit
 
 from composer.resolve.contents import FullImageContents
 from composer.core.errors import ComposerError, UsageError
-from composer.spec.options import Packages
+from composer.config.options import Packages
 from composer.core.progress import LineSink, quiet
 from composer.core.redaction import redact
-from composer.spec.requirements import installable_requirement, requirement_url
+from composer.config.requirements import installable_requirement, requirement_url
 
 
 

@@ -1,6 +1,6 @@
 """The composition plan: everything that goes into a composed image, as one plain typed value.
 
-Data flows one way: the spec (what the user asked, composer.spec.options) + the release + what the
+Data flows one way: the spec (what the user asked, composer.config.options) + the release + what the
 base images offer -> a CompositionPlan -> rendering. Validation against the images happens here,
 so rendering never sees a bad selection and cannot fail on user input.
 """
@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Mapping
 
 from composer import __version__
-from composer.spec.catalog import DEFAULT_FLAVOUR, Catalog, Flavour, LayerFamily, Release
+from composer.catalog.catalog import DEFAULT_FLAVOUR, Catalog, Flavour, LayerFamily, Release
 from composer.core.errors import UsageError
-from composer.spec.model_envs import ModelEnv, hints
-from composer.spec.requirements import public_requirement
+from composer.config.model_envs import ModelEnv, hints
+from composer.config.requirements import public_requirement
 from composer.core.refs import ImageRef
-from composer.spec.options import CPU_PROVIDER, NAME_PATTERN, SHARED_PROVIDER, CompositionSpec, Packages, Result, source_date_epoch
+from composer.config.options import CPU_PROVIDER, NAME_PATTERN, SHARED_PROVIDER, CompositionSpec, Packages, Result, source_date_epoch
 
 ROOT = "/opt/tritonserver"
 MODELS_ROOT = "/models"  # where baked models go, and what the image serves by default
@@ -570,7 +570,7 @@ def _ort_providers(options, backends, offer: Offer) -> tuple[str, ...] | None:
     """ONNX Runtime's providers kept, or None for the backend's folder as it is (the default on a
     GPU image). Names are checked against the folder (when the probe read it); "shared" is kept
     with any provider; a CPU-only image keeps none but those asked of CPU_PROVIDERS (checked
-    up front by composer.spec.options)."""
+    up front by composer.config.options)."""
     asked = tuple(p for p in options.ort_providers if p != CPU_PROVIDER)  # "cpu": always there
     if "onnxruntime" not in backends:
         if options.ort_providers:

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from composer.spec.catalog import Catalog, Flavour, Release
+from composer.catalog.catalog import Catalog, Flavour, Release
 from composer.resolve.contents import FullImageContents, inspect_full
 from composer.engine.engine import Engine, ImageInfo
 from composer.core.errors import EngineUnavailable, ImageNotFound, UsageError
-from composer.spec.model_envs import ModelEnv
+from composer.config.model_envs import ModelEnv
 from composer.resolve.packages import PythonTarget, check_wheelhouse, download_wheels, python_target
 from composer.resolve.plan import (
     BaseConfig,
@@ -37,7 +37,7 @@ from composer.resolve.plan import (
 )
 from composer.core.progress import Heartbeat, LineSink, quiet
 from composer.core.refs import ImageRef, build_source
-from composer.spec.options import CompositionSpec, Packages
+from composer.config.options import CompositionSpec, Packages
 
 RELEASE_ENV = "NVIDIA_TRITON_SERVER_VERSION"
 

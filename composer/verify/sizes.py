@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from composer.engine.engine import Engine, Layer
 from composer.core.units import human_size
 from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
-from composer.spec.catalog import DEFAULT_FLAVOUR
+from composer.catalog.catalog import DEFAULT_FLAVOUR
 from composer.verify.sbom import SBOM_PATH
 
 # "/bin/sh -c #(nop) COPY dir:<hash> in /opt/tritonserver/backends/python " (the classic builder,

@@ -19,7 +19,7 @@ from typing import Callable
 
 import requests
 
-from composer.spec.cases import (
+from composer.config.cases import (
     CASE_FILES, Case, CaseError, by_model, cases_from_text, check_against_config, default_request,
     describe_request, model_folders, read_cases_file, repository_cases, repository_problem,
 )
@@ -28,7 +28,7 @@ from composer.core.errors import ComposerError, EngineError, UsageError
 from composer.verify.samples import Sample, samples_for
 from composer.verify.triton_client import TritonHTTP
 from composer.core.progress import LineSink, quiet
-from composer.spec.options import check_gpus
+from composer.config.options import check_gpus
 from composer.resolve.plan import CPU_SERVER_FLAGS
 
 HTTP_PORT = 8000
@@ -122,7 +122,7 @@ class SmokePlan:
         return CPU_SERVER_FLAGS if self.device == "cpu" else ()
 
     def __post_init__(self):
-        if isinstance(self.gpus, str):  # the one rule of --gpus (composer.spec.options.check_gpus)
+        if isinstance(self.gpus, str):  # the one rule of --gpus (composer.config.options.check_gpus)
             problem = check_gpus(self.gpus)
             if problem:
                 raise UsageError(f"gpus: {problem}")

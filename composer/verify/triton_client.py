@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import requests
 
 from composer.core.errors import ComposerError
-from composer.spec.cases import TensorData
+from composer.config.cases import TensorData
 
 
 class InferenceError(ComposerError):

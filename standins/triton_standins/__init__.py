@@ -22,7 +22,7 @@ from typing import Mapping
 
 import jinja2
 
-from composer.spec.catalog import Catalog, Release
+from composer.catalog.catalog import Catalog, Release
 from composer.engine.engine import Engine, ImageInfo
 from composer.core.errors import BuildFailed, UsageError
 from composer.core.progress import LineSink

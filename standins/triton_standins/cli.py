@@ -11,7 +11,7 @@ import typer
 from composer.cli.main import reports_errors, run_app
 from composer.cli.output import Printer
 from composer.core.errors import UsageError
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 
 SCALES = ("small", "ngc")
 FLAVOURS = ("py3", "vllm")  # py3: the full and min images; vllm: NGC's YY.MM-vllm-python-py3 (at NGC scale)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from composer.spec.catalog import Release
+from composer.catalog.catalog import Release
 from composer.engine.engine import Engine, ImageInfo
 from composer.core.errors import BuildFailed, UsageError
 from composer.core.progress import LineSink

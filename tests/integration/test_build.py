@@ -9,7 +9,7 @@ import pytest
 
 from tests.cli import composer
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.core.errors import SmokeTestFailed
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve

@@ -16,8 +16,8 @@ import pytest
 
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.spec.catalog import Catalog
-from composer.spec.options import check
+from composer.catalog.catalog import Catalog
+from composer.config.options import check
 from tests.conftest import TEST_LABEL
 from tests.integration.test_ngc_scale import MODELS, _expected
 from tests.specs import spec

@@ -14,7 +14,7 @@ import pytest
 from composer.build.pruning import sweep_stages
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from triton_standins import ngc
 from tests.conftest import CUDA13_RELEASE, TEST_LABEL
 from tests.integration.test_ngc_scale import BACKENDS, SERVED, _cases, _repository

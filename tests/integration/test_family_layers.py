@@ -16,7 +16,7 @@ import pytest
 from composer.build.pruning import sweep_stages
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from tests.conftest import TEST_LABEL
 from tests.specs import spec
 from triton_standins import ngc

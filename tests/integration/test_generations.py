@@ -17,7 +17,7 @@ from tests.cli import composer
 
 from composer.in_image import probe as probe_module
 from composer.verify.samples import load_samples, models_dir
-from composer.spec.cases import TensorData
+from composer.config.cases import TensorData
 from composer.verify.triton_client import TritonHTTP
 from tests.conftest import GENERATION_2404_RELEASES, TEST_LABEL
 

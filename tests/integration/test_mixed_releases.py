@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from tests.specs import spec

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from composer.spec.catalog import Catalog
-from composer.spec.model_envs import ENVS_ROOT
+from composer.catalog.catalog import Catalog
+from composer.config.model_envs import ENVS_ROOT
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.spec.cases import TensorData
+from composer.config.cases import TensorData
 from composer.verify.triton_client import TritonHTTP
 from tests.cli import composer
 from tests.conftest import TEST_LABEL

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from dataclasses import replace
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.core.errors import SmokeTestFailed
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.verify.samples import models_dir
 from composer.verify.smoke import SmokePlan
-from composer.spec.cases import TensorData
+from composer.config.cases import TensorData
 from composer.verify.triton_client import TritonHTTP
 from tests.conftest import TEST_LABEL
 from tests.specs import spec

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.verify.smoke import SmokePlan, smoke_test

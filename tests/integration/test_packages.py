@@ -13,12 +13,12 @@ import pytest
 
 from tests.cli import composer
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.spec.options import Packages
+from composer.config.options import Packages
 from tests.specs import spec
-from composer.spec.cases import TensorData
+from composer.config.cases import TensorData
 from composer.verify.triton_client import TritonHTTP
 from composer.verify.samples import load_samples
 

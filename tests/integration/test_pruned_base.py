@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.core.errors import BuildFailed
 from composer.pipeline import build_image
 from composer.build.pruning import sweep_stages

@@ -10,7 +10,7 @@ import pytest
 from composer.engine.engine import Engine
 from composer.core.errors import RegistryError
 from composer.core.refs import ImageRef
-from composer.publish.mirror import mirror_through_engine
+from composer.sources.mirror import mirror_through_engine
 from composer.publish.push import push_image
 from composer.registry.client import RegistryAuth
 

@@ -14,7 +14,7 @@ import pytest
 
 from composer.core.refs import ImageRef
 from composer.publish.artifacts import fallback_tag, push_sbom
-from composer.publish.mirror import mirror_release
+from composer.sources.mirror import mirror_release
 from composer.registry.client import Registries, RegistryApi
 from tests.cli import composer
 from tests.integration.conftest import TestRegistry, _free_port, _need, _serve

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.verify.samples import load_samples
 from triton_standins import build_standins
 from composer.verify.triton_client import TritonHTTP

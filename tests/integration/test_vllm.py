@@ -17,7 +17,7 @@ import pytest
 from composer.build.pruning import sweep_stages
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.verify.smoke import SmokePlan, smoke_test
 from tests.cli import composer
 from tests.conftest import TEST_LABEL

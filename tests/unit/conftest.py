@@ -2,7 +2,7 @@
 
 import pytest
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.resolve.plan import BaseConfig, BaseImage, Offer, make_plan
 from tests.specs import spec
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from composer.spec.cases import (
+from composer.config.cases import (
     CaseError, check_against_config, default_request, model_cases, parse_cases, read_cases_file,
     repository_problem,
 )
-from composer.spec.cases import TensorData
+from composer.config.cases import TensorData
 
 CASE = {
     "model": "affine",

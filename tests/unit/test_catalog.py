@@ -1,6 +1,6 @@
 import pytest
 
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.core.errors import UsageError
 
 

@@ -9,9 +9,9 @@ from composer.core.errors import UsageError
 from composer.render.render import render_dockerfile, render_pruned_base
 from composer.resolve.contents import FullImageContents
 from composer.resolve.plan import Offer
-from composer.spec.model_needs import ModelNeeds, read_needs, repository_needs_problem
-from composer.spec.options import check, given_on_command_line, kept_providers
-from composer.spec.pbtxt import scalar_fields
+from composer.config.model_needs import ModelNeeds, read_needs, repository_needs_problem
+from composer.config.options import check, given_on_command_line, kept_providers
+from composer.config.pbtxt import scalar_fields
 from composer.verify.samples import samples_for
 from composer.verify.smoke import SmokePlan
 from tests.specs import spec

@@ -14,7 +14,7 @@ from composer.render.render import python_prune, render_dockerfile, render_prune
 from composer.resolve.contents import FullImageContents
 from composer.resolve.plan import BaseImage, FlavourBase, Offer, make_plan
 from composer.resolve.resolve import resolve_offline, resolve_targets
-from composer.spec.options import check
+from composer.config.options import check
 from tests.specs import spec
 
 DATA = Path(__file__).parent / "data"

@@ -7,7 +7,7 @@ import yaml
 
 from composer.engine.engine import ImageInfo
 from composer.core.errors import ImageNotFound, RegistryError, UsageError
-from composer.publish.lock import (
+from composer.sources.lock import (
     LockedImage,
     check_current,
     check_lock,
@@ -19,7 +19,7 @@ from composer.publish.lock import (
     read_lock,
     write_lock,
 )
-from composer.spec.sets import preset_path
+from composer.config.sets import preset_path
 from tests.unit.fake_engine import FakeEngine
 
 D1 = "sha256:" + "1" * 64

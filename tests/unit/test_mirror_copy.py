@@ -14,7 +14,7 @@ from composer.core.platforms import Platform, platform_problem
 from composer.core.refs import ImageRef
 from composer.registry.client import VerifiedBlob
 from composer.registry.copy import CopyStats, choose, copy_image, plan_copy
-from composer.spec.options import MIRROR, CompositionSpec, check, given_on_command_line
+from composer.config.options import MIRROR, CompositionSpec, check, given_on_command_line
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"

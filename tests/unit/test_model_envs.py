@@ -12,11 +12,11 @@ import dataclasses
 
 from composer.resolve.packages import python_target
 from composer.resolve.plan import check_server
-from composer.spec.model_envs import ENVS_ROOT, ModelEnv, hints, pointed_config, requested
+from composer.config.model_envs import ENVS_ROOT, ModelEnv, hints, pointed_config, requested
 from composer.resolve.contents import PythonRuntime
 from tests.unit.test_pipeline import _contents
 from composer.render.render import write_context
-from composer.spec.options import given_on_command_line
+from composer.config.options import given_on_command_line
 
 
 def _repository(tmp_path, models):
@@ -150,7 +150,7 @@ def test_make_env_refuses_a_python_that_is_not_the_stubs(tmp_path):
 
 def test_a_set_names_model_environments_relative_to_its_folder(tmp_path):
     from composer.core.errors import UsageError as Usage
-    from composer.spec.sets import load_set
+    from composer.config.sets import load_set
 
     (tmp_path / "r.txt").write_text("six\n")
     path = tmp_path / "envs.yaml"

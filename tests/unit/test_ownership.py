@@ -56,7 +56,7 @@ def test_a_user_file_in_the_way_is_refused_by_name(ngc_plan, tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "six-1.16.0-py2.py3-none-any.whl").write_bytes(b"w")
-    from composer.spec.options import Packages
+    from composer.config.options import Packages
 
     with pytest.raises(UsageError, match="packages/requirements.txt is in the way"):
         write_context(ngc_plan("python", packages=Packages(specs=("six",), wheelhouse=wheels)), out)
@@ -89,7 +89,7 @@ def test_a_linked_folder_inside_is_refused(ngc_plan, tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "six-1.16.0-py2.py3-none-any.whl").write_bytes(b"w")
-    from composer.spec.options import Packages
+    from composer.config.options import Packages
 
     with pytest.raises(UsageError, match="packages"):
         write_context(ngc_plan("python", packages=Packages(specs=("six",), wheelhouse=wheels)), out)
@@ -115,7 +115,7 @@ def test_bundle_staging_never_touches_a_users_path(tmp_path):
 
 
 def test_bundle_output_refuses_a_file_it_did_not_write(tmp_path):
-    from composer.publish.bundle import check_bundle_output
+    from composer.sources.bundle import check_bundle_output
 
     mine = tmp_path / "b.tar"
     mine.write_text("my notes")

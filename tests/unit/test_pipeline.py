@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from composer import pipeline
-from composer.spec.catalog import Catalog
+from composer.catalog.catalog import Catalog
 from composer.resolve.contents import Component, FullImageContents
 from composer.engine.engine import ImageInfo, RunResult
 from composer.core.errors import RegistryError, UsageError

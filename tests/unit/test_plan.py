@@ -45,8 +45,8 @@ def test_unknown_cache_and_repoagent(catalog):
 
 
 def test_no_backend_is_an_error_of_the_spec(catalog):
-    """One rule (composer.spec.options.problems), checked before any work; the plan does not repeat it."""
-    from composer.spec.options import check
+    """One rule (composer.config.options.problems), checked before any work; the plan does not repeat it."""
+    from composer.config.options import check
 
     with pytest.raises(UsageError, match="at least one backend"):
         check(spec(version="24.09"))

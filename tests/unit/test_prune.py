@@ -166,7 +166,7 @@ def test_the_24_09_libraries_strings_find_every_library_of_the_old_hand_list(tmp
     """Recorded from the 24.09 NGC-scale stand-ins (real cuDNN, cuBLAS, NVRTC and libtorch wheels):
     each library's soname, NEEDED entries, RUNPATH, the names its data holds, its package. The
     files are made again in miniature and the decision runs on them."""
-    from composer.spec.catalog import Catalog
+    from composer.catalog.catalog import Catalog
 
     recorded = json.loads((Path(__file__).parent / "data" / "named-libraries-24.09.json").read_text())
     top = tmp_path / "image"

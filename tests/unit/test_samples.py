@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from composer.verify.samples import load_samples, samples_for
-from composer.spec.cases import TensorData
+from composer.config.cases import TensorData
 
 MODEL_FILE = {"python": "model.py", "onnxruntime": "model.onnx", "pytorch": "model.pt"}
 

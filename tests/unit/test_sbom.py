@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from composer.spec.options import is_sbom
+from composer.config.options import is_sbom
 from composer.verify.sbom import SBOM_PATH, make_sbom, parse_facts, validate, version_labels
 from tests.unit.fake_engine import recorded_facts
 
@@ -90,7 +90,7 @@ def test_base_images_pinned_by_id_or_digest_are_named_so(ngc_plan):
 
 
 def test_each_model_environment_lists_its_own_packages_under_its_model(ngc_plan, tmp_path):
-    from composer.spec.model_envs import ENVS_ROOT, ModelEnv
+    from composer.config.model_envs import ENVS_ROOT, ModelEnv
 
     site = f"{ENVS_ROOT}/tok/lib/python3.10/site-packages"
     in_env = "".join(f"@@triton-composer-facts@@ python {site}/{name}-{version}.dist-info/METADATA\n"

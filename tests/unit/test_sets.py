@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from composer.core.errors import UsageError
-from composer.spec.options import DEFAULT_REGISTRY, given_on_command_line
-from composer.spec.sets import load_set, override, preset_path, shipped_presets
+from composer.config.options import DEFAULT_REGISTRY, given_on_command_line
+from composer.config.sets import load_set, override, preset_path, shipped_presets
 
 FULL = """\
 # everything a set can say

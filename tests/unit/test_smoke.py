@@ -8,7 +8,7 @@ from composer.verify import smoke
 from composer.engine.engine import RunResult
 from composer.verify.smoke import SmokePlan, smoke_test
 from composer.core.errors import EngineError, UsageError
-from composer.spec.cases import TensorData
+from composer.config.cases import TensorData
 from tests.unit.fake_engine import FakeEngine
 
 
@@ -236,7 +236,7 @@ def _image(env=None):
 
 
 def test_smoke_test_image_reads_the_plan_from_the_record():
-    from composer.spec.options import Result
+    from composer.config.options import Result
 
     engine = _recorded('{"backends": ["onnxruntime", "python"], "server_version": "2.50.0"}')
     plan, record = smoke.image_smoke_plan(engine, _image(), "team/t:1", (), Result(strict=True))
@@ -248,7 +248,7 @@ def test_smoke_test_image_reads_the_plan_from_the_record():
 
 def test_a_corrupt_record_is_an_error_naming_the_image():
     from composer.core.errors import ComposerError
-    from composer.spec.options import Result
+    from composer.config.options import Result
 
     for output in ("{not json", '["a list"]'):
         with pytest.raises(ComposerError, match=r"^team/t:1: its composition record .* is not a JSON object"):
@@ -258,7 +258,7 @@ def test_a_corrupt_record_is_an_error_naming_the_image():
 
 
 def test_smoke_test_image_of_a_cpu_only_record_serves_with_no_gpu_and_refuses_gpu_flags():
-    from composer.spec.options import Result
+    from composer.config.options import Result
 
     engine = _recorded('{"backends": ["python"], "server_version": "2.50.0", "device": "cpu"}')
     plan, _ = smoke.image_smoke_plan(engine, _image(), "team/t:1", (), Result())

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from composer.core.errors import UsageError
-from composer.spec.sets import load_set
-from composer.spec.options import (
+from composer.config.sets import load_set
+from composer.config.options import (
     OPTIONS,
     CompositionSpec,
     check,

@@ -1,4 +1,4 @@
-"""The validators of each input kind (composer.spec.options, composer.core.files) and the one redaction."""
+"""The validators of each input kind (composer.config.options, composer.core.files) and the one redaction."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from composer.core.errors import Invalid
 from composer.core.files import load_structured, path_problem, read_text
 from composer.core.redaction import redact, redact_url, strip_url
-from composer.spec.options import (
+from composer.config.options import (
     ascii_number,
     check_gpus,
     check_label_key,
@@ -19,7 +19,7 @@ from composer.spec.options import (
     check_reference,
     source_date_epoch,
 )
-from composer.spec.requirements import check_requirement
+from composer.config.requirements import check_requirement
 
 
 @pytest.mark.parametrize("value", ["3", "1024", "auto", "all", "none"])
@@ -172,8 +172,8 @@ def test_redaction_is_linear():
 
 def test_requirement_forms_are_recorded_without_credentials():
     from composer.resolve.packages import secrets_of
-    from composer.spec.requirements import installable_requirement, public_requirement
-    from composer.spec.options import Packages
+    from composer.config.requirements import installable_requirement, public_requirement
+    from composer.config.options import Packages
 
     lines = ("six @ https://u:TOKEN@h/six-1.16.0-py2.py3-none-any.whl", "https://TOKEN@h/pkg-1.0-py3-none-any.whl?k=TOKEN")
     assert [public_requirement(line) for line in lines] == [
@@ -185,7 +185,7 @@ def test_requirement_forms_are_recorded_without_credentials():
 def test_a_100_kb_argument_is_refused_in_well_under_a_second():
     """The check itself, without the process start: no pattern backtracks on a long value."""
     from composer.core.errors import UsageError
-    from composer.spec.options import given_on_command_line
+    from composer.config.options import given_on_command_line
 
     big = "a" * 100_000
     for values in ({"pip": [big]}, {"pip": [big + "://"]}, {"label": [f"k={big}"]}, {"label": [f"{big}=v"]},
@@ -197,7 +197,7 @@ def test_a_100_kb_argument_is_refused_in_well_under_a_second():
         assert time.monotonic() - start < 0.5, values.keys()
 
 
-# -- a model's config.pbtxt (composer.spec.pbtxt) -------------------------------------------
+# -- a model's config.pbtxt (composer.config.pbtxt) -------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_CONFIGS = sorted([*(ROOT / "composer" / "verify" / "samples").glob("**/config.pbtxt"),
@@ -205,7 +205,7 @@ SHIPPED_CONFIGS = sorted([*(ROOT / "composer" / "verify" / "samples").glob("**/c
 
 
 def test_every_config_pbtxt_in_the_repository_is_accepted():
-    from composer.spec.pbtxt import config_problem
+    from composer.config.pbtxt import config_problem
 
     assert len(SHIPPED_CONFIGS) >= 10
     for path in SHIPPED_CONFIGS:
@@ -225,7 +225,7 @@ def test_every_config_pbtxt_in_the_repository_is_accepted():
     "x: 1.5e-3 y: -inf z: 0x1F w: .5 v: 'a' \"b\"\n",
 ])
 def test_protobuf_text_format_is_accepted(text):
-    from composer.spec.pbtxt import syntax_problem
+    from composer.config.pbtxt import syntax_problem
 
     assert syntax_problem(text) is None
 
@@ -244,7 +244,7 @@ def test_protobuf_text_format_is_accepted(text):
     ("a { " * 100 + "}" * 100, 1, "nested deeper than"),
 ])
 def test_what_is_not_protobuf_text_format_is_named_with_its_line(text, line, says):
-    from composer.spec.pbtxt import syntax_problem
+    from composer.config.pbtxt import syntax_problem
 
     found = syntax_problem(text)
     assert found is not None and found[0] == line and says in found[1], found
@@ -252,7 +252,7 @@ def test_what_is_not_protobuf_text_format_is_named_with_its_line(text, line, say
 
 def test_a_model_repository_with_a_broken_config_is_refused_naming_the_file(tmp_path):
     from composer.core.errors import UsageError
-    from composer.spec.options import given_on_command_line
+    from composer.config.options import given_on_command_line
 
     (tmp_path / "repo" / "good").mkdir(parents=True)
     (tmp_path / "repo" / "good" / "config.pbtxt").write_text('backend: "python"\n')
@@ -305,7 +305,7 @@ def test_an_output_files_folder_must_exist_unless_its_writer_makes_it(tmp_path):
 
 def test_sbom_is_refused_up_front_when_its_folder_does_not_exist(tmp_path):
     from composer.core.errors import UsageError
-    from composer.spec.options import given_on_command_line
+    from composer.config.options import given_on_command_line
 
     with pytest.raises(UsageError) as caught:
         given_on_command_line("build", {"sbom": tmp_path / "nope" / "sbom.json"})

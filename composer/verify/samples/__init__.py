@@ -13,8 +13,8 @@ from typing import Any, Iterable
 
 import yaml
 
-from composer.spec.cases import close
-from composer.spec.cases import TensorData
+from composer.config.cases import close
+from composer.config.cases import TensorData
 
 FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64", "BF16"})
 

@@ -98,7 +98,7 @@ class Catalog:
 
     @classmethod
     def load(cls) -> "Catalog":
-        text = resources.files("composer.spec.data").joinpath("releases.yaml").read_text()
+        text = resources.files("composer.catalog").joinpath("releases.yaml").read_text()
         raw = yaml.safe_load(text)
         layout = {key: tuple(value) for key, value in raw["ngc_full_image"].items()}
         generations = sorted(raw["generations"], key=lambda g: g["from"])

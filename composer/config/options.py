@@ -2,7 +2,7 @@
 
 Every option is declared once, in OPTIONS below: the spec field it sets, its flag on the
 command line, its key in a backend set, its help text and its kind (how a value is read and
-checked). The CLI's parameters, the set reader (composer.spec.sets), the bundle manifest and the
+checked). The CLI's parameters, the set reader (composer.config.sets), the bundle manifest and the
 records come from these declarations, so a new option is one declaration plus its use in the
 template. A set file and the command line give equal specs; a field given on the command line
 replaces the set's value of that field (lists included: nothing is merged).
@@ -23,11 +23,11 @@ from composer.core.files import MAX_VALUE, check_output_file, path_problem, prin
 from composer.core.platforms import platform_problem
 from composer.core.redaction import redact_url
 from composer.core.refs import SHAPE, prefix_problem, reference_problem
-from composer.spec.cases import CaseError, model_folders, read_cases_file, repository_problem
-from composer.spec.catalog import DEFAULT_FLAVOUR, RELEASE_PATTERN, Catalog
-from composer.spec.model_envs import ModelEnv, requested
-from composer.spec.model_needs import repository_needs_problem
-from composer.spec.requirements import check_requirement, read_requirement_file
+from composer.config.cases import CaseError, model_folders, read_cases_file, repository_problem
+from composer.catalog.catalog import DEFAULT_FLAVOUR, RELEASE_PATTERN, Catalog
+from composer.config.model_envs import ModelEnv, requested
+from composer.config.model_needs import repository_needs_problem
+from composer.config.requirements import check_requirement, read_requirement_file
 
 DEFAULT_REGISTRY = "nvcr.io/nvidia"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -364,7 +364,7 @@ class Tree(LocalPath):
 
 class ModelRepository(Tree):
     """A Triton model repository on this machine: one folder per model, and any case files in
-    them (composer.spec.cases) readable, checked before any work starts."""
+    them (composer.config.cases) readable, checked before any work starts."""
 
     def read(self, raw: Any, base: Path) -> Path:
         path = super().read(raw, base)
@@ -389,7 +389,7 @@ class RequirementsFile(LocalPath):
 
 
 class CasesFile(LocalPath):
-    """A file of smoke-test cases (composer.spec.cases), read and checked before any work starts."""
+    """A file of smoke-test cases (composer.config.cases), read and checked before any work starts."""
 
     def __init__(self):
         super().__init__("file")

@@ -20,7 +20,7 @@ from composer.core.errors import ImageNotFound, Invalid, UsageError
 from composer.core.files import check_output_file, load_structured, read_text, write_file
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef, digest_for
-from composer.spec.sets import presets_dir
+from composer.config.sets import presets_dir
 from composer.registry.client import Registries
 
 if TYPE_CHECKING:  # the engine is only passed through here

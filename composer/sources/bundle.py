@@ -25,8 +25,8 @@ from composer.engine.engine import Engine
 from composer.core.errors import ComposerError, Invalid, UsageError
 from composer.core.files import check_output_file, fresh_folder, path_problem, printable, read_text
 from composer.resolve.resolve import Inspection, Resolved
-from composer.spec.requirements import public_requirement
-from composer.spec.options import CompositionSpec
+from composer.config.requirements import public_requirement
+from composer.config.options import CompositionSpec
 from composer.core.progress import LineSink, quiet
 
 FORMAT = 1

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from composer.core.errors import Invalid
 from composer.core.files import printable, read_text
-from composer.spec.model_envs import CONFIG
+from composer.config.model_envs import CONFIG
 
 MAX_CONFIG_BYTES = 1 << 20  # a model configuration is a few KB; an ensemble's, a few dozen
 MAX_NESTING = 64  # Triton's configurations nest a handful of levels

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from composer.core.errors import Invalid
 from composer.core.files import load_structured, read_text
-from composer.spec.pbtxt import config_problem
+from composer.config.pbtxt import config_problem
 
 
 @dataclass(frozen=True)

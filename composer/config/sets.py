@@ -3,7 +3,7 @@
 A set is reviewed and versioned like code, so every mistake in it is reported as one line that
 names the file, the line and the key. The YAML is read as a node tree (yaml.compose) to keep
 those line numbers. Which keys exist, and how each value is read and checked, comes from the
-declarations in composer.spec.options: a set and the command line give the same CompositionSpec. A set
+declarations in composer.config.options: a set and the command line give the same CompositionSpec. A set
 never holds secrets: the package index URL is read from an environment variable the set names.
 Which backends exist is not checked here; the full image decides that later.
 """
@@ -21,7 +21,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from composer.core.errors import UsageError
 from composer.core.files import check_nodes, path_problem, printable, read_text
-from composer.spec.options import (
+from composer.config.options import (
     OPTIONS,
     REFUSED_KEYS,
     CompositionSpec,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from composer.core.errors import Invalid
 from composer.core.files import printable, read_text
-from composer.spec.model_envs import CONFIG
-from composer.spec.pbtxt import MAX_CONFIG_BYTES, scalar_fields
+from composer.config.model_envs import CONFIG
+from composer.config.pbtxt import MAX_CONFIG_BYTES, scalar_fields
 
 ACCELERATORS = "optimization.execution_accelerators."
 # Accelerator names of ONNX Runtime's backend that are providers of the same name.
@@ -92,7 +92,7 @@ class ModelNeeds:
 
 def read_needs(model: str, folder: Path) -> ModelNeeds:
     """The needs of the model in `folder` (its config.pbtxt; none without one, or one that does not
-    read, which composer.spec.pbtxt.config_problem refuses on its own)."""
+    read, which composer.config.pbtxt.config_problem refuses on its own)."""
     path = Path(folder) / CONFIG
     if not path.is_file():
         return ModelNeeds(model)

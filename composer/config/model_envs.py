@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from composer.core.errors import UsageError
-from composer.spec.requirements import public_requirement, read_requirement_file
+from composer.config.requirements import public_requirement, read_requirement_file
 
 ENVS_ROOT = "/opt/tritonserver/model_envs"
 REQUIREMENTS = "requirements.txt"
