@@ -38,7 +38,7 @@ from composer.engine.engine import Engine
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.catalog.catalog import Catalog
-from composer.config.options import CompositionSpec
+from composer.config.types import CompositionSpec
 
 NGC_SOURCE = "localhost/standin-ngc"
 FLEET = (("python",), ("onnxruntime", "python"), ("pytorch", "python"), ("onnxruntime", "python", "tensorrt", "pytorch"))

@@ -24,7 +24,7 @@ from composer.engine.engine import Engine
 from composer.config.model_envs import ENVS_ROOT
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.config.options import CompositionSpec
+from composer.config.types import CompositionSpec
 from composer.verify.triton_client import TensorData, TritonHTTP
 
 LABEL = {"triton-composer.benchmark": "1"}

@@ -42,7 +42,7 @@ from composer.pipeline import build_image
 from composer.build.pruning import sweep_stages
 from composer.resolve.resolve import resolve
 from composer.verify.smoke import SmokePlan, smoke_test
-from composer.config.options import CompositionSpec
+from composer.config.types import CompositionSpec
 from triton_standins import ngc, ngc_vllm
 
 SELECTIONS = (("onnxruntime", "python"), ("onnxruntime", "python", "tensorrt", "pytorch"))

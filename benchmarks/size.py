@@ -29,7 +29,7 @@ from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.resolve.plan import ROOT
 from composer.render.render import collect_paths
-from composer.config.options import CompositionSpec
+from composer.config.types import CompositionSpec
 
 SELECTIONS = (("python",), ("onnxruntime", "python"), ("identity", "python"), ("onnxruntime", "python", "pytorch"))
 LABEL = {"triton-composer.benchmark": "1"}

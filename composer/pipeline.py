@@ -26,11 +26,11 @@ from composer.build.pruning import PrunedBase, PruningReport, proof_failure, pru
 from composer.core.redaction import redact
 from composer.render.render import BuildContext, write_context
 from composer.resolve.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
-from composer.config.options import is_sbom
+from composer.config.values import is_sbom
 from composer.verify.sbom import SBOM_PATH, add_sbom
 from composer.verify.sizes import SizeReport, measure
 from composer.verify.smoke import SmokePlan, SmokeReport, smoke_test
-from composer.config.options import CompositionSpec
+from composer.config.types import CompositionSpec, Providers
 from composer.sources.bundle import ReadBundle, open_bundle
 from composer.sources.lock import verify_lock
 from composer.registry.client import Registries
@@ -69,8 +69,8 @@ class BuildResult:
             "smoke_test": self.smoke.to_dict() if self.smoke else None,
             "sizes": self.sizes.to_dict() if self.sizes else None,
             "base": self.plan.base,
-            "device": self.plan.device,
-            "ort_providers": None if self.plan.ort_providers is None else ["cpu", *self.plan.ort_providers],
+            "device": str(self.plan.device),
+            "ort_providers": None if self.plan.ort_providers is None else Providers.listing(self.plan.ort_providers),
             "pruning": self.pruning.to_dict() if self.pruning else None,
             "pruned_base": self.pruned_base.to_dict() if self.pruned_base else None,
             "sbom_path": SBOM_PATH if self.sbom else None,

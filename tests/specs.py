@@ -1,6 +1,7 @@
 """Tests build CompositionSpecs by field name, as the command line or a set would."""
 
-from composer.config.options import CompositionSpec, Packages
+from composer.catalog.catalog import Flavour
+from composer.config.types import Base, CompositionSpec, Device, Packages
 
 _FIELDS = {
     "backends": "selection.backends", "repoagents": "selection.repoagents", "caches": "selection.caches",
@@ -15,7 +16,13 @@ _FIELDS = {
 }
 
 
+# Fields of a small type of their own, given here by name as the command line gives them.
+_TYPES = {"device": Device, "base": Base, "flavour": Flavour}
+
+
 def spec(packages: Packages | None = None, **fields) -> CompositionSpec:
     """e.g. spec(backends=("python",), version="24.09", tag="x:y", packages=Packages(specs=("six",)))"""
-    made = CompositionSpec().with_fields({_FIELDS[name]: value for name, value in fields.items()})
+    typed = {name: _TYPES[name](value) if name in _TYPES and isinstance(value, str) else value
+             for name, value in fields.items()}
+    made = CompositionSpec().with_fields({_FIELDS[name]: value for name, value in typed.items()})
     return made if packages is None else CompositionSpec(made.selection, made.images, packages, made.result)

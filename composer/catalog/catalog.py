@@ -39,7 +39,26 @@ class Release:
 
 @dataclass(frozen=True)
 class Flavour:
-    """One of NGC's other tritonserver images of a release (--flavour): the base of a composition."""
+    """Which of a release's tritonserver images a composition is built on (--flavour): py3, the
+    min image (the default), or another flavour the catalog describes (vllm). A new flavour is
+    catalog data (releases.yaml, flavours) and, where it serves something new, a sample."""
+
+    name: str = "py3"
+
+    DEFAULT = "py3"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def on_min_image(self) -> bool:
+        """py3: the composition is built on the release's min image, not a flavour's image."""
+        return self.name == self.DEFAULT
+
+
+@dataclass(frozen=True)
+class FlavourImage:
+    """A flavour's image of one release: the base of a composition (--flavour)."""
 
     name: str
     release: str
@@ -51,9 +70,6 @@ class Flavour:
         return f"{registry.rstrip('/')}/tritonserver:{self.tag}"
 
 
-DEFAULT_FLAVOUR = "py3"  # the full and min images: no flavour
-
-
 @dataclass(frozen=True)
 class NgcLayout:
     """What NGC's full image carries: used to validate and render when no engine is at hand."""
@@ -62,6 +78,7 @@ class NgcLayout:
     backends: tuple[str, ...]
     repoagents: tuple[str, ...]
     caches: tuple[str, ...]
+    ort_providers: tuple[str, ...] = ()  # ONNX Runtime's providers of its onnxruntime backend (CPU aside)
 
 
 @dataclass(frozen=True)
@@ -139,13 +156,14 @@ class Catalog:
         family (the OS it is built on); empty for a family the catalog knows nothing of."""
         return self.loaded_at_run_time.get(release.os, {})
 
-    def flavour_problem(self, name: str, release: Release | None = None) -> str | None:
-        """Why flavour `name` cannot be composed (of `release`, when given), or None."""
-        if name == DEFAULT_FLAVOUR:
+    def flavour_problem(self, flavour: Flavour, release: Release | None = None) -> str | None:
+        """Why `flavour` cannot be composed (of `release`, when given), or None."""
+        if flavour.on_min_image:
             return None
+        name = flavour.name
         entry = self.flavours.get(name)
         if entry is None:
-            known = ", ".join([DEFAULT_FLAVOUR, *(n for n, e in sorted(self.flavours.items()) if "unsupported" not in e)])
+            known = ", ".join([Flavour.DEFAULT, *(n for n, e in sorted(self.flavours.items()) if "unsupported" not in e)])
             return f"'{name}' is not a flavour; flavours: {known}"
         if "unsupported" in entry:
             return f"the {name} flavour is not yet supported: {entry['unsupported']}"
@@ -153,20 +171,21 @@ class Catalog:
             return f"release {release.name} has no {name} image (NGC publishes one from {entry['from']} on)"
         return None
 
-    def flavour(self, name: str, release: Release, registry: str) -> Flavour | None:
-        """The flavour `name` of `release` (None for py3); refused as flavour_problem says."""
-        problem = self.flavour_problem(name, release)
+    def flavour(self, flavour: Flavour, release: Release, registry: str) -> FlavourImage | None:
+        """The image of `flavour` of `release` (None for py3); refused as flavour_problem says."""
+        problem = self.flavour_problem(flavour, release)
         if problem:
             raise UsageError(problem)
-        if name == DEFAULT_FLAVOUR:
+        if flavour.on_min_image:
             return None
+        name = flavour.name
         entry = self.flavours[name]
         built_on = ""
         for row in sorted(entry.get("built_on") or (), key=lambda r: r["from"]):
             if row["from"] <= release.name:
                 built_on = row["base"]
         values = {"release": release.name, "registry": registry.rstrip("/")}
-        return Flavour(name, release.name, entry["tag"].format(**values), tuple(entry["backends"]),
+        return FlavourImage(name, release.name, entry["tag"].format(**values), tuple(entry["backends"]),
                        built_on.format(**values))
 
     def by_server(self, server_version: str) -> Release | None:

@@ -23,7 +23,8 @@ from composer.core.errors import BuildFailed, ComposerError, Invalid, SmokeTestF
 from composer.core.files import check_output_file, printable
 from composer.core.platforms import Platform
 from composer.core.redaction import redact
-from composer.core.refs import check_registry_prefix, is_image_id
+from composer.core.docker_config import HostDockerConfig
+from composer.core.refs import is_image_id
 from composer.core.units import human_size
 from composer.engine.engine import Engine
 from composer.pipeline import compose_all, compose_bundle, Run
@@ -54,20 +55,17 @@ from composer.config.options import (
     BUNDLE,
     INSPECT,
     MIRROR,
+    Option,
     RENDER,
     SMOKE,
     WHEELS,
-    CompositionSpec,
-    Flag,
-    LocalPath,
-    Option,
-    RequirementFiles,
-    check,
-    check_environment,
-    check_reference,
     flags_for,
     given_on_command_line,
 )
+from composer.config.rules import one_tag_for_several_sets, validate
+from composer.config.types import Providers
+from composer.config.types import CompositionSpec
+from composer.config.values import Flag, LocalPath, RequirementFiles, check_environment, check_reference
 
 try:  # the command-line library under typer: vendored by newer typers, click itself before
     from typer._click import exceptions as _cli_errors
@@ -184,26 +182,21 @@ RegistryAuthOpt = typer.Option(
 )
 
 
-def _specs(command: str, set_files: list[str], given: dict[str, Any]) -> list[CompositionSpec]:
+def _specs(command: str, set_files: list[str], given: dict[str, Any], **run: bool) -> list[CompositionSpec]:
     """The specs of a run: one per set (flags in place of the set's values), or the flags alone.
 
-    Everything is checked here, before any work starts.
+    Everything is checked here (composer.config.rules), before any work starts; `run`: the run's
+    options the rules look at (explain, offline).
     """
-    if set_files:
-        if len(set_files) > 1 and ("result.tag" in given or "result.push" in given):
-            raise UsageError("--tag and --push name one image: with several --set files, put them in the sets")
-        specs = specs_from_sets(set_files, given)
-    else:
-        specs = [CompositionSpec().with_fields(given)]
-    for spec in specs:
-        check(spec, command)
-    return specs
+    one_tag_for_several_sets(len(set_files), set(given))
+    specs = specs_from_sets(set_files, given) if set_files else [CompositionSpec().with_fields(given)]
+    return [validate(spec, command, sets=len(set_files), **run) for spec in specs]
 
 
-def _one_spec(command: str, set_files: list[str], given: dict[str, Any]) -> CompositionSpec:
+def _one_spec(command: str, set_files: list[str], given: dict[str, Any], **run: bool) -> CompositionSpec:
     if len(set_files) > 1:
         raise UsageError(f"composer {command} takes one --set")
-    return _specs(command, set_files, given)[0]
+    return _specs(command, set_files, given, **run)[0]
 
 
 # -- commands -------------------------------------------------------------------
@@ -236,9 +229,8 @@ def build(
     with contextlib.ExitStack() as stack:
         read = stack.enter_context(unpacked(bundle)) if bundle is not None else None
         # One check for every path: a bundle's spec (with the result flags given) as the flags' or a set's.
-        specs = [check(read.spec().with_fields(given), BUILD)] if read else _specs(BUILD, set_files, given)
-        if explain and not all(spec.selection.base_of == "pruned" for spec in specs):
-            raise UsageError("--explain lists what a pruned base keeps and drops: add --base pruned")
+        specs = ([validate(read.spec().with_fields(given), BUILD, explain=explain)] if read
+                 else _specs(BUILD, set_files, given, explain=explain))
         if locked:
             check_locked(specs)
         auth = load_auth(registry_auth)
@@ -334,7 +326,6 @@ def lock(
 @spec_options(MIRROR)
 def mirror(
     given: dict,
-    to: str = typer.Option(..., "--to", help="Registry prefix to copy into, e.g. harbor.example/nvidia."),
     registry_auth: Optional[str] = RegistryAuthOpt,
     source_auth: Optional[str] = typer.Option(
         None, "--source-auth", help="Credentials for --registry: file:PATH or env:NAME (user:password)."
@@ -344,20 +335,19 @@ def mirror(
     """Copy a release's full and min images into a private registry, registry to registry (every
     platform, their SBOMs); only what is missing moves. --to-engine copies through the engine."""
     out = Printer(as_json)
-    spec = check(CompositionSpec().with_fields(given), MIRROR)
+    spec = validate(CompositionSpec().with_fields(given), MIRROR)
     images, how = spec.images, spec.mirror
     release = Catalog.load().release(images.version)
-    check_registry_prefix(to, "--to")
     platform = Platform.parse(how.platform) if how.platform else None
-    source, registry_ca = images.registry, images.registry_ca
+    source, to, registry_ca = images.registry, how.to, images.registry_ca
     auth, src_auth = load_auth(registry_auth), load_auth(source_auth, flag="--source-auth")
-    engine = _engine()  # its trust (certs.d, insecure registries) and docker login credentials; no pull or push
     if how.to_engine:
-        result = mirror_through_engine(engine, release, source=source, dest=to, auth=auth, source_auth=src_auth,
+        result = mirror_through_engine(_engine(), release, source=source, dest=to, auth=auth, source_auth=src_auth,
                                        registry_ca=registry_ca, on_line=out.step)
-    else:
-        result = mirror_release(release, source=source, dest=to, registries=Registries(engine, auth, registry_ca),
-                                source_registries=Registries(engine, src_auth, registry_ca), platform=platform,
+    else:  # registry to registry: this machine's trust settings and logins, read from their files; no engine
+        host = HostDockerConfig()
+        result = mirror_release(release, source=source, dest=to, registries=Registries(host, auth, registry_ca),
+                                source_registries=Registries(host, src_auth, registry_ca), platform=platform,
                                 on_line=out.step)
     out.result(result.to_dict(), "\n".join(_mirrored_line(i) for i in result.images))
 
@@ -446,7 +436,7 @@ def render(
 
     out = Printer(as_json)
     catalog = Catalog.load()
-    spec = _one_spec(RENDER, set_files, given)
+    spec = _one_spec(RENDER, set_files, given, offline=offline)
     check_output(output)  # before any work
     check_environment(os.environ)
     with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
@@ -483,7 +473,7 @@ def smoke_test_command(
     problem = check_reference(image_ref) if not is_image_id(image_ref) else None
     if problem:
         raise UsageError(f"IMAGE {printable(image_ref[:200])}: {problem}")
-    spec = check(CompositionSpec().with_fields(given), SMOKE)
+    spec = validate(CompositionSpec().with_fields(given), SMOKE)
     engine = _engine()
     info = engine.require_image(image_ref, on_line=out.step)
     plan, record = image_smoke_plan(engine, info, image_ref, spec.selection.backends, spec.result)
@@ -502,7 +492,7 @@ def backends(given: dict, as_json: bool = JsonOpt) -> None:
     """List what a full image offers (backends, repo agents, caches) with their sizes."""
     out = Printer(as_json)
     catalog = Catalog.load()
-    spec = check(CompositionSpec().with_fields(given), BACKENDS)
+    spec = validate(CompositionSpec().with_fields(given), BACKENDS)
     engine = _engine()
     targets = resolve_targets(spec, catalog, engine)
     require_full(engine, targets, out.step)
@@ -512,13 +502,13 @@ def backends(given: dict, as_json: bool = JsonOpt) -> None:
     for c in contents.components:
         need_bytes = sum(n.size for n in c.needs)
         note = "python-based" if c.python_based else ""
-        providers = [p for p in c.providers if p != "shared"]
+        providers = tuple(p for p in c.providers if p != Providers.SHARED)
         if providers:  # ONNX Runtime's execution providers, for --ort-provider
-            note = f"providers: cpu, {', '.join(providers)} (--ort-provider)"
+            note = f"providers: {', '.join(Providers.listing(providers))} (--ort-provider)"
         rows.append((c.kind, c.name, human_size(c.size), note))
         payload["components"].append(
             {"kind": c.kind, "name": c.name, "size": c.size, "python_based": c.python_based,
-             "needs_bytes": need_bytes, **({"ort_providers": ["cpu", *providers]} if providers else {})}
+             "needs_bytes": need_bytes, **({"ort_providers": Providers.listing(providers)} if providers else {})}
         )
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     table = "\n".join(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2].rjust(widths[2])}  {r[3]}" for r in rows)

@@ -21,16 +21,11 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from composer.core.errors import UsageError
 from composer.core.files import check_nodes, path_problem, printable, read_text
-from composer.config.options import (
-    OPTIONS,
-    REFUSED_KEYS,
-    CompositionSpec,
-    Flag,
-    Invalid,
-    Named,
-    Option,
-    problems,
-)
+from composer.config.options import OPTIONS, Option, REFUSED_KEYS
+from composer.config.rules import Invocation, problems
+from composer.config.types import CompositionSpec
+from composer.config.values import Flag, Named
+from composer.core.errors import Invalid
 
 PRESET_PACKAGE = "composer.backend_sets"
 # Limits on what a set file may be, so a hostile or broken one fails in one line.
@@ -234,7 +229,7 @@ class _Reader:
                 previous = values.get(option.field)
                 values[option.field] = previous + value if isinstance(previous, tuple) else value
         spec = CompositionSpec(name=_stem(self.path), source=self.path).with_fields(values)
-        for problem in problems(spec, command=None):
+        for problem in problems(spec, Invocation(None)):
             node = nodes.get(problem.key, root)
             if problem.key in groups:  # a group is reported at its key's line
                 node = entries[problem.key][0] if problem.key in entries else root

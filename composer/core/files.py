@@ -115,8 +115,11 @@ def read_text(path: Path, what: str, limit: int = MAX_TEXT_BYTES) -> str:
     if not stat.S_ISREG(info.st_mode):  # before any read: a folder's descriptor cannot even be wrapped
         os.close(fd)
         raise Invalid(f"the {what} {shown} {not_regular(info.st_mode)}")
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(limit + 1)
+    try:  # /proc/self/mem is "regular" and fails to read (EIO): said as what it is, not a crash
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise Invalid(f"cannot read the {what} {shown}: {_os_reason(exc)}") from None
     if len(data) > limit:
         raise Invalid(f"the {what} {shown} is larger than {limit} bytes")
     if len(data) != info.st_size:  # /proc and /sys files: generated as read, never a user's text
@@ -220,13 +223,52 @@ def check_output_file(path: Path, flag: str, ours: Callable[[Path], bool] | None
         raise Invalid(f"{shown}: the folder {printable(str(path.parent))} does not exist")
     if not existing.is_dir():
         raise Invalid(f"{shown}: cannot be written ({existing} is not a folder)")
-    try:  # the one sure test: make (and remove) a file of our own where the output will go
-        fd, probe = tempfile.mkstemp(dir=existing, prefix=".triton-composer-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise Invalid(f"{shown}: cannot be written ({existing}: {_os_reason(exc)})") from None
+    why = unwritable(existing)
+    if why:
+        raise Invalid(f"{shown}: cannot be written ({existing}: {why})")
     return path
+
+
+# Filesystems of the kernel's own files: a folder there takes no file of ours.
+KERNEL_FILESYSTEMS = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "debugfs", "securityfs", "tracefs", "pstore",
+                                "bpf", "configfs", "fusectl", "efivarfs", "devpts", "mqueue", "binfmt_misc"})
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why no file can be made in `folder` (None: one can), found without writing anything there,
+    so a check before the work leaves the folder as it was: a read-only filesystem, no permission,
+    or a filesystem of the kernel's own files (/proc, /sys)."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "a read-only filesystem"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return "permission denied"
+    except OSError as exc:
+        return _os_reason(exc)
+    kind = filesystem_type(folder)
+    if kind in KERNEL_FILESYSTEMS:
+        return f"a {kind} filesystem, of the kernel's own files"
+    return None
+
+
+def filesystem_type(path: Path) -> str | None:
+    """The type of the filesystem `path` is on, from /proc/self/mountinfo (None: unknown)."""
+    try:
+        real = os.path.realpath(path)
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            mounts = [line.split() for line in fh]
+    except OSError:
+        return None
+    best, kind = "", None
+    for fields in mounts:
+        if "-" not in fields:
+            continue
+        point = fields[4].replace("\\040", " ")
+        fs_type = fields[fields.index("-") + 1]
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fs_type
+    return kind
 
 
 def make_folders(folder: Path) -> None:

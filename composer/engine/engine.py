@@ -32,6 +32,7 @@ import docker.types
 import docker.utils
 import requests.exceptions
 
+from composer.core.docker_config import login_for
 from composer.engine import tunnels
 from composer.core.errors import BuildFailed, ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError, UsageError
 from composer.core.redaction import redact
@@ -714,19 +715,7 @@ class DockerEngine(ContainerEngine):
             return dict(self._api.info().get("RegistryConfig") or {})
 
     def credentials_for(self, registry: str) -> dict[str, str] | None:
-        store_env = self._api.credstore_env
-        try:
-            config = docker.auth.load_config(credstore_env=store_env)
-            found = docker.auth.resolve_authconfig(config, registry, credstore_env=store_env)
-        except docker.errors.DockerException:
-            return None
-        if not found:
-            return None
-        username = found.get("username") or found.get("Username")
-        password = found.get("password") or found.get("Password")
-        if not username or not password:
-            return None
-        return {"username": username, "password": password}
+        return login_for(registry, self._api.credstore_env)
 
     def save(self, refs: list[str], out: Path) -> None:
         # One archive for all refs, so layers they share are stored once; the SDK saves one

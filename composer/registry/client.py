@@ -23,6 +23,7 @@ from urllib.parse import quote, urlsplit
 import requests
 import requests.adapters
 
+from composer.core.docker_config import HostDockerConfig
 from composer.engine.engine import Engine, ImageInfo
 from composer.core.errors import Invalid, RegistryError, UsageError
 from composer.core.files import read_text
@@ -681,10 +682,12 @@ class RegistryApi:
 
 @dataclass
 class Registries:
-    """The registry clients of one command: the engine's trust (certs.d CAs, insecure
-    registries) and the command's credentials (explicit, else the engine's docker login)."""
+    """The registry clients of one command: the trust of `engine` (certs.d CAs, insecure
+    registries) and the command's credentials (explicit, else docker login's). `engine` is the
+    engine, or composer.core.docker_config.HostDockerConfig where no engine takes part: both say
+    registry_config() and credentials_for(host)."""
 
-    engine: Engine
+    engine: Engine | HostDockerConfig
     auth: RegistryAuth | None = None
     ca_file: Path | None = None
     _clients: dict[str, RegistryApi] = field(default_factory=dict, repr=False)

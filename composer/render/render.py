@@ -22,7 +22,6 @@ from composer.core.errors import Invalid, UsageError
 from composer.core.files import check_output_file, digest, make_folders, path_problem, printable, read_text, write_file
 from composer.config.model_envs import CONFIG, pointed_config
 from composer.config.requirements import installable_requirement
-from composer.catalog.catalog import DEFAULT_FLAVOUR
 from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
@@ -73,7 +72,7 @@ def python_prune(plan: CompositionPlan) -> dict | None:
     """A pruned base on a flavour's image (its python distributions pruned too): the parts prune.py
     seeds from (the image's server core and backends, then what is copied in) and the distributions
     asked for by name (--pip, model environments); None otherwise."""
-    if not plan.pruning or plan.flavour == DEFAULT_FLAVOUR:
+    if not plan.pruning or plan.flavour.on_min_image:
         return None
     lines = list(plan.packages.specs) + [line for env in plan.model_envs for line in env.requirements]
     names = []

@@ -162,9 +162,20 @@ class FullImageContents:
         return sorted(c.name for c in self.components if c.kind == kind)
 
     @property
-    def python_matches_stub(self) -> bool:
-        """True when the image's python is the one the python backend stub was built for."""
-        return self.python is not None and self.stub_python is not None and self.python.version == self.stub_python
+    def stub_python_version(self) -> str | None:
+        """The python the python backend runs models on, which packages and environments are for: the
+        stub's (named by the folder it was built for), else the image's own python3. The one reading
+        of it (the plan's Offer and the wheels' target take it from here)."""
+        return self.stub_python or (self.python.version if self.python else None)
+
+    def python_mismatch(self) -> str | None:
+        """Why the image's python3 cannot install the stub's packages (None: it is the stub's)."""
+        if self.python is None:
+            return "it has no python"
+        if self.stub_python and self.python.version != self.stub_python:
+            return (f"it has python {self.python.version} but its python backend stub is built for python "
+                    f"{self.stub_python}")
+        return None
 
     def to_dict(self) -> dict:
         need = LibraryNeed.to_dict

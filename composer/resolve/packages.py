@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from composer.resolve.contents import FullImageContents
 from composer.core.errors import ComposerError, UsageError
-from composer.config.options import Packages
+from composer.config.types import Packages
 from composer.core.progress import LineSink, quiet
 from composer.core.redaction import redact
 from composer.config.requirements import installable_requirement, requirement_url
@@ -97,17 +97,16 @@ def python_target(contents: FullImageContents) -> PythonTarget:
     dist-packages; an environment is a venv of that interpreter). The one check of it, for --pip
     and model environments alike, with the image's C library and machine: all read by the one
     probe run (composer.resolve.contents), no container of its own."""
-    if contents.python is None:
-        raise UsageError(f"{contents.image} has no python: python packages and model environments need the python "
-                         "backend's python")
-    if contents.stub_python and contents.python.version != contents.stub_python:
-        raise UsageError(f"{contents.image} has python {contents.python.version} but its python backend stub is built "
-                         f"for python {contents.stub_python}: python packages must be of the stub's python")
+    mismatch = contents.python_mismatch()
+    if mismatch:
+        need = ("python packages and model environments need the python backend's python" if contents.python is None
+                else "python packages must be of the stub's python")
+        raise UsageError(f"{contents.image}: {mismatch}: {need}")
     if not re.match(r"^\d+\.\d+", contents.libc) or not contents.machine:
         raise ComposerError(f"cannot tell the C library of {contents.image}: the probe found "
                             f"{contents.libc or 'none'} on {contents.machine or 'an unknown machine'}")
     major, minor = contents.libc.split(".")[:2]
-    return PythonTarget(contents.python.version, f"manylinux_{major}_{minor}_{contents.machine}")
+    return PythonTarget(contents.stub_python_version, f"manylinux_{major}_{minor}_{contents.machine}")
 
 
 def download_wheels(

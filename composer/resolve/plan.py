@@ -16,17 +16,18 @@ from pathlib import Path
 from typing import Mapping
 
 from composer import __version__
-from composer.catalog.catalog import DEFAULT_FLAVOUR, Catalog, Flavour, LayerFamily, Release
+from composer.catalog.catalog import Catalog, Flavour, FlavourImage, LayerFamily, Release
 from composer.core.errors import UsageError
 from composer.config.model_envs import ModelEnv, hints
 from composer.config.requirements import public_requirement
 from composer.core.refs import ImageRef
-from composer.config.options import CPU_PROVIDER, NAME_PATTERN, SHARED_PROVIDER, CompositionSpec, Packages, Result, source_date_epoch
+from composer.config.types import Base, CompositionSpec, Device, Packages, Providers, Result
+from composer.config.values import source_date_epoch
+from composer.core.words import did_you_mean
 
 ROOT = "/opt/tritonserver"
 MODELS_ROOT = "/models"  # where baked models go, and what the image serves by default
 KINDS = ("backend", "repoagent", "cache")
-CPU_SERVER_FLAGS = ("--pinned-memory-pool-byte-size=0",)  # a host with no GPU has no pinned memory to pool
 FOLDERS = {"backend": "backends", "repoagent": "repoagents", "cache": "caches"}
 
 
@@ -67,7 +68,7 @@ class Offer:
         )
 
     @classmethod
-    def from_flavour(cls, flavour: Flavour, release: Release) -> "Offer":
+    def from_flavour(cls, flavour: FlavourImage, release: Release) -> "Offer":
         """What a flavour's image holds as the catalog says (no engine was asked)."""
         return cls(
             source=f"NGC's {release.name} {flavour.name} image (as catalogued; no engine was asked)",
@@ -90,7 +91,7 @@ class Offer:
             components=names,
             python_based=frozenset(c.name for c in contents.components if c.kind == "backend" and c.python_based),
             has_pip=bool(contents.python and contents.python.has_pip),
-            python=contents.stub_python or (contents.python.version if contents.python else None),
+            python=contents.stub_python_version,
             runtime_python=contents.python.version if contents.python else None,
             tree_owner="0:0" if contents.owner and contents.owner[0] == 0 else "1000:1000",
             externally_managed=bool(contents.python and contents.python.externally_managed),
@@ -113,7 +114,7 @@ class FlavourBase:
     built_on: str  # what NGC builds the flavour's image on
 
     @classmethod
-    def of(cls, flavour: Flavour, offer: Offer, env: Mapping[str, str], cuda_major: str | None) -> "FlavourBase":
+    def of(cls, flavour: FlavourImage, offer: Offer, env: Mapping[str, str], cuda_major: str | None) -> "FlavourBase":
         return cls(flavour.name, flavour.backends, offer, env.get("TRITON_SERVER_VERSION"), cuda_major,
                    flavour.built_on)
 
@@ -291,15 +292,15 @@ class CompositionPlan:
     python: str | None = None  # the stub's python, which model environments are built for
     smoke: Result | None = None  # the smoke test's settings, as the spec gave them (None: --no-smoke-test)
     pruning: Pruning | None = None  # --base pruned: a new base of only what the selection needs of the min image
-    device: str = "gpu"  # "cpu": an image for hosts with no GPU (--device cpu)
+    device: Device = Device.GPU  # CPU: an image for hosts with no GPU (--device cpu)
     # ONNX Runtime's providers kept ("shared" with any of them); None: the backend's folder as it is
     ort_providers: tuple[str, ...] | None = None
-    flavour: str = DEFAULT_FLAVOUR  # "vllm": built on the release's vLLM image, not the min image
+    flavour: Flavour = Flavour()  # vllm: built on the release's vLLM image, not the min image
     base_backends: tuple[str, ...] = ()  # backends the flavour's image holds and the image keeps from it
 
     @property
     def cpu_only(self) -> bool:
-        return self.device == "cpu"
+        return self.device.cpu_only
 
     @property
     def trimmed_backends(self) -> tuple[str, ...]:
@@ -318,7 +319,7 @@ class CompositionPlan:
     @property
     def server_flags(self) -> tuple[str, ...]:
         """What the server needs on this image's hosts (the smoke test passes them too)."""
-        return CPU_SERVER_FLAGS if self.cpu_only else ()
+        return self.device.server_flags
 
     @property
     def base(self) -> str:
@@ -358,7 +359,7 @@ class CompositionPlan:
         """find(1) arguments naming the provider libraries of the onnxruntime folder that go."""
         kept = list(self.ort_providers or ())
         if kept:
-            kept.append(SHARED_PROVIDER)
+            kept.append(Providers.SHARED)
         args = ["-maxdepth", "1", "-name", "libonnxruntime_providers_*.so"]
         for name in sorted(kept):
             args += ["!", "-name", f"libonnxruntime_providers_{name}.so"]
@@ -383,10 +384,10 @@ class CompositionPlan:
             "baked_models": MODELS_ROOT if self.baked_models else None,
             **({"model_envs": {e.model: e.record() for e in self.model_envs}} if self.model_envs else {}),
             "base": self.base,
-            **({"device": self.device} if self.cpu_only else {}),
+            **({"device": str(self.device)} if self.cpu_only else {}),
             **({"ort_providers": list(self.ort_providers)} if self.ort_providers is not None else {}),
-            **({"flavour": self.flavour, "base_backends": list(self.base_backends)}
-               if self.flavour != DEFAULT_FLAVOUR else {}),
+            **({"flavour": str(self.flavour), "base_backends": list(self.base_backends)}
+               if not self.flavour.on_min_image else {}),
         }
 
 
@@ -402,8 +403,8 @@ def resolve_release(version: str | None, catalog: Catalog, full_env: Mapping[str
     """The release: --version if given, else read from the full image's environment."""
     if version:
         return check_image_release(catalog.release(version), full_env)
-    if full_env is None:
-        raise UsageError("give --version YY.MM, or --image full=REF so the release can be read from the image")
+    if full_env is None:  # composer.config.rules: a release is named, or a full image whose environment says it
+        raise ValueError("resolve_release: neither a release nor the full image's environment")
     name = full_env.get("NVIDIA_TRITON_SERVER_VERSION")
     if name:
         return catalog.release(name)
@@ -493,20 +494,14 @@ def make_plan(
 
     all_backends = sorted(set(backends) | custom_names | set(base_backends))
     packages = spec.packages if packages is None else packages
-    if packages:
-        if "python" not in all_backends:
-            raise UsageError("--pip/--requirements add packages for python models: select --backend python too")
     server_version = (full_env or {}).get("TRITON_SERVER_VERSION") or release.server
     model_envs = _model_envs(model_envs, all_backends, offer, server_version)
     notes += hints(model_envs, spec.result.model_repository)
     if server_version != release.server:
         notes.append(f"warning: the full image states server {server_version}, but release {release.name} "
                      f"ships server {release.server}: the image's own version is used and checked")
-    if options.ort_providers and "onnxruntime" in custom_names:
-        raise UsageError(f"--ort-provider {options.ort_providers[0]}: ONNX Runtime's providers are chosen for NGC's "
-                         "onnxruntime backend of the full image, not one from --custom-backend or --backend-image")
     providers = _ort_providers(options, backends, offer)
-    cpu = options.device == "cpu"
+    cpu = options.device.cpu_only
     env = _environment(release, server_version, catalog, all_backends, full_env, offer)
     if cpu:
         env = tuple((k, "0" if k == "TRITON_SERVER_GPU_ENABLED" else v) for k, v in env)
@@ -519,9 +514,9 @@ def make_plan(
                      f"from it: the server core and backends {', '.join(base_backends) or 'none'}")
         labels = tuple(sorted({**dict(labels), "org.triton-composer.flavour": flavour.name}.items()))
     if cpu or providers is not None:
-        extra = {"org.triton-composer.device": options.device}
+        extra = {"org.triton-composer.device": str(options.device)}
         if providers is not None:
-            extra["org.triton-composer.ort-providers"] = ",".join(["cpu", *providers])
+            extra["org.triton-composer.ort-providers"] = ",".join(Providers.listing(providers))
         labels = tuple(sorted({**dict(labels), **extra}.items()))
     return CompositionPlan(
         release=release,
@@ -555,7 +550,7 @@ def make_plan(
         pruning=_pruning(options, release, catalog, min_config),
         device=options.device,
         ort_providers=providers,
-        flavour=flavour.name if flavour is not None else DEFAULT_FLAVOUR,
+        flavour=Flavour(flavour.name) if flavour is not None else Flavour(),
         base_backends=base_backends,
     )
 
@@ -567,38 +562,30 @@ def _flavour(cpu: bool, providers: tuple[str, ...]) -> str:
 
 
 def _ort_providers(options, backends, offer: Offer) -> tuple[str, ...] | None:
-    """ONNX Runtime's providers kept, or None for the backend's folder as it is (the default on a
-    GPU image). Names are checked against the folder (when the probe read it); "shared" is kept
-    with any provider; a CPU-only image keeps none but those asked of CPU_PROVIDERS (checked
-    up front by composer.config.options)."""
-    asked = tuple(p for p in options.ort_providers if p != CPU_PROVIDER)  # "cpu": always there
-    if "onnxruntime" not in backends:
-        if options.ort_providers:
-            raise UsageError(f"--ort-provider {options.ort_providers[0]}: ONNX Runtime's providers are chosen for the onnxruntime "
-                             "backend; select --backend onnxruntime too")
-        return None
-    if not options.ort_providers and options.device != "cpu":
+    """ONNX Runtime's providers kept (composer.config.types.Providers), or None for the backend's
+    folder as it is (the default on a GPU image); the names checked against the folder, when the
+    probe read it (the rules checked them against the catalog, and everything else, up front)."""
+    kept = options.providers.kept
+    if "onnxruntime" not in backends or kept is None:
         return None
     if offer.ort_providers is not None:
-        offered = tuple(p for p in offer.ort_providers if p != SHARED_PROVIDER)
-        for name in asked:
+        offered = tuple(p for p in offer.ort_providers if p != Providers.SHARED)
+        for name in kept:
             if name not in offered:
-                hint = suggest(name, offered)
-                did_you_mean = f" (did you mean '{hint}'?)" if hint else ""
                 raise UsageError(
-                    f"unknown ONNX Runtime provider '{name}'{did_you_mean}: the onnxruntime backend of "
+                    f"unknown ONNX Runtime provider '{name}'{did_you_mean(name, offered)}: the onnxruntime backend of "
                     f"{offer.source} holds {', '.join(offered) if offered else 'none'} (and CPU, always there)")
-    return tuple(sorted(set(asked)))
+    return kept
 
 
 def _pruning(options, release: Release, catalog: Catalog, min_config: BaseConfig | None) -> Pruning | None:
     """How the pruned base is made, or None for the min base; refused where it cannot be made."""
-    if options.base_of != "pruned":
+    if options.base_of is not Base.PRUNED:
         return None
     loaded = catalog.loaded_at_run_time_for(release)
     if min_config is None:
         raise UsageError("--base pruned needs the min image's configuration: render it with a Docker engine")
-    python = options.flavour != DEFAULT_FLAVOUR  # a flavour's image: its python distributions are pruned
+    python = not options.flavour.on_min_image  # a flavour's image: its python distributions are pruned
     layers = tuple(f for f in catalog.pruned_base_layers if python or not f.python_distributions)
     return Pruning(tuple(sorted(loaded.items())), min_config, options.keep_tensorrt_builder, layers, catalog.layer_bytes)
 
@@ -632,8 +619,6 @@ def _model_envs(envs: tuple[ModelEnv, ...], backends, offer: Offer, server_versi
     image's own), a server that takes a folder; each with how its build stage runs pip."""
     if not envs:
         return ()
-    if "python" not in backends:
-        raise UsageError(f"model {envs[0].model} has its own python environment: select --backend python too")
     check_server(server_version)
     ready = []
     for env in envs:
@@ -687,44 +672,22 @@ def default_tag(release: Release, backends, repoagents=(), caches=(), flavour: s
     return f"triton-composer/tritonserver:{tag}"
 
 
-def suggest(name: str, offered: tuple[str, ...]) -> str | None:
-    """The offered name the user most likely meant (`onnx` -> `onnxruntime`)."""
-    prefixed = [o for o in offered if o.startswith(name) or name.startswith(o)]
-    if len(prefixed) == 1:
-        return prefixed[0]
-    close = difflib.get_close_matches(name, offered, n=1, cutoff=0.5)
-    return close[0] if close else None
-
-
 def _validated(kind: str, names: tuple[str, ...], offer: Offer, exclude=frozenset()) -> tuple[str, ...]:
     offered = tuple(offer.components.get(kind, ()))
     for name in names:
         if name in exclude:
             continue
         if name not in offered:
-            hint = suggest(name, offered)
-            did_you_mean = f" (did you mean '{hint}'?)" if hint else ""
             listing = ", ".join(offered) if offered else "none"
             raise UsageError(
-                f"unknown {kind} '{name}'{did_you_mean}: {offer.source} offers {FOLDERS[kind]}: {listing}"
+                f"unknown {kind} '{name}'{did_you_mean(name, offered)}: {offer.source} offers {FOLDERS[kind]}: {listing}"
             )
     return tuple(sorted(set(n for n in names if n not in exclude)))
 
 
 def _custom_backends(pairs: tuple[tuple[str, Path], ...]) -> tuple[CustomBackend, ...]:
-    result = []
-    for name, source in pairs:
-        if not NAME_PATTERN.match(name):
-            raise UsageError(f"--custom-backend {name}: a backend name is letters, digits, '.', '_' or '-'")
-        if not source.is_dir():
-            raise UsageError(f"--custom-backend {name}={source}: no such folder")
-        has_library = (source / f"libtriton_{name}.so").is_file()
-        if not has_library and not (source / "model.py").is_file():
-            raise UsageError(
-                f"--custom-backend {name}={source}: the folder holds neither libtriton_{name}.so nor model.py"
-            )
-        result.append(CustomBackend(name, source.resolve()))
-    return tuple(sorted(result, key=lambda c: c.name))
+    """Each --custom-backend folder (its name and content checked by composer.config.rules)."""
+    return tuple(sorted((CustomBackend(name, source.resolve()) for name, source in pairs), key=lambda c: c.name))
 
 
 def _environment(release: Release, server_version: str, catalog: Catalog, backends, full_env,

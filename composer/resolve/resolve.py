@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from composer.catalog.catalog import Catalog, Flavour, Release
+from composer.catalog.catalog import Catalog, FlavourImage, Release
 from composer.resolve.contents import FullImageContents, inspect_full
 from composer.engine.engine import Engine, ImageInfo
 from composer.core.errors import EngineUnavailable, ImageNotFound, UsageError
@@ -37,7 +37,7 @@ from composer.resolve.plan import (
 )
 from composer.core.progress import Heartbeat, LineSink, quiet
 from composer.core.refs import ImageRef, build_source
-from composer.config.options import CompositionSpec, Packages
+from composer.config.types import CompositionSpec, Packages
 
 RELEASE_ENV = "NVIDIA_TRITON_SERVER_VERSION"
 
@@ -195,7 +195,7 @@ class Targets:
     min: str
     backend_images: tuple[tuple[str, str], ...] = ()
     full_info: ImageInfo | None = None  # when reading the release already required the full image
-    flavour: Flavour | None = None  # --flavour: `min` is the flavour's image, the composition's base
+    flavour: FlavourImage | None = None  # --flavour: `min` is the flavour's image, the composition's base
 
     def roles(self) -> list[tuple[str, str]]:
         """(role, ref) of every base image: full, min, backend:<name>."""
@@ -226,10 +226,10 @@ def resolve_targets(spec: CompositionSpec, catalog: Catalog, engine: Engine | No
         if flavour is not None and not images.min:
             minimal = flavour.ref(images.registry)  # the flavour's image is the base
         return Targets(release, full, minimal, spec.selection.backend_images, flavour=flavour)
-    if not images.full:
-        raise UsageError("give --version YY.MM, or --image full=REF so the release can be read from the image")
-    if engine is None:
-        raise UsageError("give --version YY.MM: without an engine the release of the full image is unknown")
+    # composer.config.rules: with no release named, a full image is, and an engine reads its release
+    # (render --offline names its release).
+    if not images.full or engine is None:
+        raise ValueError("resolve_targets: no release, and no full image or no engine to read it from")
     info = engine.require_image(images.full)
     release = resolve_release(None, catalog, info.env)
     # The min image sits beside the full one: same repository, tag <release>-py3-min.
@@ -355,8 +355,9 @@ def plan_from_inspection(
 
 def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | None = None) -> CompositionPlan:
     """Plan with no engine: the selection is checked against NGC's catalogued layout."""
-    if not spec.images.version:
-        raise UsageError("without a Docker engine, give --version YY.MM")
+    if not spec.images.version:  # render fell back to the catalog, which knows releases by name only
+        raise UsageError("no Docker engine answers: without one, give --version YY.MM (the release of --image full= "
+                         "is read from the image)")
     targets = resolve_targets(spec, catalog)
     offer = Offer.from_layout(catalog, targets.release)
     foreign = tuple(

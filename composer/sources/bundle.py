@@ -26,7 +26,8 @@ from composer.core.errors import ComposerError, Invalid, UsageError
 from composer.core.files import check_output_file, fresh_folder, path_problem, printable, read_text
 from composer.resolve.resolve import Inspection, Resolved
 from composer.config.requirements import public_requirement
-from composer.config.options import CompositionSpec
+from composer.config.options import spec_from_record, spec_record
+from composer.config.types import CompositionSpec
 from composer.core.progress import LineSink, quiet
 
 FORMAT = 1
@@ -81,9 +82,9 @@ def write_bundle(engine: Engine, resolved: Resolved, out: Path, *, on_line: Line
             "composer_version": __version__,
             # No index URL or CA: a bundle never holds a secret, and installs from its wheelhouse.
             # Requirement URLs without their credentials: the wheels travel in the bundle.
-            "spec": spec.with_fields(
+            "spec": spec_record(spec.with_fields(
                 {"packages.specs": tuple(public_requirement(line) for line in spec.packages.specs)}
-            ).to_dict(portable_only=True),
+            ), portable_only=True),
             "custom_backends": [name for name, _ in spec.selection.custom_backends],
             "wheelhouse": plan.packages.wheelhouse is not None,
             "bake_models": spec.selection.bake_models is not None,
@@ -213,8 +214,8 @@ def _spec_from(manifest: dict, root: Path, archive: Path) -> CompositionSpec:
     """The spec the bundle was made for, read and checked as a set file is (each value by its
     option's declaration), with its folders where the bundle was unpacked."""
     try:
-        spec = CompositionSpec.from_dict(manifest["spec"], base=root, source=f"--bundle {archive}: {MANIFEST}",
-                                         name=archive.name)
+        spec = spec_from_record(manifest["spec"], base=root, source=f"--bundle {archive}: {MANIFEST}",
+                                name=archive.name)
         return spec.with_fields({
             "selection.custom_backends": tuple(
                 (name, root / "custom-backends" / name) for name in manifest["custom_backends"]),

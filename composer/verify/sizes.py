@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from composer.engine.engine import Engine, Layer
 from composer.core.units import human_size
 from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
-from composer.catalog.catalog import DEFAULT_FLAVOUR
+from composer.config.types import Device
 from composer.verify.sbom import SBOM_PATH
 
 # "/bin/sh -c #(nop) COPY dir:<hash> in /opt/tritonserver/backends/python " (the classic builder,
@@ -47,7 +47,7 @@ class SizeReport:
     min_image: int  # 0 on a pruned base: the image shares no layer with the min image
     parts: tuple[Part, ...]  # the selected parts, each measured from the layers that added it
     pruned_from: int = 0  # on a pruned base: the min image's size, of which the base is a part
-    device: str = "gpu"  # "cpu": a CPU-only image (--device cpu)
+    device: Device = Device.GPU  # CPU: a CPU-only image (--device cpu)
     base: str = "min image"  # what the image is built on: "vllm image (REF)" for a flavour's image
     base_layers: tuple[Part, ...] = ()  # on a pruned base: its layers in order (kind "layer", name the family's)
 
@@ -76,7 +76,7 @@ class SizeReport:
             "overhead_percent": round(100.0 * self.overhead / self.lower_bound, 2) if self.lower_bound else 0.0,
             "pruned_from": self.pruned_from,
             "pruning_saved": self.pruning_saved,
-            "device": self.device,
+            "device": str(self.device),
             "base": self.base,
             "base_layers": [p.to_dict() for p in self.base_layers],
         }
@@ -92,7 +92,7 @@ class SizeReport:
             rows += [("min image (pruned from)", self.pruned_from), ("pruning saved", self.pruning_saved)]
         width = max(len(label) for label, _ in rows)
         lines = [f"{label.ljust(width)}  {human_size(size).rjust(9)}" for label, size in rows]
-        if self.device == "cpu":
+        if self.device.cpu_only:
             lines.insert(0, "CPU-only image (no GPU libraries but what a kept file needs)")
         return "\n".join(lines)
 
@@ -114,7 +114,7 @@ def measure(engine: Engine, image: str, plan: CompositionPlan) -> SizeReport:
     report = report_from(layers, shared, plan)
     if plan.pruning:
         report = replace(report, pruned_from=sum(l.size for l in base))
-    if plan.flavour != DEFAULT_FLAVOUR:
+    if not plan.flavour.on_min_image:
         report = replace(report, base=f"{plan.flavour} image ({plan.min.ref})")
     return replace(report, device=plan.device)
 
@@ -122,7 +122,7 @@ def measure(engine: Engine, image: str, plan: CompositionPlan) -> SizeReport:
 def report_from(layers: list[Layer], shared: int, plan: CompositionPlan) -> SizeReport:
     """The report from an image's layers (oldest first), the first `shared` being the min image's."""
     # A flavour's image brings the server core and its own backends: they are part of the base.
-    sizes: dict[tuple[str, str], int] = {} if plan.flavour != DEFAULT_FLAVOUR else {("server", "server core"): 0}
+    sizes: dict[tuple[str, str], int] = {} if not plan.flavour.on_min_image else {("server", "server core"): 0}
     backends = [b for b in plan.all_backends if b not in plan.base_backends]
     for kind, names in (("backend", backends), ("repoagent", plan.repoagents), ("cache", plan.caches),
                         ("model env", [e.model for e in plan.model_envs])):

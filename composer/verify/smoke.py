@@ -28,8 +28,9 @@ from composer.core.errors import ComposerError, EngineError, UsageError
 from composer.verify.samples import Sample, samples_for
 from composer.verify.triton_client import TritonHTTP
 from composer.core.progress import LineSink, quiet
-from composer.config.options import check_gpus
-from composer.resolve.plan import CPU_SERVER_FLAGS
+from composer.config.rules import smoke_settings_fit_the_device
+from composer.config.types import Device
+from composer.config.values import check_gpus
 
 HTTP_PORT = 8000
 METRICS_PORT = 8002
@@ -69,7 +70,7 @@ class SmokeReport:
     gpus: str = "none"  # what the server was given: all, none or a count
     gpus_reason: str = ""
     strict: bool = False
-    device: str = "gpu"  # "cpu": a CPU-only image, served with no GPU
+    device: Device = Device.GPU  # CPU: a CPU-only image, served with no GPU
 
     @property
     def passed(self) -> bool:
@@ -89,7 +90,7 @@ class SmokeReport:
             "gpus": self.gpus,
             "gpus_reason": self.gpus_reason,
             "strict": self.strict,
-            "device": self.device,
+            "device": str(self.device),
             # A SKIP is neither passed nor failed: CI sees how much went unproven.
             "counts": {"passed": self.count("PASS"), "failed": self.count("FAIL"), "skipped": self.count("SKIP")},
             "rows": [
@@ -115,11 +116,11 @@ class SmokePlan:
     shm_size: str = "512m"
     gpus: str | int = "auto"  # auto (all when the engine offers the nvidia runtime), all, none, or a count
     strict: bool = False  # every SKIP becomes a failure
-    device: str = "gpu"  # "cpu": a CPU-only image, served with no GPU and the server's CPU flags
+    device: Device = Device.GPU  # CPU: a CPU-only image, served with no GPU and the server's CPU flags
 
     @property
     def server_flags(self) -> tuple[str, ...]:
-        return CPU_SERVER_FLAGS if self.device == "cpu" else ()
+        return self.device.server_flags
 
     def __post_init__(self):
         if isinstance(self.gpus, str):  # the one rule of --gpus (composer.config.options.check_gpus)
@@ -137,14 +138,12 @@ class SmokePlan:
 
 
     @classmethod
-    def of(cls, backends, server_version: str | None, settings, device: str = "gpu") -> "SmokePlan":
-        """The smoke plan for these backends with the user's smoke settings (a spec's Result); a
-        CPU-only image (`device` "cpu") is served with no GPU."""
-        cpu = device == "cpu"
+    def of(cls, backends, server_version: str | None, settings, device: Device = Device.GPU) -> "SmokePlan":
+        """The smoke plan for these backends with the user's smoke settings (a spec's Result, whose
+        fit to the device composer.config.rules checked); a CPU-only image is served with no GPU."""
         return cls(backends=tuple(backends), server_version=server_version or None,
                    model_repository=settings.model_repository, cases_file=settings.smoke_cases,
-                   samples=settings.samples, gpus="none" if cpu else settings.gpus,
-                   strict=settings.strict and not cpu, device=device)
+                   samples=settings.samples, gpus=settings.gpus, strict=settings.strict, device=device)
 
 
 def image_smoke_plan(engine: Engine, image: ImageInfo, name: str, backends: tuple[str, ...],
@@ -156,17 +155,20 @@ def image_smoke_plan(engine: Engine, image: ImageInfo, name: str, backends: tupl
     if not backends:
         raise UsageError(f"{name} has no composition record: name its backends with --backend")
     server = record.get("server_version") or image.env.get("TRITON_SERVER_VERSION")
-    device = str(record.get("device") or "gpu")
-    if device == "cpu" and (settings.gpus not in ("auto", "none") or settings.strict):
-        given = f"--gpus {settings.gpus}" if settings.gpus not in ("auto", "none") else "--strict"
-        raise UsageError(f"{name} is a CPU-only image (composed with --device cpu): it is smoke-tested with no GPU; "
-                         f"leave out {given}")
+    try:
+        device = Device(str(record.get("device") or Device.GPU))
+    except ValueError:
+        raise ComposerError(f"{name}: its composition record names device {record.get('device')!r}; rebuild the image "
+                            "with composer build") from None
+    problem = smoke_settings_fit_the_device(device, settings)
+    if problem:
+        raise UsageError(f"{name} is a CPU-only image (composed with --device cpu): {problem.on_command_line}")
     return SmokePlan.of(backends, server, settings, device=device), record
 
 
-def resolve_gpus(engine: Engine, wanted: str | int, device: str = "gpu") -> tuple[str | int, str]:
+def resolve_gpus(engine: Engine, wanted: str | int, device: Device = Device.GPU) -> tuple[str | int, str]:
     """The GPUs to ask for, and why (said in the report)."""
-    if device == "cpu":
+    if device.cpu_only:
         return "none", "CPU-only image"
     if wanted != "auto":
         return wanted, "as asked"
@@ -235,7 +237,7 @@ def smoke_test(
     rows = list(report.rows)
     if options.strict:
         rows = [replace(r, status="FAIL", detail=f"strict: {r.detail}") if r.status == "SKIP" else r for r in rows]
-    said = (f"CPU-only image: no GPU, {' '.join(options.server_flags)}" if options.device == "cpu"
+    said = (f"CPU-only image: no GPU, {' '.join(options.server_flags)}" if options.device.cpu_only
             else f"GPUs: {gpus} ({why})")
     rows = [replace(r, detail=f"{r.detail}; {said}") if r.subject == "server" else r for r in rows]
     failed = any(r.status == "FAIL" for r in rows)

@@ -17,7 +17,7 @@ import pytest
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.catalog.catalog import Catalog
-from composer.config.options import check
+from composer.config.rules import validate as check
 from tests.conftest import TEST_LABEL
 from tests.integration.test_ngc_scale import MODELS, _expected
 from tests.specs import spec

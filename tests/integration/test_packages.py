@@ -16,7 +16,7 @@ from tests.cli import composer
 from composer.catalog.catalog import Catalog
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.config.options import Packages
+from composer.config.types import Packages
 from tests.specs import spec
 from composer.config.cases import TensorData
 from composer.verify.triton_client import TritonHTTP

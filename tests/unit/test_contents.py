@@ -76,7 +76,7 @@ def test_from_probe_document():
     assert c.component("backend", "nope") is None
     assert c.python.numpy_version == "1.24.2"
     assert c.python.numpy_paths[0].endswith("/numpy")
-    assert c.python_matches_stub
+    assert c.python_mismatch() is None and c.stub_python_version == c.python.version
     assert c.core_needs[0] == LibraryNeed("libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1",
                                           "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13", 120000)
 
@@ -90,7 +90,7 @@ def test_json_round_trip():
 def test_round_trip_without_python():
     doc = dict(PROBE_DOC, python=None, stub_python=None)
     c = FullImageContents.from_dict(doc, image="x")
-    assert c.python is None and not c.python_matches_stub
+    assert c.python is None and c.python_mismatch() == "it has no python"
     assert FullImageContents.from_dict(c.to_dict()) == c
 
 

@@ -10,10 +10,12 @@ from composer.render.render import render_dockerfile, render_pruned_base
 from composer.resolve.contents import FullImageContents
 from composer.resolve.plan import Offer
 from composer.config.model_needs import ModelNeeds, read_needs, repository_needs_problem
-from composer.config.options import check, given_on_command_line, kept_providers
+from composer.config.options import given_on_command_line
+from composer.config.rules import validate as check
 from composer.config.pbtxt import scalar_fields
 from composer.verify.samples import samples_for
-from composer.verify.smoke import SmokePlan
+from composer.config.types import Device
+from composer.verify.smoke import SmokePlan, resolve_gpus
 from tests.specs import spec
 
 # The onnxruntime backend folder of the 24.09 NGC-scale full stand-in, as the probe reports it.
@@ -80,7 +82,16 @@ def test_an_unknown_provider_names_what_the_image_holds(ngc_offer_plan):
     assert "unknown ONNX Runtime provider 'tensorrtx' (did you mean 'tensorrt'?)" in message
     assert "holds cuda, tensorrt (and CPU, always there)" in message and "\n" not in message
     with pytest.raises(UsageError, match="select --backend onnxruntime too"):
-        ngc_offer_plan("python", ort_providers=("cuda",))
+        check(spec(version="24.09", backends=("python",), ort_providers=("cuda",)))
+
+
+def test_a_provider_the_release_does_not_build_is_refused_before_any_engine():
+    """render --offline (or any command naming a release) refuses a misspelt provider from the
+    catalog, with the one it most likely meant."""
+    with pytest.raises(UsageError, match=r"--ort-provider cudaa: unknown ONNX Runtime provider 'cudaa' \(did you "
+                       r"mean 'cuda'\?\): NGC's 24.09 onnxruntime backend holds cuda, tensorrt, openvino"):
+        check(spec(version="24.09", backends=("onnxruntime",), ort_providers=("cudaa",)), offline=True)
+    check(spec(version="24.09", backends=("onnxruntime",), ort_providers=("cuda", "cpu")), offline=True)
 
 
 @pytest.mark.parametrize("name, says", [
@@ -142,18 +153,22 @@ def test_what_a_cpu_image_may_be():
     for fields in (dict(), dict(gpus="none"), dict(base="pruned"), dict(ort_providers=("openvino",))):
         checked = check(spec(version="24.09", device="cpu", backends=("onnxruntime", "python", "pytorch"), **fields))
         assert checked.selection.base_of == "pruned"
-    assert kept_providers(spec(device="cpu").selection) == ()
-    assert kept_providers(spec().selection) is None
-    assert kept_providers(spec(ort_providers=("tensorrt", "cuda")).selection) == ("cuda", "tensorrt")
+    assert spec(device="cpu").selection.providers.kept == ()
+    assert spec().selection.providers.kept is None
+    assert spec(ort_providers=("tensorrt", "cuda")).selection.providers.kept == ("cuda", "tensorrt")
     with pytest.raises(UsageError, match="not a device"):
         given_on_command_line("build", {"device": "tpu"})
 
 
 def test_the_smoke_plan_of_a_cpu_image_has_no_gpu_and_the_pool_off():
-    settings = spec(gpus="all", strict=True).result
-    plan = SmokePlan.of(("python",), "2.50.0", settings, device="cpu")
-    assert plan.gpus == "none" and not plan.strict and plan.server_flags == ("--pinned-memory-pool-byte-size=0",)
-    assert SmokePlan.of(("python",), "2.50.0", settings).server_flags == ()
+    plan = SmokePlan.of(("python",), "2.50.0", spec().result, device=Device.CPU)
+    assert plan.server_flags == ("--pinned-memory-pool-byte-size=0",)
+    assert resolve_gpus(None, plan.gpus, plan.device) == ("none", "CPU-only image")
+    assert SmokePlan.of(("python",), "2.50.0", spec().result).server_flags == ()
+    # GPUs or --strict asked of a CPU image: refused by the rule book, not overridden here.
+    for fields in ({"gpus": "all"}, {"strict": True}):
+        with pytest.raises(UsageError, match="a CPU-only image is smoke-tested with no GPU"):
+            check(spec(version="24.09", backends=("python",), device="cpu", **fields))
 
 
 # -- what models need -----------------------------------------------------------------------
@@ -231,4 +246,4 @@ def test_the_samples_a_cpu_image_serves_need_no_gpu():
 def test_providers_are_chosen_only_for_ngcs_onnxruntime_backend(ngc_offer_plan, tmp_path):
     (tmp_path / "libtriton_onnxruntime.so").write_bytes(b"")
     with pytest.raises(UsageError, match="not one from --custom-backend or --backend-image"):
-        ngc_offer_plan(custom_backends=(("onnxruntime", tmp_path),), ort_providers=("cuda",))
+        check(spec(version="24.09", custom_backends=(("onnxruntime", tmp_path),), ort_providers=("cuda",)))

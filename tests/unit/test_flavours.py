@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from composer.catalog.catalog import Flavour
 from composer.core.errors import UsageError
 from composer.render.render import python_prune, render_dockerfile, render_pruned_base
 from composer.resolve.contents import FullImageContents
 from composer.resolve.plan import BaseImage, FlavourBase, Offer, make_plan
 from composer.resolve.resolve import resolve_offline, resolve_targets
-from composer.config.options import check
+from composer.config.rules import validate as check
 from tests.specs import spec
 
 DATA = Path(__file__).parent / "data"
@@ -36,7 +37,7 @@ def plan(catalog, *backends, base_env=None, base_contents=None, full_env=None, f
     v_env, v_contents = recorded("vllm")
     full_env, full_contents = full_env or f_env, full_contents or f_contents
     base_env, base_contents = base_env or v_env, base_contents or v_contents
-    flavour = FlavourBase.of(catalog.flavour("vllm", release, REGISTRY), Offer.from_contents(base_contents),
+    flavour = FlavourBase.of(catalog.flavour(Flavour("vllm"), release, REGISTRY), Offer.from_contents(base_contents),
                              base_env, base_contents.cuda_major)
     return make_plan(opts, release, Offer.from_contents(full_contents), catalog, BaseImage("full", FULL, "sha256:" + "1" * 64),
                      BaseImage("min", VLLM, "sha256:" + "2" * 64), full_env, created="2024-09-01T00:00:00Z",
@@ -44,11 +45,11 @@ def plan(catalog, *backends, base_env=None, base_contents=None, full_env=None, f
 
 
 def test_the_catalog_names_each_flavours_image_and_what_ngc_builds_it_on(catalog):
-    v = catalog.flavour("vllm", catalog.release("24.09"), "nvcr.io/nvidia")
+    v = catalog.flavour(Flavour("vllm"), catalog.release("24.09"), "nvcr.io/nvidia")
     assert v.ref("nvcr.io/nvidia") == "nvcr.io/nvidia/tritonserver:24.09-vllm-python-py3"
     assert v.backends == ("python", "vllm") and v.built_on == "nvcr.io/nvidia/tritonserver:24.09-py3-min"
-    assert catalog.flavour("vllm", catalog.release("26.04"), "nvcr.io/nvidia").built_on == "nvcr.io/nvidia/vllm:26.04-py3"
-    assert catalog.flavour("py3", catalog.release("24.09"), "nvcr.io/nvidia") is None
+    assert catalog.flavour(Flavour("vllm"), catalog.release("26.04"), "nvcr.io/nvidia").built_on == "nvcr.io/nvidia/vllm:26.04-py3"
+    assert catalog.flavour(Flavour("py3"), catalog.release("24.09"), "nvcr.io/nvidia") is None
 
 
 @pytest.mark.parametrize("flavour, version, says", [

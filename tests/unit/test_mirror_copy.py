@@ -14,7 +14,9 @@ from composer.core.platforms import Platform, platform_problem
 from composer.core.refs import ImageRef
 from composer.registry.client import VerifiedBlob
 from composer.registry.copy import CopyStats, choose, copy_image, plan_copy
-from composer.config.options import MIRROR, CompositionSpec, check, given_on_command_line
+from composer.config.options import MIRROR, given_on_command_line
+from composer.config.rules import validate as check
+from composer.config.types import CompositionSpec
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -76,9 +78,23 @@ def test_platform_strings(text, problem):
 def test_a_bad_platform_is_refused_by_its_flag_and_to_engine_refuses_platform():
     with pytest.raises(UsageError, match=r"^--platform linux/amd65: unknown architecture"):
         given_on_command_line(MIRROR, {"platform": "linux/amd65"})
-    given = given_on_command_line(MIRROR, {"platform": "linux/amd64", "to_engine": True, "version": "24.09"})
+    given = given_on_command_line(MIRROR, {"platform": "linux/amd64", "to_engine": True, "version": "24.09",
+                                           "to": "harbor.example/nvidia"})
     with pytest.raises(UsageError, match=r"^--to-engine --platform linux/amd64: the engine pulls"):
         check(CompositionSpec().with_fields(given), MIRROR)
+
+
+@pytest.mark.parametrize("to, registry", [
+    ("localhost/standin", "localhost/standin"),
+    ("LOCALHOST/standin/", "localhost/standin"),
+    ("nvcr.io/nvidia", None),  # the default source
+])
+def test_a_mirror_onto_its_own_source_is_refused(to, registry):
+    flags = {"version": "24.09", "to": to, **({"registry": registry} if registry else {})}
+    with pytest.raises(UsageError, match=r"is the registry it copies from .*give another prefix to copy into"):
+        check(CompositionSpec().with_fields(given_on_command_line(MIRROR, flags)), MIRROR)
+    with pytest.raises(UsageError, match=r"^--to is required"):
+        check(CompositionSpec().with_fields(given_on_command_line(MIRROR, {"version": "24.09"})), MIRROR)
 
 
 INDEX = [

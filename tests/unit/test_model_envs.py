@@ -17,6 +17,8 @@ from composer.resolve.contents import PythonRuntime
 from tests.unit.test_pipeline import _contents
 from composer.render.render import write_context
 from composer.config.options import given_on_command_line
+from composer.config.rules import validate as check
+from tests.specs import spec
 
 
 def _repository(tmp_path, models):
@@ -133,8 +135,11 @@ def test_plan_and_render(ngc_plan, tmp_path):
 
 
 def test_environments_need_the_python_backend_and_fetched_wheels(ngc_plan, tmp_path):
+    requirements = tmp_path / "r.txt"
+    requirements.write_text("six\n")
     with pytest.raises(UsageError, match="select --backend python"):
-        ngc_plan("onnxruntime", model_envs=(ModelEnv("m", ("six",), False, tmp_path),))
+        check(spec(version="24.09", backends=("onnxruntime",)).with_fields(
+            {"selection.model_envs": (("m", requirements),)}))
     with pytest.raises(UsageError, match="wheels fetched on this machine"):
         ngc_plan("python", model_envs=(ModelEnv("m", ("six",), False),))
 

@@ -4,6 +4,7 @@ refused by name, nothing is written through a symbolic link; bundle stages under
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import os
 
 import pytest
@@ -56,7 +57,7 @@ def test_a_user_file_in_the_way_is_refused_by_name(ngc_plan, tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "six-1.16.0-py2.py3-none-any.whl").write_bytes(b"w")
-    from composer.config.options import Packages
+    from composer.config.types import Packages
 
     with pytest.raises(UsageError, match="packages/requirements.txt is in the way"):
         write_context(ngc_plan("python", packages=Packages(specs=("six",), wheelhouse=wheels)), out)
@@ -89,7 +90,7 @@ def test_a_linked_folder_inside_is_refused(ngc_plan, tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "six-1.16.0-py2.py3-none-any.whl").write_bytes(b"w")
-    from composer.config.options import Packages
+    from composer.config.types import Packages
 
     with pytest.raises(UsageError, match="packages"):
         write_context(ngc_plan("python", packages=Packages(specs=("six",), wheelhouse=wheels)), out)
@@ -130,3 +131,21 @@ def test_bundle_output_refuses_a_file_it_did_not_write(tmp_path):
     with pytest.raises(UsageError, match="the folder .*new does not exist"):  # staged beside it: no folder made
         check_bundle_output(tmp_path / "new" / "b.tar")
     assert check_bundle_output(tmp_path / "b2.tar") and not (tmp_path / "new").exists()
+
+
+def test_checking_an_output_file_writes_nothing_in_its_folder(tmp_path):
+    """Checked before any work: a build that then fails at the engine leaves --sbom's folder (its
+    entries and its time) as it found it; a read-only folder is still refused."""
+    import os
+
+    from composer.core.errors import Invalid
+    from composer.core.files import check_output_file
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    os.utime(folder, (1_000_000_000, 1_000_000_000))
+    check_output_file(folder / "sbom.json", "--sbom")
+    assert list(folder.iterdir()) == [] and folder.stat().st_mtime == 1_000_000_000
+    for kernel in ("/proc/x.json", "/sys/x.json"):
+        with pytest.raises(Invalid, match="cannot be written .*of the kernel's own files"):
+            check_output_file(Path(kernel), "--sbom")

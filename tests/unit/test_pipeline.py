@@ -16,6 +16,7 @@ from composer.resolve import resolve as resolving
 from composer.pipeline import Run, build_image, compose
 from composer.resolve.resolve import Inspection, plan_from_inspection, resolve_targets
 from composer.verify.smoke import SmokeReport, SmokeRow
+from composer.config.rules import validate as check
 from tests.specs import spec
 from tests.unit.fake_engine import FakeEngine, recorded_facts
 
@@ -81,8 +82,8 @@ def test_resolution_from_the_release_or_the_full_image():
         env={"NVIDIA_TRITON_SERVER_VERSION": "24.08"}, labels={}, size=0)})
     targets = resolve_targets(spec(backends=("python",), full_image="h.example/t/tritonserver:custom"), catalog, engine)
     assert targets.release.name == "24.08" and targets.min == "h.example/t/tritonserver:24.08-py3-min"
-    with pytest.raises(UsageError, match="without an engine"):
-        resolve_targets(spec(backends=("python",), full_image="h.example/t/tritonserver:custom"), catalog)
+    with pytest.raises(UsageError, match="render --offline needs --version YY.MM"):
+        check(spec(backends=("python",), full_image="h.example/t/tritonserver:custom"), "render", offline=True)
     pinned = targets.pinned({"full": "h.example/t/tritonserver@sha256:" + "c" * 64})
     assert pinned.full.endswith("c" * 64) and pinned.min == targets.min
 

@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 
 from composer.core.errors import UsageError
-from composer.resolve.plan import BaseImage, Offer, default_tag, make_plan, resolve_release, suggest
+from composer.core.words import suggest
+from composer.resolve.plan import BaseImage, Offer, default_tag, make_plan, resolve_release
 from tests.specs import spec
 
 
@@ -46,7 +47,7 @@ def test_unknown_cache_and_repoagent(catalog):
 
 def test_no_backend_is_an_error_of_the_spec(catalog):
     """One rule (composer.config.options.problems), checked before any work; the plan does not repeat it."""
-    from composer.config.options import check
+    from composer.config.rules import validate as check
 
     with pytest.raises(UsageError, match="at least one backend"):
         check(spec(version="24.09"))
@@ -74,13 +75,17 @@ def test_default_tag(catalog):
 def test_custom_backend(catalog, tmp_path):
     folder = tmp_path / "mine"
     folder.mkdir()
-    with pytest.raises(UsageError, match="neither libtriton_mine.so nor model.py"):
-        plan_for(catalog, spec(custom_backends=(("mine", folder),)), offer(["python"]))
+    from composer.config.options import given_on_command_line
+    from composer.config.rules import validate
+
+    with pytest.raises(UsageError, match=r"--custom-backend mine=.*: the folder holds neither libtriton_mine.so nor "
+                       "model.py"):
+        validate(spec(version="24.09", custom_backends=(("mine", folder),)))
     (folder / "model.py").write_text("class TritonPythonModel: pass\n")
     plan = plan_for(catalog, spec(backends=("python",), custom_backends=(("mine", folder),)), offer(["python"]))
     assert plan.all_backends == ("mine", "python")
-    with pytest.raises(UsageError, match="no such folder"):
-        plan_for(catalog, spec(custom_backends=(("x", Path("/nonexistent")),)), offer(["python"]))
+    with pytest.raises(UsageError, match="--custom-backend x=/nonexistent: no such folder"):
+        given_on_command_line("build", {"custom_backend": ["x=/nonexistent"]})
 
 
 def test_release_from_image_env(catalog):

@@ -13,7 +13,8 @@ from composer.resolve.plan import Offer, make_plan
 from composer.build.pruning import BASE_LABEL, base_key, proof_failure, pruned_base
 from composer.render.render import render_dockerfile, write_context
 from composer.verify.sizes import report_from
-from composer.config.options import OPTIONS, check
+from composer.config.options import OPTIONS
+from composer.config.rules import validate as check
 from tests.specs import spec
 from tests.unit.test_sizes import copy
 

@@ -146,7 +146,7 @@ def test_custom_backend_is_copied(ngc_plan, tmp_path):
 
 def test_packages_render_from_a_wheelhouse_without_secrets(ngc_plan, tmp_path):
     """What the pipeline plans once it fetched the wheels on the host: no index, no secret."""
-    from composer.config.options import Packages
+    from composer.config.types import Packages
 
     secret = "tok-3141592653"
     wheelhouse = tmp_path / "wheels"
@@ -173,7 +173,7 @@ def test_packages_render_from_a_wheelhouse_without_secrets(ngc_plan, tmp_path):
 
 def test_packages_from_an_index_are_never_planned_into_the_build(ngc_plan):
     from composer.core.errors import UsageError
-    from composer.config.options import Packages
+    from composer.config.types import Packages
 
     with pytest.raises(UsageError, match="installed from a wheelhouse"):
         ngc_plan("python", packages=Packages(specs=("six",), index_url="https://u:p@pypi.example/simple"))
@@ -181,7 +181,7 @@ def test_packages_from_an_index_are_never_planned_into_the_build(ngc_plan):
 
 def test_redaction_takes_whole_secrets_only():
     from composer.resolve.packages import redactor, secrets_of
-    from composer.config.options import Packages
+    from composer.config.types import Packages
 
     packages = Packages(specs=("x @ https://TOKEN123@files.example/x.whl",),
                         index_url="https://S:pa55w0rd-long@pypi.example/simple?k=v",
@@ -195,10 +195,14 @@ def test_redaction_takes_whole_secrets_only():
 
 def test_packages_need_the_python_backend(ngc_plan):
     from composer.core.errors import UsageError
-    from composer.config.options import Packages as PackageOptions
+    from composer.config.types import Packages as PackageOptions
 
-    with pytest.raises(UsageError, match="--backend python"):
-        ngc_plan("onnxruntime", packages=PackageOptions(specs=("six",)))
+    from composer.config.rules import validate
+    from tests.specs import spec
+
+    with pytest.raises(UsageError, match="select --backend python too"):
+        validate(spec(version="24.09", backends=("onnxruntime",), packages=PackageOptions(specs=("six",))))
+    validate(spec(version="24.09", backends=("vllm",), flavour="vllm", packages=PackageOptions(specs=("six",))))
 
 
 def test_baked_models_are_the_last_layer_and_served_by_default(ngc_plan, tmp_path):

@@ -90,7 +90,7 @@ def _unavailable():
 def test_render_without_an_engine_plans_from_the_catalog_when_a_release_is_named(tmp_path):
     from composer.catalog.catalog import Catalog
     from composer.core.errors import EngineUnavailable
-    from composer.config.options import CompositionSpec
+    from composer.config.types import CompositionSpec
 
     catalog = Catalog.load()
     spec = CompositionSpec().with_fields({"images.version": "24.09", "selection.backends": ("python",)})
@@ -106,7 +106,7 @@ def test_render_without_an_engine_plans_from_the_catalog_when_a_release_is_named
 
 def test_render_with_missing_images_falls_back_to_the_catalog(engine, tmp_path):
     from composer.catalog.catalog import Catalog
-    from composer.config.options import CompositionSpec
+    from composer.config.types import CompositionSpec
 
     spec = CompositionSpec().with_fields({"images.version": "24.09", "images.registry": "localhost/elsewhere",
                                           "selection.backends": ("python",)})

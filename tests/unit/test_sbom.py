@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from composer.config.options import is_sbom
+from composer.config.values import is_sbom
 from composer.verify.sbom import SBOM_PATH, make_sbom, parse_facts, validate, version_labels
 from tests.unit.fake_engine import recorded_facts
 

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from composer.core.errors import UsageError
-from composer.config.options import DEFAULT_REGISTRY, given_on_command_line
+from composer.config.options import given_on_command_line
+from composer.config.types import DEFAULT_REGISTRY
 from composer.config.sets import load_set, override, preset_path, shipped_presets
 
 FULL = """\

@@ -236,7 +236,7 @@ def _image(env=None):
 
 
 def test_smoke_test_image_reads_the_plan_from_the_record():
-    from composer.config.options import Result
+    from composer.config.types import Result
 
     engine = _recorded('{"backends": ["onnxruntime", "python"], "server_version": "2.50.0"}')
     plan, record = smoke.image_smoke_plan(engine, _image(), "team/t:1", (), Result(strict=True))
@@ -248,7 +248,7 @@ def test_smoke_test_image_reads_the_plan_from_the_record():
 
 def test_a_corrupt_record_is_an_error_naming_the_image():
     from composer.core.errors import ComposerError
-    from composer.config.options import Result
+    from composer.config.types import Result
 
     for output in ("{not json", '["a list"]'):
         with pytest.raises(ComposerError, match=r"^team/t:1: its composition record .* is not a JSON object"):
@@ -258,11 +258,12 @@ def test_a_corrupt_record_is_an_error_naming_the_image():
 
 
 def test_smoke_test_image_of_a_cpu_only_record_serves_with_no_gpu_and_refuses_gpu_flags():
-    from composer.config.options import Result
+    from composer.config.types import Device, Result
 
     engine = _recorded('{"backends": ["python"], "server_version": "2.50.0", "device": "cpu"}')
     plan, _ = smoke.image_smoke_plan(engine, _image(), "team/t:1", (), Result())
-    assert plan.device == "cpu" and plan.gpus == "none" and plan.server_flags == ("--pinned-memory-pool-byte-size=0",)
+    assert plan.device is Device.CPU and plan.server_flags == ("--pinned-memory-pool-byte-size=0",)
+    assert smoke.resolve_gpus(engine, plan.gpus, plan.device) == ("none", "CPU-only image")
     for settings, says in ((Result(gpus="all"), "leave out --gpus all"), (Result(strict=True), "leave out --strict")):
         with pytest.raises(UsageError, match=f"team/t:1 is a CPU-only image .*{says}"):
             smoke.image_smoke_plan(engine, _image(), "team/t:1", (), settings)

@@ -6,14 +6,9 @@ import pytest
 
 from composer.core.errors import UsageError
 from composer.config.sets import load_set
-from composer.config.options import (
-    OPTIONS,
-    CompositionSpec,
-    check,
-    flags_for,
-    given_on_command_line,
-    unique_fields,
-)
+from composer.config.options import OPTIONS, flags_for, given_on_command_line, spec_from_record, spec_record, unique_fields
+from composer.config.rules import validate as check
+from composer.config.types import CompositionSpec
 
 SET = """\
 version: "24.09"
@@ -103,13 +98,13 @@ def test_flags_of_each_command():
 
 def test_bundle_manifest_round_trip(folder):
     spec = load_set(folder / "x.yaml", {})
-    portable = spec.to_dict(portable_only=True)
+    portable = spec_record(spec, portable_only=True)
     assert "packages.ca_cert" not in portable and "selection.custom_backends" not in portable
     assert "packages.extra_index_urls" not in portable
-    back = CompositionSpec.from_dict(portable, name="x")
+    back = spec_from_record(portable, name="x")
     assert back.selection.backends == spec.selection.backends and back.result.labels == spec.result.labels
     assert back.packages.specs == spec.packages.specs and back.packages.ca_cert is None
-    assert CompositionSpec.from_dict(spec.to_dict()) == CompositionSpec(
+    assert spec_from_record(spec_record(spec)) == CompositionSpec(
         spec.selection, spec.images, spec.packages, spec.result)
 
 

@@ -11,7 +11,7 @@ import pytest
 from composer.core.errors import Invalid
 from composer.core.files import load_structured, path_problem, read_text
 from composer.core.redaction import redact, redact_url, strip_url
-from composer.config.options import (
+from composer.config.values import (
     ascii_number,
     check_gpus,
     check_label_key,
@@ -173,7 +173,7 @@ def test_redaction_is_linear():
 def test_requirement_forms_are_recorded_without_credentials():
     from composer.resolve.packages import secrets_of
     from composer.config.requirements import installable_requirement, public_requirement
-    from composer.config.options import Packages
+    from composer.config.types import Packages
 
     lines = ("six @ https://u:TOKEN@h/six-1.16.0-py2.py3-none-any.whl", "https://TOKEN@h/pkg-1.0-py3-none-any.whl?k=TOKEN")
     assert [public_requirement(line) for line in lines] == [
