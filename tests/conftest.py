@@ -28,10 +28,18 @@ def engine() -> Engine:
         if os.environ.get("CI"):
             pytest.fail(f"CI is set and no Docker engine answers: {exc.message}", pytrace=False)
         pytest.skip(f"no Docker engine: {exc.message}")
-    stages_before = set(_stage_images(connected))
+    _STAGES_BEFORE.update(_stage_images(connected))
     yield connected
     _remove_test_containers(connected)
-    _remove_stage_images(connected, stages_before)
+    _remove_stage_images(connected, _STAGES_BEFORE)
+
+
+_STAGES_BEFORE: set[str] = set()  # stage images the engine held when the session started: not ours
+
+
+def free_session_build_cache(engine: Engine) -> None:
+    """Remove the stage images this session made so far (room for a test that needs it)."""
+    _remove_stage_images(engine, _STAGES_BEFORE)
 
 
 def _remove_test_containers(engine: Engine) -> None:
@@ -131,3 +139,32 @@ def standins(engine: Engine):
         return built[release]
 
     return get
+
+
+# -- under CI, a skip is a failure --------------------------------------------------------------
+# A skipped test proves nothing, and a run whose skips pass silently can hide the one check that
+# matters (a missing engine, too little disk for the NGC-scale checks). Locally a skip stays a skip.
+
+
+def _skips_fail() -> bool:
+    return bool(os.environ.get("CI"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if _skips_fail() and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"CI is set, and under CI a skip fails: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    if _skips_fail() and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"CI is set, and under CI a skip fails: {reason}"

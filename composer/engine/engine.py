@@ -507,6 +507,12 @@ class DockerEngine(ContainerEngine):
     def _bytes_stored(self) -> int | None:
         """Bytes used on the disk of a local engine's storage (what a pull or build has written
         so far shows as its growth); None for an engine on another machine."""
+        found = self.storage()
+        return found[1].used if found else None
+
+    def storage(self) -> tuple[str, "shutil._ntuple_diskusage"] | None:
+        """Where a local engine stores images (its data root) and that disk's usage; None for an
+        engine on another machine, whose disk this machine cannot see."""
         if self.endpoint.scheme != "unix":
             return None
         if self._data_root is None:
@@ -515,7 +521,7 @@ class DockerEngine(ContainerEngine):
             except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
                 self._data_root = ""
         try:
-            return shutil.disk_usage(self._data_root).used if self._data_root else None
+            return (self._data_root, shutil.disk_usage(self._data_root)) if self._data_root else None
         except OSError:
             return None
 

@@ -210,7 +210,13 @@ def _cases(tmp: Path) -> list[Case]:
         C(("smoke-test", "img:1", "--gpus", "many"), "--gpus many: 'many' is not a GPU request"),
         C(("smoke-test", "img:1", "--model-repository", "/nonexistent"), "no such folder"),
         C(("mirror", "--version", "24.9", "--to", "x.example/n"), "--version 24.9: '24.9' is not a release"),
-        C(("mirror", *V, "--to", "Bad Prefix"), "--to 'Bad Prefix': not a valid registry prefix"),
+        C(("mirror", *V, "--to", "Bad Prefix"), "--to Bad Prefix: not a valid registry prefix"),
+        C(("mirror", *V, "--registry", "localhost/standin", "--to", "localhost/standin/"),
+          "is the registry it copies from (--registry localhost/standin): give another prefix to copy into"),
+        C(("mirror", *V), "--to is required: the registry prefix to copy into"),
+        C(("render", "--offline", "-o", str(tmp / "out-offline"), *V, "-b", "onnxruntime", "--ort-provider", "cudaa"),
+          "--ort-provider cudaa: unknown ONNX Runtime provider 'cudaa' (did you mean 'cuda'?)"),
+        C(("build", "--set", "/proc/self/mem"), "--set: cannot read the set file /proc/self/mem"),
         C(("mirror", *V, "--to", "x.example/n", "--registry", "bad prefix"), "--registry bad prefix: not a valid registry prefix"),
         C(("mirror", *V, "--to", "x.example/n", "--registry-ca", "/nonexistent.pem"), "--registry-ca /nonexistent.pem: no such file"),
         C(("lock", "--set", "nope.yaml"), "no such set file"),
@@ -465,7 +471,7 @@ def test_every_bad_input_is_one_line_and_exit_2(tmp_path):
                 or TOKEN in run.stdout + run.stderr:
             problems.append(f"{case.args!r}: exit {run.returncode}, {seconds:.1f} s, stderr {run.stderr[:400]!r}")
     assert not problems, "\n".join(problems)
-    assert not [p for p in ("out1", "cfg1", "cfg2") if (tmp_path / p).exists()] and (tmp_path / "busy" / "Dockerfile").read_text() == "mine\n"
+    assert not [p for p in ("out1", "out-offline", "cfg1", "cfg2") if (tmp_path / p).exists()] and (tmp_path / "busy" / "Dockerfile").read_text() == "mine\n"
     assert not (tmp_path / "b.tar").exists() and not (tmp_path / "new").exists()  # no folder for a refused run
     assert not (tmp_path / "nofolder").exists()
     assert (tmp_path / "user.tar").read_text().startswith("not a bundle") and \

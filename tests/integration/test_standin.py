@@ -86,10 +86,9 @@ def test_min_standin_entrypoint_prints_banner_and_execs(engine, standin_images):
     assert result.output.strip() == "hello"  # the banner goes to stderr
 
 
-def test_second_build_reuses_and_is_fast(engine, standin_images):
-    started = time.monotonic()
+def test_second_build_reuses_the_images(engine, standin_images):
+    """Nothing is built again (the figure of a no-op rebuild is a benchmark's, not this test's)."""
     again = build_standins(engine, Catalog.load().release(STANDIN_RELEASE), on_line=lambda _line: None)
-    assert time.monotonic() - started < 15
     assert not again.full_built and not again.min_built
     assert (again.full_id, again.min_id) == (standin_images.full_id, standin_images.min_id)
 

@@ -113,7 +113,9 @@ def test_structured_files_have_limits():
     start = time.monotonic()
     with pytest.raises(Invalid, match="aliases expand"):
         load_structured(bomb, "bomb.yaml", as_json=False)
-    assert time.monotonic() - start < 2
+    # Expanded, the bomb is 10 million values (minutes and GBs); refused, it is milliseconds. The bound
+    # is one only that regression crosses, never a loaded 2-core machine.
+    assert time.monotonic() - start < 30
     with pytest.raises(Invalid, match="nested deeper"):
         load_structured("[" * 50_000 + "]" * 50_000, "deep.json", as_json=True)
     with pytest.raises(Invalid, match="is not a string"):
@@ -163,11 +165,13 @@ def test_recorded_urls_carry_no_credentials():
 
 
 def test_redaction_is_linear():
+    """A pattern that backtracks is quadratic on these (hours); linear, they take milliseconds. The
+    bound is one only that regression crosses, never a loaded machine."""
     start = time.monotonic()
     redact("a" * 100_000 + "://" + "b" * 100_000)
     redact("x://" * 50_000)
     redact("a" * 200_000, ["secret"])
-    assert time.monotonic() - start < 0.5
+    assert time.monotonic() - start < 30
 
 
 def test_requirement_forms_are_recorded_without_credentials():
@@ -194,7 +198,7 @@ def test_a_100_kb_argument_is_refused_in_well_under_a_second():
         start = time.monotonic()
         with pytest.raises(UsageError):
             given_on_command_line("build", values)
-        assert time.monotonic() - start < 0.5, values.keys()
+        assert time.monotonic() - start < 30, values.keys()  # backtracking: hours; linear: milliseconds
 
 
 # -- a model's config.pbtxt (composer.config.pbtxt) -------------------------------------------
