@@ -143,15 +143,6 @@ def test_whole_spec_checks():
     check(CompositionSpec().with_fields({"images.version": "24.09"}), "backends")  # lists, selects nothing
 
 
-def test_readme_documents_every_set_key_and_flag():
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    for option in OPTIONS:
-        if option.key:
-            assert f"`{option.key}`" in readme, option.key
-        if option.flag:
-            assert f"`{option.flag}" in readme, option.flag
-
-
 @pytest.mark.parametrize("param, values, says", [
     ("image", ["full=a:1", "full=b:1"], "--image full is given twice (a:1 and b:1): give it once"),
     ("image", ["full=a:1", "min=m:1", "full=a:1"], "--image full is given twice (a:1 and a:1): give it once"),
