@@ -102,6 +102,13 @@ class Selection:
     device: Device = Device.GPU
     flavour: Flavour = Flavour()  # py3: on the min image; vllm: on the release's vLLM image
 
+    def __post_init__(self) -> None:
+        """The small types from their names too (a record, a benchmark's fields), checked values alike."""
+        for name, kind in (("device", Device), ("base", Base), ("flavour", Flavour)):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, kind(value))
+
     @property
     def base_of(self) -> Base:
         """The base the image is built on: as asked, else pruned for a CPU-only image, else min."""
