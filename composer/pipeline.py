@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -20,14 +21,15 @@ from composer.engine.engine import Engine
 from composer.core.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
 from composer.core.files import check_output_file, write_file
 from composer.resolve.packages import explain_pip_failure, redactor, secrets_of
-from composer.resolve.plan import CompositionPlan
+from composer.resolve.plan import STAGE_LABEL, CompositionPlan
 from composer.core.progress import LineSink, quiet
+from composer.build.assemble import Assembled, Sources, assemble, find_stages
 from composer.build.pruning import PrunedBase, PruningReport, proof_failure, pruned_base
 from composer.core.redaction import redact
 from composer.render.render import BuildContext, write_context
 from composer.resolve.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
 from composer.config.values import is_sbom
-from composer.verify.sbom import SBOM_PATH, add_sbom
+from composer.verify.sbom import SBOM_PATH, make_sbom, read_facts, version_labels
 from composer.verify.sizes import SizeReport, measure
 from composer.verify.smoke import SmokePlan, SmokeReport, smoke_test
 from composer.config.types import CompositionSpec, Providers
@@ -53,6 +55,7 @@ class BuildResult:
     pruning: PruningReport | None = None  # on a pruned base: each package kept (why) or dropped
     sbom: str | None = None  # the CycloneDX document the image holds at composer.verify.sbom.SBOM_PATH
     pruned_base: PrunedBase | None = None  # on a pruned base: the base image, made now or reused
+    assembled: Assembled | None = None  # the image as the composer wrote it (its layers, for a push)
 
     def to_dict(self) -> dict:
         return {
@@ -86,35 +89,40 @@ def build_image(
     labels: dict[str, str] | None = None,
     on_line: LineSink = quiet,
     on_smoke_line: LineSink | None = None,
+    layers_dir: Path | None = None,
 ) -> BuildResult:
     """Build the plan; tag the image only once its smoke test (with plan.smoke's settings) passed.
 
-    A failed build or smoke test leaves the tag where it was: the new image is built untagged
-    and discarded if it does not serve. `labels` mark what the build and smoke test leave on
-    the engine (tests use them to sweep).
+    The engine builds the rendered Dockerfile (its stages run the steps); the composer then writes
+    the image itself from the same parts (composer.build.assemble), so the same inputs give the same
+    image id. A failed build or smoke test leaves the tag where it was: the new image is untagged
+    and discarded if it does not serve. `labels` mark what the build and smoke test leave on the
+    engine (tests use them to sweep); `layers_dir` keeps the image's own layers for a push after.
     """
     workdir = Path(tempfile.mkdtemp(prefix="triton-composer-")) if context_dir is None else context_dir
-    packages = plan.packages
-    redact = redactor(secrets_of(packages))
+    layers = Path(tempfile.mkdtemp(prefix="triton-composer-layers-")) if layers_dir is None else layers_dir
+    run = uuid.uuid4().hex[:16]  # this build's own stage images carry it, and only they are removed
+    redact = redactor(secrets_of(plan.packages))
+    base = None
     try:
         context: BuildContext = write_context(plan, workdir)
         on_line(f"build context: {context.directory}")
         # A pruned base is a build of its own, made first (or found); its failure says so itself.
-        base = None
         if context.pruned_base:
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line)
-        image_id = _build_composition(engine, plan, context, base, labels, redact, on_line)
+        built = _build_composition(engine, plan, context, base, labels, redact, on_line, run)
+        on_line(f"built {built[:19]}; writing the image's own layers")
+        assembled, sbom = _assemble(engine, plan, built, base, context, layers, run, labels, on_line)
     finally:
+        _remove_stage_marks(engine, run)
         if context_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    on_line(f"built {image_id[:19]}")
-    try:  # its SBOM, from what the built image holds, in a last layer of its own
-        image_id, sbom = add_sbom(engine, image_id, plan, labels=labels, on_line=on_line)
-    except BaseException:
-        engine.discard_untagged(image_id)
-        raise
+        if layers_dir is None:
+            shutil.rmtree(layers, ignore_errors=True)
+    image_id = assembled.image_id
+    on_line(f"composed {image_id[:19]} ({len(assembled.layers)} layers of its own on {assembled.base[:19]})")
     try:
-        sizes = measure(engine, image_id, plan)
+        sizes = measure(engine, image_id, plan, assembled.parts)
     except ComposerError as error:  # the image is fine; only its report is missing
         on_line(f"note: no size report: {error.message}")
         sizes = None
@@ -141,19 +149,57 @@ def build_image(
             )
     engine.tag(image_id, plan.tag)
     info = engine.image(image_id)
-    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes, pruning, sbom, base)
+    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes, pruning, sbom, base,
+                       assembled)
+
+
+def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBase | None, context: BuildContext,
+              layers: Path, run: str, labels, on_line: LineSink) -> tuple[Assembled, str]:
+    """The composed image as the composer writes it, with its SBOM (made from what the engine's image
+    holds) as its last layer. The engine's own image goes (the composer's replaces it; the stages it
+    was made from stay as build cache)."""
+    try:
+        facts = read_facts(engine, built, labels)
+        document = make_sbom(plan, facts)
+        on_line(f"SBOM: {len(facts.debs)} packages, {len(facts.python)} python packages, at {SBOM_PATH}")
+        base_info = engine.image(base.image if base else (plan.min.id or plan.min.ref))
+        if base_info is None:
+            raise BuildFailed(f"the base image {base.image if base else plan.min.ref} is gone from the engine")
+        stages = find_stages(engine, plan.read_stages(), run)
+        foreign = {f.stage: f.image.id or f.image.ref for f in plan.foreign_backends}
+        sources = Sources(stages, plan.full.id or plan.full.ref, foreign, context.directory)
+        assembled = assemble(engine, plan, built, base_info, sources, layers, epoch=plan.epoch,
+                             labels=version_labels(facts), extra=[(SBOM_PATH, "SBOM", document.encode())],
+                             run_labels=labels, on_line=on_line)
+    finally:  # the engine's own image is build cache the composer's replaces: its stages stay cached
+        engine.discard_untagged(built)
+    return assembled, document
+
+
+def _remove_stage_marks(engine: Engine, run: str) -> None:
+    """The images that only mark this build's stages (STAGE_LABEL): their stages stay as cache."""
+    for image in engine.images_labelled(f"{STAGE_LABEL}", untagged=True):
+        info = engine.image(image)
+        if info is not None and info.labels.get(STAGE_LABEL, "").endswith(f" {run}"):
+            try:
+                engine.remove_image(image, prune=False)
+            except ComposerError:
+                pass  # in use by another image: it goes with that one
 
 
 def _build_composition(engine: Engine, plan: CompositionPlan, context: BuildContext, base: PrunedBase | None,
-                       labels, redact, on_line: LineSink) -> str:
+                       labels, redact, on_line: LineSink, run: str) -> str:
     """Build the composition's Dockerfile (on `base` when pruned); a failed proof or pip install
-    becomes its one line."""
+    becomes its one line. `run` marks the stages the composer then reads (STAGE_LABEL)."""
+    arguments = {"COMPOSER_RUN": run, "SOURCE_DATE_EPOCH": str(plan.epoch)}
+    if base:
+        arguments["PRUNED_BASE"] = base.image
     try:
         return engine.build(
             context.directory,
             network_mode="none",  # everything comes from the images and the context
             labels=labels,
-            buildargs={"PRUNED_BASE": base.image} if base else None,
+            buildargs=arguments,
             redact=redact,
             on_line=on_line,
         )

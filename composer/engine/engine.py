@@ -22,7 +22,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Union
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, Union
 from urllib.parse import urlsplit
 
 import docker
@@ -61,6 +61,7 @@ class ImageInfo:
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ()
     workdir: str = ""
+    created: str = ""  # when its configuration says it was made (RFC 3339), "" when it does not say
 
     @property
     def digest(self) -> str | None:
@@ -164,8 +165,24 @@ class ContainerEngine(ABC):
     def tag(self, image_id: str, ref: str) -> None: ...
 
     @abstractmethod
-    def remove_image(self, ref: str, *, force: bool = False) -> None:
-        """Remove a name (or, by id, an image); an absent one is fine, one in use is an error."""
+    def remove_image(self, ref: str, *, force: bool = False, prune: bool = True) -> None:
+        """Remove a name (or, by id, an image); an absent one is fine, one in use is an error.
+        `prune` False keeps its untagged parents (a stage's build cache under a label image)."""
+
+    @abstractmethod
+    def image_config(self, ref: str) -> dict:
+        """What an image runs with, as its configuration says: {"config": Env, Cmd, Labels, ...,
+        "architecture", "os", "variant"} (the parts a new image made of its layers restates)."""
+
+    @abstractmethod
+    def export_path(self, image: str, path: str, *, labels: Mapping[str, str] | None = None) -> Iterator[bytes]:
+        """A tar of `path` in `image` (its entries named from the path's last part), read through a
+        container that is created, never started, and removed once the stream ends or stops."""
+
+    @abstractmethod
+    def load_stream(self, archive: BinaryIO, what: str) -> None:
+        """Load an image archive read from `archive` (a docker save archive, or one that leaves out
+        the layers the engine holds already)."""
 
     def discard_untagged(self, image_id: str) -> None:
         """Remove an image only if nothing names it, so no existing tag is ever touched."""
@@ -423,7 +440,36 @@ class DockerEngine(ContainerEngine):
             entrypoint=tuple(config.get("Entrypoint") or ()),
             cmd=tuple(config.get("Cmd") or ()),
             workdir=str(config.get("WorkingDir") or ""),
+            created=str(attrs.get("Created") or ""),
         )
+
+    def image_config(self, ref: str) -> dict:
+        with _translated(f"cannot inspect image {ref}", ImageNotFound, absent_is_error=True):
+            attrs = self._api.inspect_image(ref)
+        return {"config": dict(attrs.get("Config") or {}), "architecture": attrs.get("Architecture") or "amd64",
+                "os": attrs.get("Os") or "linux", "variant": attrs.get("Variant") or ""}
+
+    def export_path(self, image: str, path: str, *, labels: Mapping[str, str] | None = None) -> Iterator[bytes]:
+        api = self._api
+        what = f"cannot read {path} of {_short(image)}"
+        with _translated(what, EngineError, absent_is_error=True):
+            created = api.create_container(image, command=["/composer-never-run"], entrypoint=[],
+                                           labels=dict(labels or {}), network_disabled=True,
+                                           host_config=api.create_host_config(network_mode="none"))
+        cid = created["Id"]
+        try:
+            with _translated(what, EngineError, absent_is_error=True):
+                stream, _stat = api.get_archive(cid, path, chunk_size=1 << 20)
+                for chunk in stream:
+                    yield chunk
+        finally:
+            self.remove_container(cid)
+
+    def load_stream(self, archive: BinaryIO, what: str) -> None:
+        with _translated(f"cannot load {what}", BuildFailed, absent_is_error=True):
+            for event in self._api.load_image(archive):
+                if isinstance(event, dict) and "error" in event:
+                    raise BuildFailed(f"cannot load {what}: {_one_line(event['error'])}")
 
     def pull(self, ref: str, *, on_line: LineSink = quiet, auth: Mapping[str, str] | None = None) -> ImageInfo:
         repo, tag = split_ref(ref)
@@ -444,10 +490,10 @@ class DockerEngine(ContainerEngine):
         with _translated(f"cannot tag {_short(image_id)} as {ref}", ImageNotFound, absent_is_error=True):
             self._api.tag(image_id, repo, tag=tag, force=True)
 
-    def remove_image(self, ref: str, *, force: bool = False) -> None:
+    def remove_image(self, ref: str, *, force: bool = False, prune: bool = True) -> None:
         try:
             with _translated(f"cannot remove image {ref}", EngineError):
-                self._api.remove_image(ref, force=force, noprune=False)
+                self._api.remove_image(ref, force=force, noprune=not prune)
         except _Absent:
             pass
 

@@ -22,10 +22,10 @@ from composer.core.errors import Invalid, UsageError
 from composer.core.files import check_output_file, digest, make_folders, path_problem, printable, read_text, write_file
 from composer.config.model_envs import CONFIG, pointed_config
 from composer.config.requirements import installable_requirement
-from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
+from composer.resolve.plan import MODELS_ROOT, ROOT, STAGE_LABEL, SYSTEM_TREE, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
-BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py")
+BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py", "system.sh")
 PRUNE_SCRIPTS = ("prune.py", "pydists.py", "prove.sh")  # and these, for a pruned base
 LAYER_SCRIPTS = ("layers.py", "keep_layer.sh")  # and these in the pruned base's own context
 # A requirement line's distribution name, with the extras it asks for (prune.py --python-dist).
@@ -50,6 +50,7 @@ def templates() -> jinja2.Environment:
         autoescape=False,
     )
     environment.filters["quoted"] = dockerfile_quoted
+    environment.globals["stage_label_key"] = STAGE_LABEL
     return environment
 
 
@@ -85,9 +86,10 @@ def python_prune(plan: CompositionPlan) -> dict | None:
 
 
 def render_dockerfile(plan: CompositionPlan) -> str:
+    first, rest = plan.layer_parts()
     text = templates().get_template("compose.Dockerfile.j2").render(
         plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
-        python_prune=python_prune(plan),
+        python_prune=python_prune(plan), first_parts=first, rest_parts=rest, system_tree=SYSTEM_TREE,
     )
     return text.rstrip("\n") + "\n"
 
@@ -98,13 +100,6 @@ def render_pruned_base(plan: CompositionPlan) -> str:
         plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
         python_prune=python_prune(plan),
     )
-    return text.rstrip("\n") + "\n"
-
-
-def render_sbom_layer(image_id: str, path: str, labels: dict[str, str]) -> str:
-    """The last layer of a composed image: its SBOM, and labels stating the versions inside."""
-    text = templates().get_template("sbom.Dockerfile.j2").render(
-        image=image_id, path=path, labels=sorted(labels.items()))
     return text.rstrip("\n") + "\n"
 
 

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from composer import __version__
 from composer.catalog.catalog import Catalog, Flavour, FlavourImage, LayerFamily, Release
@@ -256,6 +256,52 @@ def foreign_backend(name: str, image: BaseImage, offer: Offer, release: str | No
 
 
 @dataclass(frozen=True)
+class Copy:
+    """One tree of a layer: `source` put at `dest` in the image; `contents` copies what is inside
+    the folder `source` into `dest` (a Dockerfile's `COPY src/ dest/`)."""
+
+    source: str  # an absolute path in the source stage or image, or a path in the build context
+    dest: str
+    contents: bool = False
+
+    def dockerfile(self) -> tuple[str, str]:
+        """The source and destination as a Dockerfile's COPY writes them."""
+        if self.contents:
+            return self.source.rstrip("/") + "/", self.dest.rstrip("/") + "/"
+        return self.source, self.dest
+
+
+# Where the parts of a layer come from, besides the build's stages.
+FROM_CONTEXT = "context"  # files of the build context (custom backends, baked models, the record)
+FROM_FULL = "full"  # the full image
+
+
+@dataclass(frozen=True)
+class LayerPart:
+    """One layer the composition writes above its base, and where its files come from. The one list
+    the Dockerfile's final stage copies from (composer render) and the composer writes its canonical
+    layers from (composer build), so both hold the same files."""
+
+    kind: str  # as the size report names it: server, backend, repoagent, cache, libraries, python,
+    # packages, model env, models, record, system
+    name: str
+    source: str  # FROM_FULL, FROM_CONTEXT, or the stage it is read from (collect, packages, system, ...)
+    copies: tuple[Copy, ...]
+    owner: str | None = None  # "uid:gid" of every entry; None: as the source has it (root's for context files)
+
+    @property
+    def description(self) -> str:
+        """What the image's history says of the layer."""
+        where = ", ".join(c.dest for c in self.copies)
+        return f"{self.kind} {self.name} ({where})" if self.name != self.kind else f"{self.kind} ({where})"
+
+
+STAGE_LABEL = "org.triton-composer.stage-of"  # "<stage> <run>": a stage of one build the composer reads from
+SYSTEM_TREE = "/composer-system/tree"  # what the system stage's steps wrote, as a tree
+PROOF_VERDICT = "/composer-proof/proved.txt"
+
+
+@dataclass(frozen=True)
 class CompositionPlan:
     """Everything the rendered Dockerfile and build context are made from."""
 
@@ -296,11 +342,17 @@ class CompositionPlan:
     # ONNX Runtime's providers kept ("shared" with any of them); None: the backend's folder as it is
     ort_providers: tuple[str, ...] | None = None
     flavour: Flavour = Flavour()  # vllm: built on the release's vLLM image, not the min image
+    created: str = "1970-01-01T00:00:00Z"  # the image's time (created_label): never the clock
     base_backends: tuple[str, ...] = ()  # backends the flavour's image holds and the image keeps from it
 
     @property
     def cpu_only(self) -> bool:
         return self.device.cpu_only
+
+    @property
+    def epoch(self) -> int:
+        """The composition's epoch: every time in its layers and configuration is at most this."""
+        return epoch_of(self.created)
 
     @property
     def trimmed_backends(self) -> tuple[str, ...]:
@@ -354,6 +406,82 @@ class CompositionPlan:
         where it was trimmed there."""
         trimmed = {f"backends/{b}" for b in self.trimmed_backends}
         return [("collect" if path in trimmed else "full", path) for path in self.component_paths()]
+
+    def layer_parts(self) -> tuple[tuple[LayerPart, ...], tuple[LayerPart, ...]]:
+        """The composition's own layers, in order: those the system stage (the loader cache and the
+        server's user) runs over, then the rest (model environments, baked models). The system
+        stage's own tree and, on a pruned base, the proof's verdict follow them (system_part,
+        proof_part)."""
+        own = self.chown
+        first: list[LayerPart] = []
+        if self.pruning:
+            first.append(LayerPart("record", "pruning report", "decide",
+                                   (Copy("/composer/prune/pruned.json", f"{ROOT}/pruned.json"),)))
+        if self.core:
+            first.append(LayerPart("server", "server core", FROM_FULL,
+                                   tuple(Copy(f"{ROOT}/{p}", f"{ROOT}/{p}") for p in self.core), own))
+        if self.with_headers:
+            first.append(LayerPart("server", "headers", FROM_FULL, (Copy(f"{ROOT}/include", f"{ROOT}/include"),), own))
+        first.append(LayerPart("libraries", "collected libraries", "collect", (Copy("/composer/rootfs", "/", True),)))
+        if self.python_runtime:
+            first.append(LayerPart("python", "python runtime", "collect", (Copy("/composer/python-rootfs", "/", True),)))
+        kinds = {"backends": "backend", "repoagents": "repoagent", "caches": "cache"}
+        for stage, path in self.component_sources():
+            folder, _, name = path.partition("/")
+            first.append(LayerPart(kinds[folder], name, stage, (Copy(f"{ROOT}/{path}", f"{ROOT}/{path}"),), own))
+        for other in self.foreign_backends:
+            path = f"{ROOT}/backends/{other.name}"
+            first.append(LayerPart("backend", other.name, other.stage, (Copy(path, path),), own))
+        for custom in self.custom_backends:
+            first.append(LayerPart("backend", custom.name, FROM_CONTEXT,
+                                   (Copy(f"custom-backends/{custom.name}", f"{ROOT}/backends/{custom.name}"),), own))
+        if self.packages:
+            first.append(LayerPart("packages", "added packages", "packages",
+                                   (Copy("/composer/site-packages", self.site_packages),)))
+            first.append(LayerPart("record", "composition record", "packages",
+                                   (Copy("/composer/composition.json", f"{ROOT}/composition.json"),), own))
+        else:
+            first.append(LayerPart("record", "composition record", FROM_CONTEXT,
+                                   (Copy("composition.json", f"{ROOT}/composition.json"),), own))
+        if self.copy_entrypoint_d:
+            first.append(LayerPart("server", "entrypoint scripts", FROM_FULL,
+                                   (Copy("/opt/nvidia/entrypoint.d", "/opt/nvidia/entrypoint.d", True),)))
+        if self.copy_serve:
+            first.append(LayerPart("server", "serve", FROM_FULL, (Copy("/usr/bin/serve", "/usr/bin/serve"),)))
+        rest: list[LayerPart] = []
+        for env in self.model_envs:
+            rest.append(LayerPart("model env", env.model, "model-envs", (Copy(env.path, env.path),)))
+        if self.baked_models:
+            rest.append(LayerPart("models", "baked models", FROM_CONTEXT, (Copy("models", MODELS_ROOT, True),), own))
+        return tuple(first), tuple(rest)
+
+    @property
+    def system_part(self) -> LayerPart:
+        """What the system stage wrote over the copied files: the loader's cache, the server's user
+        (and, on a GPU image, the CUDA compat wiring)."""
+        return LayerPart("system", "loader cache and user", "system", (Copy(SYSTEM_TREE, "/", True),))
+
+    @property
+    def proof_part(self) -> LayerPart | None:
+        """On a pruned base: the proof's verdict, copied from the proof stage."""
+        if not self.pruning:
+            return None
+        return LayerPart("record", "proof", "proof", (Copy(PROOF_VERDICT, f"{ROOT}/proved.txt"),))
+
+    def all_parts(self) -> tuple[LayerPart, ...]:
+        """Every layer the composition writes, in the image's order (the SBOM's is added last)."""
+        first, rest = self.layer_parts()
+        proof = (self.proof_part,) if self.proof_part else ()
+        return (*first, self.system_part, *rest, *proof)
+
+    def read_stages(self) -> tuple[str, ...]:
+        """The build's stages the composer reads layers from (each labelled STAGE_LABEL)."""
+        names = []
+        for part in self.all_parts():
+            if part.source not in (FROM_FULL, FROM_CONTEXT) and part.source not in names and \
+                    not part.source.startswith("backend-"):
+                names.append(part.source)
+        return tuple(names)
 
     def dropped_provider_filter(self) -> tuple[str, ...]:
         """find(1) arguments naming the provider libraries of the onnxruntime folder that go."""
@@ -551,6 +679,7 @@ def make_plan(
         device=options.device,
         ort_providers=providers,
         flavour=Flavour(flavour.name) if flavour is not None else Flavour(),
+        created=created or rfc3339(0),
         base_backends=base_backends,
     )
 
@@ -647,17 +776,38 @@ def release_constraints(release: Release) -> tuple[str, ...]:
     return (release.numpy,) if release.numpy else ()
 
 
-def created_label(environ: Mapping[str, str]) -> str:
-    """The image's creation time (RFC 3339, UTC): SOURCE_DATE_EPOCH when set, so two builds
-    with the same inputs and epoch carry the same labels; else now."""
-    import datetime
-
+def created_label(environ: Mapping[str, str], bases: Iterable[str] = ()) -> str:
+    """The image's time (RFC 3339, UTC), never the clock: SOURCE_DATE_EPOCH when set, else the
+    newest of its base images' own times (`bases`, as their configurations state them), else 1970.
+    So the same inputs give the same configuration, and the same image id, on any machine."""
     epoch = environ.get("SOURCE_DATE_EPOCH")
     if epoch is not None:
-        moment = datetime.datetime.fromtimestamp(source_date_epoch(epoch), tz=datetime.timezone.utc)
-    else:
-        moment = datetime.datetime.now(tz=datetime.timezone.utc).replace(microsecond=0)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return rfc3339(source_date_epoch(epoch))
+    return rfc3339(max((epoch_of(created) for created in bases if created), default=0))
+
+
+def rfc3339(epoch: int) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def epoch_of(created: str) -> int:
+    """Whole seconds since 1970 of an RFC 3339 time as engines print them (fractions and zones alike)."""
+    import datetime
+
+    text = created.strip().replace("Z", "+00:00")
+    head, dot, rest = text.partition(".")
+    if dot:  # engines print nanoseconds, which datetime does not read: keep the zone, drop the fraction
+        zone = rest.lstrip("0123456789")
+        text = head + zone
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return 0
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return max(0, int(moment.timestamp()))
 
 
 def default_tag(release: Release, backends, repoagents=(), caches=(), flavour: str = "") -> str:

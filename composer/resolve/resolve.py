@@ -348,9 +348,15 @@ def plan_from_inspection(
             flavour = FlavourBase.of(described, Offer.from_contents(inspection.base_contents), inspection.min.env,
                                      inspection.base_contents.cuda_major)
     return make_plan(spec, release, offer, catalog, full, minimal, inspection.full.env, foreign,
-                     created=created or created_label(os.environ), notes=tuple(notes), packages=packages,
+                     created=created or created_label(os.environ, _times(inspection)), notes=tuple(notes),
+                     packages=packages,
                      model_envs=model_envs, min_config=BaseConfig.of(inspection.min), flavour=flavour,
                      full_cuda_major=inspection.contents.cuda_major)
+
+
+def _times(inspection: Inspection) -> list[str]:
+    """Every base image's own time (the composition's epoch is the newest, unless SOURCE_DATE_EPOCH)."""
+    return [inspection.full.created, inspection.min.created, *(info.created for _, info, _ in inspection.backend_images)]
 
 
 def _plan_from_catalog(spec: CompositionSpec, catalog: Catalog, created: str | None = None) -> CompositionPlan:
@@ -378,6 +384,7 @@ def _info_dict(info: ImageInfo) -> dict:
         "id": info.id, "ref": info.ref, "tags": list(info.tags), "repo_digests": list(info.repo_digests),
         "env": dict(info.env), "labels": dict(info.labels), "size": info.size,
         "entrypoint": list(info.entrypoint), "cmd": list(info.cmd), "workdir": info.workdir,
+        "created": info.created,
     }
 
 
@@ -386,6 +393,7 @@ def _info(d: dict) -> ImageInfo:
         id=d["id"], ref=d["ref"], tags=tuple(d["tags"]), repo_digests=tuple(d["repo_digests"]),
         env=dict(d["env"]), labels=dict(d["labels"]), size=int(d["size"]),
         entrypoint=tuple(d.get("entrypoint") or ()), cmd=tuple(d.get("cmd") or ()), workdir=str(d.get("workdir") or ""),
+        created=str(d.get("created") or ""),
     )
 
 

@@ -26,7 +26,6 @@ from composer.config.model_envs import ENVS_ROOT
 from composer.resolve.plan import ROOT, BaseImage, CompositionPlan
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef, is_image_id
-from composer.render.render import render_sbom_layer
 
 SBOM_PATH = f"{ROOT}/sbom.cdx.json"  # where every composed image holds its SBOM
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
@@ -410,23 +409,3 @@ def version_labels(facts: ImageFacts) -> dict[str, str]:
     if python:
         labels["org.triton-composer.python.version"] = python
     return {k: v for k, v in labels.items() if v}
-
-
-def add_sbom(engine, image_id: str, plan: CompositionPlan, *, labels: Mapping[str, str] | None = None,
-             on_line: LineSink = quiet) -> tuple[str, str]:
-    """Read the built image, make its SBOM on this machine and add it in one small last layer
-    (no network); the new image's id and the document. The image stays untagged."""
-    import tempfile
-    from pathlib import Path
-
-    facts = read_facts(engine, image_id, labels)
-    document = make_sbom(plan, facts)
-    with tempfile.TemporaryDirectory(prefix="triton-composer-sbom-") as folder:
-        context = Path(folder)
-        (context / "sbom.cdx.json").write_text(document)
-        stamp = _created(plan).timestamp()  # COPY keeps the file's time: the layer is reproducible too
-        os.utime(context / "sbom.cdx.json", (stamp, stamp))
-        (context / "Dockerfile").write_text(render_sbom_layer(image_id, SBOM_PATH, version_labels(facts)))
-        final = engine.build(context, network_mode="none", labels=labels, on_line=on_line)
-    on_line(f"SBOM: {len(facts.debs)} packages, {len(facts.python)} python packages, at {SBOM_PATH}")
-    return final, document

@@ -1,32 +1,29 @@
 """The size report: what each part of a composed image costs, measured from the built image.
 
-Every step of the final stage adds one layer, and the rendered Dockerfile copies each part in a
-step of its own (the server core, each backend, repo agent and cache, the collected libraries,
-the python runtime, added packages, baked models). So the image's history, read through the
-engine, says exactly what each part weighs: the min image is the layers the image shares with
-it, a part is the layers that copied it, and whatever else the build added (the loader cache,
-the server's user, the composition record) is the overhead over the lower bound.
+The composer writes the image one layer a part (composer.build.assemble: the server core, each
+backend, repo agent and cache, the collected libraries, the python runtime, added packages, each
+model environment, baked models), so the layers, read through the engine, say exactly what each
+part weighs: the base is the layers below the composition's, a part is its layer, and whatever
+else the composition writes (the loader cache and the server's user, the records, the SBOM) is the
+overhead over the lower bound.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from composer.engine.engine import Engine, Layer
 from composer.core.units import human_size
-from composer.resolve.plan import MODELS_ROOT, ROOT, CompositionPlan
+from composer.resolve.plan import CompositionPlan, LayerPart
 from composer.config.types import Device
-from composer.verify.sbom import SBOM_PATH
 
-# "/bin/sh -c #(nop) COPY dir:<hash> in /opt/tritonserver/backends/python " (the classic builder,
-# Podman alike); BuildKit records "COPY <src> <dest> # buildkit".
-_COPY_DEST = re.compile(r"#\(nop\)\s+(?:COPY|ADD)\s+\S+\s+in\s+(\S+)")
-_BUILDKIT_COPY = re.compile(r"^(?:COPY|ADD)\b.*\s(\S+)\s+# buildkit$")
 FOLDER_KINDS = {"backends": "backend", "repoagents": "repoagent", "caches": "cache", "model_envs": "model env"}
-SERVER_ENTRY = ("/opt/nvidia/", "/usr/bin/serve")
-ROOT_TREES = (("libraries", "collected libraries"), ("python", "python runtime"))  # in the template's order
-PRUNED_BASE = ("base", "pruned base")  # the first trees copied to / on a pruned base: its family layers
+SERVER = ("server", "server core")
+LIBRARIES = ("libraries", "collected libraries")
+PYTHON = ("python", "python runtime")
+PACKAGES = ("packages", "added packages")
+MODELS = ("models", "baked models")
+PRUNED_BASE = ("base", "pruned base")  # the base's family layers, as one part (each listed under it)
 
 
 @dataclass(frozen=True)
@@ -97,74 +94,59 @@ class SizeReport:
         return "\n".join(lines)
 
 
-def destination(created_by: str) -> str | None:
-    """Where a COPY step put its files, from the step's history entry (None: not a copy)."""
-    text = created_by.strip()
-    found = _COPY_DEST.search(text) or _BUILDKIT_COPY.match(text)
-    return found.group(1).rstrip("/") or "/" if found else None
-
-
-def measure(engine: Engine, image: str, plan: CompositionPlan) -> SizeReport:
-    """The size report of `image`, built from `plan`, read from its history and its base's."""
+def measure(engine: Engine, image: str, plan: CompositionPlan, parts: tuple[LayerPart, ...]) -> SizeReport:
+    """The size report of `image`, the composer's assembly of `plan` (composer.build.assemble): its
+    history has one entry a layer, the base's first, then one for each of `parts`."""
     layers = engine.layers(image)
-    base = engine.layers(plan.min.id or plan.min.ref)
-    shared = len(base)
-    if [l.created_by for l in layers[:shared]] != [l.created_by for l in base]:
-        shared = 0  # not built on this min image (or on a pruned base): every layer counts as added
-    report = report_from(layers, shared, plan)
+    report = report_from(layers, len(layers) - len(parts), plan, parts)
     if plan.pruning:
-        report = replace(report, pruned_from=sum(l.size for l in base))
+        report = replace(report, pruned_from=sum(l.size for l in engine.layers(plan.min.id or plan.min.ref)))
     if not plan.flavour.on_min_image:
         report = replace(report, base=f"{plan.flavour} image ({plan.min.ref})")
     return replace(report, device=plan.device)
 
 
-def report_from(layers: list[Layer], shared: int, plan: CompositionPlan) -> SizeReport:
-    """The report from an image's layers (oldest first), the first `shared` being the min image's."""
+def report_from(layers: list[Layer], base_count: int, plan: CompositionPlan,
+                parts: tuple[LayerPart, ...]) -> SizeReport:
+    """The report from an image's layers (oldest first): the first `base_count` are its base's (the
+    min image, a flavour's image or a pruned base), then one layer for each of `parts`."""
     # A flavour's image brings the server core and its own backends: they are part of the base.
-    sizes: dict[tuple[str, str], int] = {} if not plan.flavour.on_min_image else {("server", "server core"): 0}
+    sizes: dict[tuple[str, str], int] = {} if not plan.flavour.on_min_image else {SERVER: 0}
     backends = [b for b in plan.all_backends if b not in plan.base_backends]
     for kind, names in (("backend", backends), ("repoagent", plan.repoagents), ("cache", plan.caches),
                         ("model env", [e.model for e in plan.model_envs])):
         sizes.update({(kind, n): 0 for n in names})
-    slots = list(plan.pruning.slots) if plan.pruning else []
-    base_layers = []
-    trees = iter(ROOT_TREES)
+    base = layers[:base_count]
+    base_layers: tuple[Part, ...] = ()
+    min_image = sum(l.size for l in base)
     if plan.pruning:
-        sizes[PRUNED_BASE] = 0  # the first trees copied to /, one a slot of the base's
-    for layer in layers[shared:]:
-        where = destination(layer.created_by)
-        if where == "/" and len(base_layers) < len(slots):
-            base_layers.append(Part("layer", slots[len(base_layers)].name, layer.size))
-            sizes[PRUNED_BASE] += layer.size
-            continue
-        key = _part_of(where, plan, trees) if where else None
+        slots = plan.pruning.slots
+        names = [slot.name for slot in slots] if len(slots) == len(base) else [f"{i + 1:02d}" for i in range(len(base))]
+        base_layers = tuple(Part("layer", name, layer.size) for name, layer in zip(names, base))
+        sizes = {PRUNED_BASE: min_image, **sizes}
+        min_image = 0  # the image shares no layer with the min image: its base is a part
+    for part, layer in zip(parts, layers[base_count:]):
+        key = _part_of(part)
         if key is not None:
             sizes[key] = sizes.get(key, 0) + layer.size
-    sizes.setdefault(ROOT_TREES[0], 0)
+    sizes.setdefault(LIBRARIES, 0)
     if plan.python_runtime:
-        sizes.setdefault(ROOT_TREES[1], 0)
+        sizes.setdefault(PYTHON, 0)
     if plan.packages:
-        sizes.setdefault(("packages", "added packages"), 0)
+        sizes.setdefault(PACKAGES, 0)
     if plan.baked_models:
-        sizes.setdefault(("models", "baked models"), 0)
+        sizes.setdefault(MODELS, 0)
     total = sum(l.size for l in layers)
-    parts = tuple(Part(kind, name, size) for (kind, name), size in sizes.items())
-    return SizeReport(total, sum(l.size for l in layers[:shared]), parts, base_layers=tuple(base_layers))
+    return SizeReport(total, min_image, tuple(Part(kind, name, size) for (kind, name), size in sizes.items()),
+                      base_layers=base_layers)
 
 
-def _part_of(where: str, plan: CompositionPlan, trees) -> tuple[str, str] | None:
-    if where == "/":  # the collect stage's trees, in the template's order
-        return next(trees, None)
-    if plan.site_packages and where == plan.site_packages.rstrip("/"):
-        return ("packages", "added packages")
-    if where == MODELS_ROOT:
-        return ("models", "baked models")
-    if where.startswith(SERVER_ENTRY):
-        return ("server", "server core")  # the entrypoint's scripts and SageMaker's serve, as NGC's
-    if where in (f"{ROOT}/composition.json", f"{ROOT}/pruned.json", SBOM_PATH) or not where.startswith(ROOT + "/"):
-        return None  # the record and anything else the build adds: overhead
-    head, _, name = where[len(ROOT) + 1:].partition("/")
-    if head in FOLDER_KINDS and name:
-        return (FOLDER_KINDS[head], name)
-    return ("server", "server core")
+def _part_of(part: LayerPart) -> tuple[str, str] | None:
+    """The report's row of a layer; None for what is overhead (the records, the loader's cache and
+    the server's user, the SBOM)."""
+    if part.kind == "server":
+        return SERVER  # the core, its headers, the entrypoint's scripts and SageMaker's serve, as NGC's
+    if part.kind in ("record", "system"):
+        return None
+    return {"libraries": LIBRARIES, "python": PYTHON, "packages": PACKAGES, "models": MODELS}.get(
+        part.kind, (part.kind, part.name))

@@ -46,6 +46,10 @@ class FakeEngine(ContainerEngine):
     asked_logins: list[str] = field(default_factory=list)
     histories: dict[str, list[Layer]] = field(default_factory=dict)  # image -> its layers, oldest first
     builds: list[dict] | None = None  # when a list: builds succeed and are recorded here
+    archives: dict[tuple[str, str], bytes] = field(default_factory=dict)  # (image, path) -> its tar
+    exports: list[tuple[str, str]] = field(default_factory=list)
+    loaded: dict[str, dict] = field(default_factory=dict)  # image id -> {"config": bytes, "layers": {diff id: tar}}
+    configs: dict[str, dict] = field(default_factory=dict)  # image -> image_config()'s answer
 
     @classmethod
     def with_images(cls, *names: str, **kwargs) -> "FakeEngine":
@@ -69,8 +73,36 @@ class FakeEngine(ContainerEngine):
     def tag(self, image_id: str, ref: str) -> None:
         self.images[ref] = image_id
 
-    def remove_image(self, ref: str, *, force: bool = False) -> None:
+    def remove_image(self, ref: str, *, force: bool = False, prune: bool = True) -> None:
         self.images.pop(ref, None)
+
+    def image_config(self, ref: str) -> dict:
+        return self.configs.get(ref) or {"config": {"Env": ["PATH=/usr/bin"], "Cmd": ["tritonserver"]},
+                                         "architecture": "amd64", "os": "linux", "variant": ""}
+
+    def export_path(self, image: str, path: str, *, labels=None):
+        self.exports.append((image, path))
+        if (image, path) not in self.archives:
+            raise ImageNotFound(f"cannot read {path} of {image}: no such path in the fake engine")
+        data = self.archives[(image, path)]
+        for start in range(0, len(data), 4096):
+            yield data[start:start + 4096]
+
+    def load_stream(self, archive, what: str) -> None:
+        import hashlib
+        import json
+        import tarfile
+
+        files = {}
+        with tarfile.open(fileobj=archive, mode="r|") as tar:
+            for member in tar:
+                files[member.name] = tar.extractfile(member).read() if member.isreg() else b""
+        manifest = json.loads(files["manifest.json"])[0]
+        config = files[manifest["Config"]]
+        image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+        layers = {name.split("/")[0]: files[name] for name in manifest["Layers"] if name in files}
+        self.loaded[image_id] = {"config": config, "layers": layers}
+        self.images[image_id] = image_id
 
     def images_labelled(self, label: str, *, untagged: bool = False) -> list[str]:
         return []

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from composer import pipeline
+from composer.build.assemble import Assembled
 from composer.catalog.catalog import Catalog
 from composer.resolve.contents import Component, FullImageContents
 from composer.engine.engine import ImageInfo, RunResult
@@ -20,7 +21,8 @@ from composer.config.rules import validate as check
 from tests.specs import spec
 from tests.unit.fake_engine import FakeEngine, recorded_facts
 
-BUILT = "sha256:" + "b" * 64
+BUILT = "sha256:" + "b" * 64  # the engine's image: build cache only
+COMPOSED = "sha256:" + "c" * 64  # the image the composer writes from the build's parts
 OLD = "sha256:" + "0" * 64
 
 
@@ -40,9 +42,17 @@ def _report(passed: bool) -> SmokeReport:
 
 
 @pytest.fixture
-def engine():
+def engine(monkeypatch):
     # An existing tag, which must not move on failure; the built image's contents as recorded from a
-    # real build (for its SBOM).
+    # real build (for its SBOM). The composer's own writing of the image (composer.build.assemble,
+    # tested on its own) gives COMPOSED.
+    def assembled(engine, plan, built, base, context, layers, run, labels, on_line):
+        assert built == BUILT and (context.directory / "Dockerfile").is_file()
+        engine.images[COMPOSED] = COMPOSED
+        engine.discard_untagged(built)  # as the real one does
+        return Assembled(COMPOSED, b"{}", OLD, (), (), ()), "{}"
+
+    monkeypatch.setattr(pipeline, "_assemble", assembled)
     return BuildingEngine.with_images("team/triton:1", answer=RunResult(0, recorded_facts()))
 
 
@@ -52,12 +62,13 @@ def test_the_tag_moves_only_after_the_smoke_test_passed(engine, ngc_plan, monkey
     monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: _report(False))
     with pytest.raises(pipeline.SmokeTestFailed, match="team/triton:1 was not moved"):
         build_image(engine, plan)
-    assert engine.images["team/triton:1"] == OLD and BUILT not in engine.images  # discarded
+    assert engine.images["team/triton:1"] == OLD and COMPOSED not in engine.images  # discarded
     assert engine.builds[0]["network_mode"] == "none"
+    assert set(engine.builds[0]["buildargs"]) == {"COMPOSER_RUN", "SOURCE_DATE_EPOCH"}
 
     monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: _report(True))
     result = build_image(engine, plan)
-    assert result.tag == "team/triton:1" and engine.images["team/triton:1"] == BUILT
+    assert result.tag == "team/triton:1" and engine.images["team/triton:1"] == COMPOSED
 
 
 def test_ctrl_c_during_the_smoke_test_leaves_no_image_and_every_tag(engine, ngc_plan, monkeypatch):

@@ -12,11 +12,9 @@ from composer.core.errors import Invalid, UsageError
 from composer.resolve.plan import Offer, make_plan
 from composer.build.pruning import BASE_LABEL, base_key, proof_failure, pruned_base
 from composer.render.render import render_dockerfile, write_context
-from composer.verify.sizes import report_from
 from composer.config.options import OPTIONS
 from composer.config.rules import validate as check
 from tests.specs import spec
-from tests.unit.test_sizes import copy
 
 
 def test_bad_base_and_a_lonely_keep_tensorrt_builder_are_refused():
@@ -46,34 +44,14 @@ def test_without_the_min_images_configuration_a_pruned_plan_is_refused(ngc_plan,
 def test_the_dockerfile_builds_on_the_base_given_restates_the_min_config_and_proves(ngc_plan):
     text = render_dockerfile(ngc_plan("onnxruntime", "python", base="pruned", keep_tensorrt_builder=True))
     assert "\nARG PRUNED_BASE\n\nFROM nvcr.io/nvidia/tritonserver@sha256:" in text  # before the first FROM
-    assert "\nFROM ${PRUNED_BASE} AS composed\nENV \\\n" in text and "FROM scratch" not in text
-    assert "COPY --from=decide /composer/prune/pruned.json /opt/tritonserver/pruned.json\nUSER root\n" in text
+    assert "\nFROM ${PRUNED_BASE} AS composed-files\nENV \\\n" in text and "FROM scratch" not in text
+    assert "USER root\nCOPY --from=decide /composer/prune/pruned.json /opt/tritonserver/pruned.json\n" in text
     assert 'NVIDIA_REQUIRE_CUDA="cuda>=9.0"' in text  # literally, not JSON's \u003e
     assert 'ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]' in text
     assert '"--keep-tensorrt-builder", "bin", "lib"' in text and '"backends/onnxruntime", "backends/python"]' in text
     assert text.rstrip().endswith("FROM composed\nCOPY --from=proof /composer-proof/proved.txt /opt/tritonserver/proved.txt")
     assert 'RUN ["/bin/sh", "/composer-proof/prove.sh", "/composer-proof/required.txt", "/composer-proof/proved.txt"]' in text
     assert "FROM scratch" not in render_dockerfile(ngc_plan("onnxruntime", "python"))
-
-
-def test_the_size_report_names_the_pruned_base_and_what_it_saved(ngc_plan):
-    plan = ngc_plan("python", base="pruned")
-    slots = plan.pruning.slots  # the base's family layers, then the composition's
-    layers = [copy("/", 1_000_000_000 if slot.family == "core" else 100) for slot in slots]
-    layers += [copy("/opt/tritonserver/bin", 4_000_000), copy("/", 7_000_000),
-               copy("/", 30_000_000), copy("/opt/tritonserver/backends/python", 3_000_000)]
-    report = report_from(layers, 0, plan)
-    parts = {(p.kind, p.name): p.size for p in report.parts}
-    assert parts[("base", "pruned base")] == 1_000_000_000 + 100 * (len(slots) - 1)
-    assert parts[("python", "python runtime")] == 30_000_000 and parts[("libraries", "collected libraries")] == 7_000_000
-    assert [(p.name, p.size) for p in report.base_layers][:2] == [("00-core", 1_000_000_000), ("01-python", 100)]
-    assert report.base_layers[-1].name == f"{len(slots) - 1:02d}-dpkg"
-    report = replace(report, pruned_from=9_000_000_000)
-    saved = 9_000_000_000 - parts[("base", "pruned base")]
-    assert report.pruning_saved == saved and report.to_dict()["pruning_saved"] == saved
-    table = report.table()
-    assert "pruning saved" in table and "min image  " not in table and "  layer 03-cublas" in table
-    assert report.to_dict()["base_layers"][0] == {"kind": "layer", "name": "00-core", "size": 1_000_000_000}
 
 
 def test_the_proofs_line_is_the_error():
@@ -106,7 +84,8 @@ def test_every_stage_no_image_keeps_labels_itself_first_and_the_image_needs_the_
             if stage:
                 assert lines[index + 1] == f'LABEL org.triton-composer.stage="{stage.group(1)}"', dockerfile
             else:
-                assert " AS " not in line or re.search(r" AS (full|min|collect|composed|packages|model-envs)$", line), line
+                assert " AS " not in line or re.search(
+                    r" AS (full|min|collect|composed-files|system|composed|packages|model-envs)$", line), line
     final = (context.directory / "Dockerfile").read_text().rsplit("\nFROM ", 1)[1]
     assert final.startswith("composed\n") and "COPY --from=proof /composer-proof/proved.txt" in final
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.render.render import render_dockerfile, render_pruned_base, render_sbom_layer, write_context
+from composer.render.render import render_dockerfile, render_pruned_base, write_context
 from composer.verify.sbom import SBOM_PATH, parse_facts, version_labels
 from tests.unit.fake_engine import recorded_facts
 
@@ -39,13 +39,6 @@ def test_golden_pruned_renders(ngc_plan, name, which):
     _matches_golden(text, GOLDEN / f"ngc-24.09-{name}-{which}.Dockerfile")
 
 
-def test_golden_sbom_layer():
-    """The last layer: the SBOM and the version labels, as read from a recorded image."""
-    facts = parse_facts(recorded_facts())
-    _matches_golden(render_sbom_layer("sha256:" + "b" * 64, SBOM_PATH, version_labels(facts)),
-                    GOLDEN / "sbom-layer.Dockerfile")
-
-
 def _matches_golden(text: str, golden: Path) -> None:
     if os.environ.get("COMPOSER_UPDATE_GOLDEN") == "1":
         golden.write_text(text)
@@ -75,9 +68,11 @@ def test_golden_renders_follow_ngc_final_stage(release, name):
     assert ("/opt/hpcx/ucc/lib/:/opt/hpcx/ucx/lib/" in text) is ("pytorch" in backends)
     assert "apt-get" not in text
     # The user: remove tensorrt-server, and from 24.11 `ubuntu` (uid 1000 on Ubuntu 24.04), then
-    # triton-server with uid and gid 1000.
-    assert "userdel tensorrt-server" in text and "userdel ubuntu" in text
-    assert "useradd --uid 1000 --gid 1000" in text
+    # triton-server with uid and gid 1000 (the system stage's script, copied into every context).
+    system = (Path(__file__).parents[2] / "composer" / "in_image" / "system.sh").read_text()
+    assert 'RUN ["/bin/sh", "/composer-system/system.sh", "/composer-system/tree", "--cuda-compat"]' in lines
+    assert "userdel tensorrt-server" in system and "userdel ubuntu" in system
+    assert "useradd --uid 1000 --gid 1000" in system
     # Python's PEP 668 marker from 24.11: PIP_BREAK_SYSTEM_PACKAGES where python is in the image.
     assert ('PIP_BREAK_SYSTEM_PACKAGES="1"' in text) is (release >= "24.11" and "python" in backends)
     # Ownership: every Triton COPY --chown=1000:1000 up to 26.05; nothing chowned from 26.06.
@@ -89,7 +84,7 @@ def test_golden_renders_follow_ngc_final_stage(release, name):
         assert all("--chown=1000:1000" in line for line in copies)
     # The entrypoint scripts NGC's entrypoint runs first; the CUDA compat wiring on GPU images.
     assert "COPY --from=full /opt/nvidia/entrypoint.d/ /opt/nvidia/entrypoint.d/" in lines
-    assert 'echo "${_CUDA_COMPAT_PATH}/lib" > /etc/ld.so.conf.d/00-cuda-compat.conf' in text
+    assert 'echo "${_CUDA_COMPAT_PATH}/lib" > /etc/ld.so.conf.d/00-cuda-compat.conf' in system
     # Only the selected backends, from the full image, FROM images pinned by digest.
     copied = sorted(line.split()[-1].rsplit("/", 1)[-1] for line in copies if "/backends/" in line)
     assert copied == sorted(backends)
@@ -158,7 +153,10 @@ def test_packages_render_from_a_wheelhouse_without_secrets(ngc_plan, tmp_path):
     plan = ngc_plan("python", packages=packages)
     context = write_context(plan, tmp_path / "ctx")
     text = context.dockerfile.read_text()
-    assert "FROM collect AS packages" in text and "ARG " not in text
+    # No build argument could carry a secret: the only ones are the build's name and its epoch.
+    assert "FROM collect AS packages" in text
+    assert {line.split("=")[0] for line in text.splitlines() if line.startswith("ARG ")} <= {
+        "ARG COMPOSER_RUN", "ARG SOURCE_DATE_EPOCH"}
     assert '"python3", "/composer/packages/wheelhouse/pip-24.2-py3-none-any.whl/pip", "install"' in text
     assert '"--no-index", "--find-links", "/composer/packages/wheelhouse"' in text
     assert "COPY --from=packages /composer/site-packages /usr/local/lib/python3.10/dist-packages" in text

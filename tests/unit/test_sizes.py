@@ -1,47 +1,27 @@
-"""The size report, from an image's history as the engine gives it."""
+"""The size report, from the composed image's layers: the base's, then one a part."""
 
 from __future__ import annotations
 
-
 from composer.engine.engine import Layer
-from composer.verify.sizes import destination, measure
+from composer.verify.sizes import measure, report_from
 
-NOP = "/bin/sh -c #(nop) "
-
-
-def copy(dest: str, size: int) -> Layer:
-    return Layer(f"{NOP}COPY dir:{'ab' * 32} in {dest} ", size)
+MIN_LAYERS = [Layer("base layer 1", 100_000_000), Layer("base layer 2", 50_000)]
 
 
-MIN_LAYERS = [Layer("", 100_000_000), Layer(f"{NOP} ENV A=1", 0), Layer("/bin/sh -c apt-get install python3", 50_000)]
-
-
-def test_destination_of_each_kind_of_step():
-    assert destination(copy("/opt/tritonserver/backends/python", 1).created_by) == "/opt/tritonserver/backends/python"
-    assert destination(copy("/", 1).created_by) == "/"
-    assert destination(copy("/models/", 1).created_by) == "/models"
-    assert destination("COPY models/ /models/ # buildkit") == "/models"
-    assert destination("/bin/sh -c ldconfig") is None and destination(f"{NOP} LABEL a=b") is None
+def _layers(plan, sizes: dict[str, int]) -> list[Layer]:
+    """One layer for each part of the plan (as the composer writes them), sized by part name."""
+    return [Layer(part.description, sizes.get(part.name, 0)) for part in plan.all_parts()]
 
 
 def test_parts_add_up_to_the_image(ngc_plan, tmp_path):
     from tests.unit.fake_engine import FakeEngine
 
     plan = ngc_plan("onnxruntime", "python", repoagents=("checksum",), bake_models=tmp_path)
-    added = [
-        copy("/opt/tritonserver/bin", 4_000_000), copy("/opt/tritonserver/lib", 20_000_000),
-        copy("/opt/tritonserver/LICENSE", 2_000),
-        copy("/", 7_000_000), copy("/", 30_000_000),  # libraries, then the python runtime
-        copy("/opt/tritonserver/backends/onnxruntime", 60_000_000),
-        copy("/opt/tritonserver/backends/python", 3_000_000),
-        copy("/opt/tritonserver/repoagents/checksum", 500_000),
-        Layer(f"{NOP}COPY file:{'cd' * 32} in /opt/tritonserver/composition.json ", 1_000),
-        Layer("/bin/sh -c ldconfig && useradd triton-server", 40_000),
-        copy("/models/", 9_000_000),
-        Layer(f"{NOP} ENV PATH=/opt/tritonserver/bin", 0), Layer(f'{NOP} CMD ["tritonserver"]', 0),
-    ]
+    added = _layers(plan, {"server core": 24_002_000, "collected libraries": 7_000_000, "python runtime": 30_000_000,
+                           "onnxruntime": 60_000_000, "python": 3_000_000, "checksum": 500_000,
+                           "composition record": 1_000, "loader cache and user": 40_000, "baked models": 9_000_000})
     engine = FakeEngine(histories={"built": MIN_LAYERS + added, plan.min.id: MIN_LAYERS})
-    report = measure(engine, "built", plan)
+    report = measure(engine, "built", plan, plan.all_parts())
     parts = {(p.kind, p.name): p.size for p in report.parts}
     assert parts == {
         ("server", "server core"): 24_002_000, ("libraries", "collected libraries"): 7_000_000,
@@ -56,12 +36,23 @@ def test_parts_add_up_to_the_image(ngc_plan, tmp_path):
     assert "backend onnxruntime" in table and "baked models" in table and "overhead" in table
 
 
-def test_an_image_not_on_the_min_image_counts_every_layer(ngc_plan):
-    from tests.unit.fake_engine import FakeEngine
+def test_the_size_report_names_the_pruned_base_and_what_it_saved(ngc_plan):
+    from dataclasses import replace
 
-    plan = ngc_plan("python")
-    engine = FakeEngine(histories={"built": [Layer("other base", 5), copy("/opt/tritonserver/bin", 7)],
-                                   plan.min.id: MIN_LAYERS})
-    report = measure(engine, "built", plan)
-    assert report.min_image == 0 and report.total == 12
-    assert {(p.kind, p.name): p.size for p in report.parts}[("server", "server core")] == 7
+    plan = ngc_plan("python", base="pruned")
+    slots = plan.pruning.slots  # the base's family layers, then the composition's
+    base = [Layer(f"base layer {slot.name}", 1_000_000_000 if slot.family == "core" else 100) for slot in slots]
+    layers = base + _layers(plan, {"server core": 4_000_000, "collected libraries": 7_000_000,
+                                   "python runtime": 30_000_000, "python": 3_000_000})
+    report = report_from(layers, len(base), plan, plan.all_parts())
+    parts = {(p.kind, p.name): p.size for p in report.parts}
+    assert parts[("base", "pruned base")] == 1_000_000_000 + 100 * (len(slots) - 1)
+    assert parts[("python", "python runtime")] == 30_000_000 and parts[("libraries", "collected libraries")] == 7_000_000
+    assert [(p.name, p.size) for p in report.base_layers][:2] == [("00-core", 1_000_000_000), ("01-python", 100)]
+    assert report.base_layers[-1].name == f"{len(slots) - 1:02d}-dpkg" and report.min_image == 0
+    report = replace(report, pruned_from=9_000_000_000)
+    saved = 9_000_000_000 - parts[("base", "pruned base")]
+    assert report.pruning_saved == saved and report.to_dict()["pruning_saved"] == saved
+    table = report.table()
+    assert "pruning saved" in table and "min image  " not in table and "  layer 03-cublas" in table
+    assert report.to_dict()["base_layers"][0] == {"kind": "layer", "name": "00-core", "size": 1_000_000_000}

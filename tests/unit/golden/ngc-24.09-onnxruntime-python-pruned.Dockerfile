@@ -16,6 +16,8 @@ USER root
 COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
 COPY collect.py probe.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "--python-out", "/composer/python-rootfs", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage-of="collect ${COMPOSER_RUN}"
 
 # The pruned base (--base pruned): prune.py decides, from the min image's dpkg database and the
 # files of the full image (a superset of the min image's), which packages and files of the min
@@ -27,14 +29,16 @@ LABEL org.triton-composer.stage="decide"
 COPY --from=min /var/lib/dpkg /composer/min-dpkg
 COPY prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage-of="decide ${COMPOSER_RUN}"
 
-FROM ${PRUNED_BASE} AS composed
+FROM ${PRUNED_BASE} AS composed-files
 ENV \
     PATH="/usr/local/cuda/bin:/usr/bin:/bin" \
     NVIDIA_REQUIRE_CUDA="cuda>=9.0"
 ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]
-COPY --from=decide /composer/prune/pruned.json /opt/tritonserver/pruned.json
 USER root
+COPY --from=decide /composer/prune/pruned.json /opt/tritonserver/pruned.json
 COPY --chown=1000:1000 --from=full /opt/tritonserver/bin /opt/tritonserver/bin
 COPY --chown=1000:1000 --from=full /opt/tritonserver/lib /opt/tritonserver/lib
 COPY --chown=1000:1000 --from=full /opt/tritonserver/LICENSE /opt/tritonserver/LICENSE
@@ -46,21 +50,21 @@ COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/onnxruntime /opt/t
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/python /opt/tritonserver/backends/python
 COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
 COPY --from=full /opt/nvidia/entrypoint.d/ /opt/nvidia/entrypoint.d/
-# Register copied libraries with the loader; create the server's user as NGC images do
-# (from 24.11 NGC first removes the user `ubuntu`, which holds uid 1000 on Ubuntu 24.04).
-RUN ldconfig \
- && if id -u tensorrt-server >/dev/null 2>&1; then userdel tensorrt-server; fi \
- && if [ "$(id -u ubuntu 2>/dev/null)" = 1000 ]; then userdel ubuntu; fi \
- && if [ "$(getent group 1000 | cut -d: -f1)" = ubuntu ]; then groupdel ubuntu; fi \
- && (id -u triton-server >/dev/null 2>&1 \
-     || (groupadd --gid 1000 triton-server && useradd --uid 1000 --gid 1000 --shell /bin/bash --home-dir /home/triton-server --create-home triton-server))
-# The CUDA forward-compatibility libraries, wired as NGC's GPU images do (where the image has them).
-RUN if [ -n "${_CUDA_COMPAT_PATH:-}" ] && [ -d "${_CUDA_COMPAT_PATH}/lib.real" ]; then \
-      ln -sf "${_CUDA_COMPAT_PATH}/lib.real" "${_CUDA_COMPAT_PATH}/lib" \
-      && echo "${_CUDA_COMPAT_PATH}/lib" > /etc/ld.so.conf.d/00-cuda-compat.conf \
-      && ldconfig \
-      && rm -f "${_CUDA_COMPAT_PATH}/lib"; \
-    fi
+
+# What the image's own tools write over the copied files: the loader's cache of the copied
+# libraries, the server's user as NGC images have it (from 24.11 NGC first removes the user
+# `ubuntu`, which holds uid 1000 on Ubuntu 24.04), the CUDA forward-compatibility
+# libraries wired as NGC's GPU images do. system.sh also gathers what these steps wrote
+# into /composer-system/tree, which the image copies as one layer; times come from SOURCE_DATE_EPOCH.
+FROM composed-files AS system
+ARG SOURCE_DATE_EPOCH=0
+COPY system.sh /composer-system/
+RUN ["/bin/sh", "/composer-system/system.sh", "/composer-system/tree", "--cuda-compat"]
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage-of="system ${COMPOSER_RUN}"
+
+FROM composed-files AS composed
+COPY --from=system /composer-system/tree/ /
 ENV \
     TRITON_SERVER_VERSION="2.50.0" \
     NVIDIA_TRITON_SERVER_VERSION="24.09" \
@@ -96,6 +100,8 @@ LABEL org.triton-composer.stage="proof"
 COPY prove.sh /composer-proof/
 COPY --from=decide /composer/prune/required.txt /composer/prune/unresolved.txt /composer-proof/
 RUN ["/bin/sh", "/composer-proof/prove.sh", "/composer-proof/required.txt", "/composer-proof/proved.txt"]
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage-of="proof ${COMPOSER_RUN}"
 
 FROM composed
 COPY --from=proof /composer-proof/proved.txt /opt/tritonserver/proved.txt

@@ -13,20 +13,28 @@ USER root
 COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
 COPY collect.py probe.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "backends/onnxruntime"]
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage-of="collect ${COMPOSER_RUN}"
 
-FROM min
+FROM min AS composed-files
 USER root
 COPY --from=collect /composer/rootfs/ /
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
 COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
-# Register copied libraries with the loader; create the server's user as NGC images do
-# (from 24.11 NGC first removes the user `ubuntu`, which holds uid 1000 on Ubuntu 24.04).
-RUN ldconfig \
- && if id -u tensorrt-server >/dev/null 2>&1; then userdel tensorrt-server; fi \
- && if [ "$(id -u ubuntu 2>/dev/null)" = 1000 ]; then userdel ubuntu; fi \
- && if [ "$(getent group 1000 | cut -d: -f1)" = ubuntu ]; then groupdel ubuntu; fi \
- && (id -u triton-server >/dev/null 2>&1 \
-     || (groupadd --gid 1000 triton-server && useradd --uid 1000 --gid 1000 --shell /bin/bash --home-dir /home/triton-server --create-home triton-server))
+
+# What the image's own tools write over the copied files: the loader's cache of the copied
+# libraries, the server's user as NGC images have it (from 24.11 NGC first removes the user
+# `ubuntu`, which holds uid 1000 on Ubuntu 24.04). system.sh also gathers what these steps wrote
+# into /composer-system/tree, which the image copies as one layer; times come from SOURCE_DATE_EPOCH.
+FROM composed-files AS system
+ARG SOURCE_DATE_EPOCH=0
+COPY system.sh /composer-system/
+RUN ["/bin/sh", "/composer-system/system.sh", "/composer-system/tree"]
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage-of="system ${COMPOSER_RUN}"
+
+FROM composed-files AS composed
+COPY --from=system /composer-system/tree/ /
 ENV \
     TRITON_SERVER_VERSION="2.50.0" \
     NVIDIA_TRITON_SERVER_VERSION="24.09" \

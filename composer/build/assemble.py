@@ -1,0 +1,241 @@
+"""The composed image as the composer writes it: the base's layers as they are, then one canonical
+layer per part of the composition (composer.build.canonical) and a configuration whose times come
+from the composition's epoch, never the clock. Its id is the digest of that configuration, so the
+same inputs give the same image id on any engine, and the same pushed digest from any machine.
+
+The engine builds the rendered Dockerfile as before (its stages run the steps: collect, pip,
+environments, the loader cache, the proof); the composer then reads each part's files from the
+stage or image that holds them (the engine's archive of that path, or the build context) and
+loads the image it wrote. The engine's own last image stays as build cache only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import io
+import json
+import os
+import tarfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterable, Mapping
+
+from composer import __version__
+from composer.build.canonical import (
+    Entry, LayerFile, archive_entries, host_entries, parent_folders, spool_archive, write_layer,
+)
+from composer.core.errors import BuildFailed, ComposerError
+from composer.core.progress import LineSink, quiet
+from composer.engine.engine import Engine, ImageInfo
+from composer.resolve.plan import FROM_CONTEXT, FROM_FULL, ROOT, STAGE_LABEL, CompositionPlan, LayerPart
+
+# The runtime configuration an image restates (the rest of the engine's Config is a container's).
+RUNTIME_KEYS = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "WorkingDir", "Labels",
+                "StopSignal", "Shell", "Healthcheck", "OnBuild")
+CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
+
+
+def rfc3339(epoch: int) -> str:
+    return datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def canonical_json(value) -> bytes:
+    """JSON as the composer writes every document it digests: sorted keys, no spaces."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def owner_of(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    uid, _, gid = text.partition(":")
+    return int(uid), int(gid or uid)
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """A composed image the composer wrote: its configuration, the base's layers and its own."""
+
+    image_id: str  # sha256:<hex> of `config`
+    config: bytes
+    base: str  # the base image's id
+    base_layers: tuple[str, ...]  # the base's diff ids, bottom first
+    layers: tuple[LayerFile, ...]  # the composition's own, in order
+    parts: tuple[LayerPart, ...]  # what each of `layers` holds (the SBOM's last)
+
+    @property
+    def diff_ids(self) -> tuple[str, ...]:
+        return (*self.base_layers, *(layer.diff_id for layer in self.layers))
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where the parts' files are read from: the images of the build's stages (by stage name), the
+    base images and the build context on this machine."""
+
+    stages: Mapping[str, str]  # stage name -> image id
+    full: str  # the full image's id
+    backend_images: Mapping[str, str]  # a foreign backend's stage name -> its image's id
+    context: Path
+
+    def image_of(self, source: str) -> str:
+        if source == FROM_FULL:
+            return self.full
+        if source in self.backend_images:
+            return self.backend_images[source]
+        if source not in self.stages:
+            raise BuildFailed(f"the build left no stage {source} to read from (labelled {STAGE_LABEL})")
+        return self.stages[source]
+
+
+def find_stages(engine: Engine, names: Iterable[str], run: str) -> dict[str, str]:
+    """The images of the build's stages the composer reads, by their label (this run's only)."""
+    found = {}
+    for name in names:
+        images = engine.images_labelled(f"{STAGE_LABEL}={name} {run}")
+        if not images:
+            raise BuildFailed(f"the build left no image of its stage {name}")
+        found[name] = images[0]
+    return found
+
+
+def part_layer(engine: Engine, part: LayerPart, sources: Sources, epoch: int, folder: Path, index: int,
+               labels: Mapping[str, str] | None = None) -> LayerFile:
+    """One part's canonical layer, from where its files are (a stage, an image, the context)."""
+    owner = owner_of(part.owner)
+    entries: list[Entry] = []
+    spools: list[Path] = []
+    try:
+        for copy in part.copies:
+            if not copy.contents and copy.dest.startswith(ROOT + "/"):
+                entries += parent_folders(copy.dest, ROOT, epoch, owner or (0, 0))
+            if part.source == FROM_CONTEXT:
+                entries += host_entries(sources.context / copy.source, copy.dest, epoch, owner)
+                continue
+            image = sources.image_of(part.source)
+            spool = spool_archive(engine.export_path(image, copy.source.rstrip("/") or "/", labels=labels), folder)
+            spools.append(spool)
+            entries += archive_entries(spool, copy, epoch, owner)
+        return write_layer(entries, folder / f"layer-{index:02d}.tar", part.description)
+    finally:
+        for spool in spools:
+            spool.unlink(missing_ok=True)
+
+
+def file_layer(path: str, content: bytes, epoch: int, folder: Path, name: str, description: str) -> LayerFile:
+    """A layer of one file the composer made (the SBOM), owned by root."""
+    info = tarfile.TarInfo(path.strip("/"))
+    info.size, info.mode, info.mtime = len(content), 0o644, epoch
+    info.uname = info.gname = ""
+    return write_layer([Entry(info, data=content)], folder / name, description)
+
+
+def runtime_config(config: Mapping, labels: Mapping[str, str]) -> dict:
+    """The runtime configuration of the engine's image, as the composed image states it (labels
+    added); nothing of the build container (hostname, the parent image's id)."""
+    out = {}
+    for key in RUNTIME_KEYS:
+        value = config.get(key)
+        if key == "Labels":
+            value = {**dict(value or {}), **dict(labels)}
+        if value not in (None, "", [], {}):
+            out[key] = value
+    return out
+
+
+def image_config(base: ImageInfo, built: Mapping, layers: tuple[LayerFile, ...], epoch: int,
+                 labels: Mapping[str, str]) -> bytes:
+    """The configuration of the composed image: times from the epoch, history one entry a layer (the
+    base's named by its id: the same base gives the same history whatever it is called)."""
+    base_created = base.created or rfc3339(0)
+    count = len(base.layers)
+    history = [{"created": _normal_time(base_created), "created_by": f"base {base.id}: layer {i + 1} of {count}"}
+               for i in range(count)]
+    history += [{"created": rfc3339(epoch), "created_by": f"triton-composer {__version__}: {layer.description}"}
+                for layer in layers]
+    config = {
+        "architecture": built.get("architecture") or "amd64",
+        "os": built.get("os") or "linux",
+        **({"variant": built["variant"]} if built.get("variant") else {}),
+        "created": rfc3339(epoch),
+        "config": runtime_config(built.get("config") or {}, labels),
+        "rootfs": {"type": "layers", "diff_ids": [*base.layers, *(layer.diff_id for layer in layers)]},
+        "history": history,
+    }
+    return canonical_json(config)
+
+
+def _normal_time(text: str) -> str:
+    """An RFC 3339 time to whole seconds in UTC (engines print fractions their own ways)."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").split(".")[0].rstrip("Z"))
+    except ValueError:
+        return text
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tuple[LayerFile, ...],
+         what: str) -> str:
+    """Load the image into the engine: an archive of its configuration and its own layers only (the
+    engine holds the base's), streamed, never written whole to disk. Its id."""
+    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    reader, writer = os.pipe()
+    failure: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with os.fdopen(writer, "wb") as out, tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                _add(tar, f"{image_id[7:]}.json", io.BytesIO(config), len(config))
+                paths = []
+                for diff_id in base_layers:
+                    paths.append(f"{diff_id[7:]}/layer.tar")  # not in the archive: the engine has them
+                for layer in layers:
+                    name = f"{layer.diff_id[7:]}/layer.tar"
+                    paths.append(name)
+                    with open(layer.path, "rb") as fh:
+                        _add(tar, name, fh, layer.size)
+                manifest = json.dumps([{"Config": f"{image_id[7:]}.json", "RepoTags": None, "Layers": paths}]).encode()
+                _add(tar, "manifest.json", io.BytesIO(manifest), len(manifest))
+        except BaseException as exc:  # noqa: BLE001 (handed to the loading thread)
+            failure.append(exc)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    try:
+        with os.fdopen(reader, "rb") as source:
+            engine.load_stream(source, what)
+    finally:
+        thread.join()
+    if failure and not isinstance(failure[0], BrokenPipeError):
+        raise ComposerError(f"cannot load {what}: {failure[0]}")
+    if engine.image(image_id) is None:
+        raise BuildFailed(f"cannot load {what}: the engine holds no image {image_id[:19]} after loading it")
+    return image_id
+
+
+def _add(tar: tarfile.TarFile, name: str, data: BinaryIO, size: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = size, 0o644
+    tar.addfile(info, data)
+
+
+def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo, sources: Sources, folder: Path,
+             *, epoch: int, labels: Mapping[str, str], extra: Iterable[tuple[str, str, bytes]] = (),
+             run_labels: Mapping[str, str] | None = None, on_line: LineSink = quiet) -> Assembled:
+    """Write the composition's layers (and `extra` files: (path, description, content), one layer
+    each, after them) on `base`, with the runtime configuration of the engine's image `built`
+    (labels added), and load it."""
+    parts, extra = list(plan.all_parts()), list(extra)
+    layers = []
+    for index, part in enumerate(parts):
+        on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {part.description}")
+        layers.append(part_layer(engine, part, sources, epoch, folder, index, run_labels))
+    for index, (path, description, content) in enumerate(extra, start=len(parts)):
+        layers.append(file_layer(path, content, epoch, folder, f"layer-{index:02d}.tar", description))
+        parts.append(LayerPart("record", description, FROM_CONTEXT, ()))
+    config = image_config(base, engine.image_config(built), tuple(layers), epoch, labels)
+    image_id = load(engine, config, tuple(base.layers), tuple(layers), f"the composed image ({plan.tag})")
+    return Assembled(image_id, config, base.id, tuple(base.layers), tuple(layers), tuple(parts))

@@ -1,0 +1,63 @@
+#!/bin/sh
+# Runs in the system stage of a composition (the base with every part copied in): what the image's
+# own tools write over the copied files, as NGC's final stage does it. POSIX sh and the base's own
+# tools (ldconfig, shadow's useradd, coreutils, findutils, tar): no python, no network.
+#
+# Usage: system.sh TREE [--cuda-compat]
+#
+#   - ldconfig: the loader's cache of the copied libraries;
+#   - the server's user triton-server (uid and gid 1000), after removing the users that would hold
+#     that uid (tensorrt-server, and from 24.11 Ubuntu's `ubuntu`);
+#   - --cuda-compat: the CUDA forward-compatibility libraries wired where the image has them.
+#
+# Then every file these steps wrote (found by time, against a marker made first) is copied with its
+# folders into TREE, owners, modes and times kept: the one layer the image gets from this stage.
+# Times are SOURCE_DATE_EPOCH's where a step would write the clock into a file (the password
+# file's "last changed" day), so the same inputs give the same bytes.
+set -eu
+tree=$1
+compat=0
+[ "${2:-}" = "--cuda-compat" ] && compat=1
+epoch=${SOURCE_DATE_EPOCH:-0}
+work=/composer-system
+marker=$work/marker
+touch "$marker"
+sleep 1  # a file written in the marker's second is still newer than it (times are kept to the second)
+
+ldconfig
+if id -u tensorrt-server >/dev/null 2>&1; then userdel tensorrt-server; fi
+if [ "$(id -u ubuntu 2>/dev/null)" = 1000 ]; then userdel ubuntu; fi
+if [ "$(getent group 1000 | cut -d: -f1)" = ubuntu ]; then groupdel ubuntu; fi
+if ! id -u triton-server >/dev/null 2>&1; then
+  groupadd --gid 1000 triton-server
+  useradd --uid 1000 --gid 1000 --shell /bin/bash --home-dir /home/triton-server --create-home triton-server
+  # useradd writes today's day as the password's last change: the epoch's day instead.
+  chage --lastday "$(date -u -d "@$epoch" +%Y-%m-%d)" triton-server
+fi
+if [ "$compat" = 1 ] && [ -n "${_CUDA_COMPAT_PATH:-}" ] && [ -d "${_CUDA_COMPAT_PATH}/lib.real" ]; then
+  ln -sf "${_CUDA_COMPAT_PATH}/lib.real" "${_CUDA_COMPAT_PATH}/lib"
+  echo "${_CUDA_COMPAT_PATH}/lib" > /etc/ld.so.conf.d/00-cuda-compat.conf
+  ldconfig
+  rm -f "${_CUDA_COMPAT_PATH}/lib"
+fi
+
+# What the steps wrote, with every folder above it (so the layer restates them as they are, never
+# as a copy's defaults). Not the engine's own files of a step, nor ldconfig's auxiliary cache (inode
+# numbers and times: another machine's are other ones).
+cd /
+find . -xdev \( -path ./proc -o -path ./sys -o -path ./dev -o -path ./run -o -path ./tmp \
+    -o -path ".$work" -o -path ./var/cache/ldconfig \) -prune \
+    -o -newer "$marker" ! -path ./etc/hosts ! -path ./etc/hostname ! -path ./etc/resolv.conf \
+    ! -path ./.dockerenv ! -path . -print > "$work/written"
+: > "$work/list"
+while IFS= read -r path; do
+  while [ "$path" != "." ]; do
+    printf '%s\n' "$path" >> "$work/list"
+    path=$(dirname "$path")
+  done
+done < "$work/written"
+LC_ALL=C sort -u "$work/list" -o "$work/list"
+mkdir -p "$tree"
+tar --create --no-recursion --numeric-owner --file - --files-from "$work/list" | tar --extract --same-owner \
+  --same-permissions --numeric-owner --directory "$tree" --file -
+rm -f "$marker" "$work/written" "$work/list"
