@@ -8,7 +8,11 @@ the CLI only parses, calls and prints.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import hashlib
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -36,7 +40,14 @@ from composer.config.types import CompositionSpec, Providers
 from composer.sources.bundle import ReadBundle, open_bundle
 from composer.sources.lock import verify_lock
 from composer.registry.client import Registries
+from composer.publish.image_push import image_manifest, own_layers, push_assembled
+from composer.publish.blobs import compressor_id
+from composer.publish.provenance import SLSA_PROVENANCE, Made, now, statement, wheel_dependencies
+from composer.publish.verify import VerificationFailed, config_of, provenance_of
+from composer.config.options import BUILD, spec_from_record
+from composer.config.rules import validate
 from composer.publish.push import push_image
+from composer.publish.sign import SigningKey, push_attestation, push_signature
 from composer.publish.artifacts import push_sbom
 from composer.core.refs import ImageRef
 
@@ -90,6 +101,7 @@ def build_image(
     on_line: LineSink = quiet,
     on_smoke_line: LineSink | None = None,
     layers_dir: Path | None = None,
+    tag: bool = True,
 ) -> BuildResult:
     """Build the plan; tag the image only once its smoke test (with plan.smoke's settings) passed.
 
@@ -97,7 +109,8 @@ def build_image(
     the image itself from the same parts (composer.build.assemble), so the same inputs give the same
     image id. A failed build or smoke test leaves the tag where it was: the new image is untagged
     and discarded if it does not serve. `labels` mark what the build and smoke test leave on the
-    engine (tests use them to sweep); `layers_dir` keeps the image's own layers for a push after.
+    engine (tests use them to sweep); `layers_dir` keeps the image's own layers for a push after;
+    `tag` False leaves every tag alone (a rebuild that only compares).
     """
     workdir = Path(tempfile.mkdtemp(prefix="triton-composer-")) if context_dir is None else context_dir
     layers = Path(tempfile.mkdtemp(prefix="triton-composer-layers-")) if layers_dir is None else layers_dir
@@ -147,10 +160,11 @@ def build_image(
             raise SmokeTestFailed(
                 f"smoke test failed ({failed}); {plan.tag} was not moved", report=report, log_tail=report.log_tail
             )
-    engine.tag(image_id, plan.tag)
+    if tag:
+        engine.tag(image_id, plan.tag)
     info = engine.image(image_id)
-    return BuildResult(plan, image_id, plan.tag, info.size if info else 0, report, sizes, pruning, sbom, base,
-                       assembled)
+    return BuildResult(plan, image_id, plan.tag if tag else None, info.size if info else 0, report, sizes, pruning,
+                       sbom, base, assembled)
 
 
 def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBase | None, context: BuildContext,
@@ -238,7 +252,7 @@ class Outcome:
 
     spec: CompositionSpec
     result: BuildResult | None = None
-    pushed: tuple[str, ...] | None = None  # (ref, digest), and where its SBOM went
+    pushed: "Published | None" = None  # where it went, and its SBOM, provenance and signature
     error: ComposerError | None = None
 
     @property
@@ -250,8 +264,7 @@ class Outcome:
         if self.result is not None:
             payload.update(self.result.to_dict())
         if self.pushed is not None:
-            payload["pushed"] = {"ref": self.pushed[0], "digest": self.pushed[1],
-                                 "sbom": self.pushed[2] if len(self.pushed) > 2 else None}
+            payload["pushed"] = self.pushed.to_dict()
         if self.error is not None:
             payload["error"] = redact(self.error.message)
         return payload
@@ -278,45 +291,83 @@ def compose(
 
 def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
     spec, plan = resolved.spec, resolved.plan
+    result = spec.result
+    # The signing key is read (and refused, if it is not one) before any work, and held in memory only.
+    key = SigningKey.load(result.sign_key, result.sign_passphrase) if result.sign_key else None
     if run.on_plan is not None:
         run.on_plan(plan)
-    result = build_image(
-        engine,
-        plan,
-        labels=dict(run.labels or {}),
-        on_line=run.on_build_line or run.on_line,
-        on_smoke_line=run.on_line,
-    )
-    if spec.result.sbom and result.sbom:
-        try:  # checked before any work; checked again, as something may have taken the name since
-            write_file(check_output_file(spec.result.sbom, "--sbom", is_sbom), result.sbom.encode())
-        except Invalid as problem:
-            return Outcome(spec, result, None, UsageError(str(problem)))
-        run.on_line(f"SBOM written to {spec.result.sbom}")
-    pushed = None
-    if spec.result.push:
-        run.on_line(f"pushing {spec.result.push}")
+    started = now()
+    mine = bool(result.push) and result.push_via == "composer"
+    with contextlib.ExitStack() as stack:
+        # The image's own layers stay on this machine until the composer pushed them.
+        layers = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-composer-layers-"))) if mine else None
+        built = build_image(engine, plan, labels=dict(run.labels or {}), on_line=run.on_build_line or run.on_line,
+                            on_smoke_line=run.on_line, layers_dir=layers)
+        if result.sbom and built.sbom:
+            try:  # checked before any work; checked again, as something may have taken the name since
+                write_file(check_output_file(result.sbom, "--sbom", is_sbom), built.sbom.encode())
+            except Invalid as problem:
+                return Outcome(spec, built, None, UsageError(str(problem)))
+            run.on_line(f"SBOM written to {result.sbom}")
+        if not result.push:
+            return Outcome(spec, built)
+        registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
         try:
-            digest = push_image(engine, result.tag, spec.result.push, auth=run.registry_auth, on_line=run.on_line)
+            if mine:
+                folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-composer-blobs-")))
+                digest = push_assembled(engine, built.assembled, result.push, registries,
+                                        compression=result.layer_compression, folder=folder, on_line=run.on_line).digest
+            else:
+                run.on_line(f"pushing {result.push} through the engine")
+                digest = push_image(engine, built.tag, result.push, auth=run.registry_auth, on_line=run.on_line)
         except ComposerError as error:  # the image was built, tagged and smoke-tested: keep that in the outcome
-            return Outcome(spec, result, None, error)
-        run.on_line(f"pushed {spec.result.push}@{digest}")
-        pushed = (spec.result.push, digest)
-        if result.sbom:
-            try:
-                where = _push_sbom(engine, spec, run, digest, result.sbom)
-            except ComposerError as error:  # the image is pushed: say so, and that its SBOM is not
-                return Outcome(spec, result, pushed, error)
-            run.on_line(f"pushed its SBOM as {where}")
-            pushed = (spec.result.push, digest, where)
-    return Outcome(spec, result, pushed)
+            return Outcome(spec, built, None, error)
+    run.on_line(f"pushed {result.push}@{digest}")
+    pushed = Published(result.push, digest)
+    try:
+        pushed = _attach(engine, spec, plan, run, built, pushed, key, registries, started)
+    except ComposerError as error:  # the image is pushed: say so, and what of its attachments is not
+        return Outcome(spec, built, pushed, error)
+    return Outcome(spec, built, pushed)
 
 
-def _push_sbom(engine: Engine, spec: CompositionSpec, run: Run, digest: str, document: str) -> str:
-    """The SBOM next to the pushed image, with the push's credentials and the registry's trust."""
-    target = ImageRef.parse(spec.result.push)
-    api = Registries(engine, run.registry_auth, spec.images.registry_ca).client(target.host)
-    return push_sbom(api, target.repository, digest, document)
+@dataclass(frozen=True)
+class Published:
+    """Where a push put the image, and what it put beside it."""
+
+    ref: str
+    digest: str
+    sbom: str | None = None
+    provenance: str | None = None
+    signature: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"ref": self.ref, "digest": self.digest, "sbom": self.sbom, "provenance": self.provenance,
+                "signature": self.signature}
+
+
+def _attach(engine: Engine, spec: CompositionSpec, plan: CompositionPlan, run: Run, built: BuildResult,
+            pushed: Published, key: SigningKey | None, registries: Registries, started: str) -> Published:
+    """Beside the pushed image: its SBOM, its provenance (signed when a key is given) and its signature."""
+    target = ImageRef.parse(pushed.ref)
+    api = registries.client(target.host)
+    if built.sbom:
+        where = push_sbom(api, target.repository, pushed.digest, built.sbom)
+        run.on_line(f"pushed its SBOM as {where}")
+        pushed = dataclasses.replace(pushed, sbom=where)
+    compression = spec.result.layer_compression if spec.result.push_via == "composer" else "engine's"
+    made = Made(started, now(), built.image_id, compression, compressor_id(compression)
+                if spec.result.push_via == "composer" else "the engine's")
+    subject = f"{target.host}/{target.repository}"
+    document = statement(spec, plan, subject, pushed.digest, made)
+    where = push_attestation(api, target.repository, pushed.digest, document, SLSA_PROVENANCE, key)
+    run.on_line(f"pushed its provenance{' (signed)' if key else ''} as {where}")
+    pushed = dataclasses.replace(pushed, provenance=where)
+    if key is not None:
+        where = push_signature(api, target.repository, pushed.digest, str(target), key)
+        run.on_line(f"pushed its signature as {where}")
+        pushed = dataclasses.replace(pushed, signature=where)
+    return pushed
 
 
 def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catalog, run: Run = Run(),
@@ -341,3 +392,99 @@ def compose_bundle(engine: Engine, read: ReadBundle, spec: CompositionSpec, cata
     options given (composer.config.options.check, as for every build)."""
     inspection = open_bundle(engine, read, on_line=run.on_line)
     return compose_all(engine, [spec], catalog, run, inspection)
+
+
+# -- verify by rebuilding ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """What a rebuild from an image's provenance gave: the digest it would push, and how it compares."""
+
+    ref: str
+    digest: str  # what the registry holds
+    rebuilt: str  # what the rebuild would push
+    detail: str  # "same", or which layer (or input) differs
+
+    @property
+    def same(self) -> bool:
+        return self.digest == self.rebuilt
+
+    def to_dict(self) -> dict:
+        return {"ref": self.ref, "digest": self.digest, "rebuilt": self.rebuilt, "same": self.same,
+                "detail": self.detail}
+
+
+def rebuild(engine: Engine, registries: Registries, ref: str, catalog: Catalog, run: Run = Run()) -> Rebuilt:
+    """Read `ref`'s provenance, build the same composition on this machine (the same bases by digest,
+    the same wheels by hash, the same epoch) and compare the manifest it would push with the pushed
+    one: the same digest, or the first layer (or input) that differs."""
+    digest, document = provenance_of(registries, ref)
+    definition = document["predicate"]["buildDefinition"]
+    local = definition["externalParameters"].get("local_inputs") or []
+    if local:
+        raise VerificationFailed(f"{ref}: its composition named files of the machine that built it "
+                                 f"({', '.join(local)}), which the provenance does not carry: it cannot be rebuilt here")
+    internal = definition["internalParameters"]
+    spec = spec_from_record(definition["externalParameters"]["composition"], source=f"{ref}: provenance")
+    spec = spec.with_fields({"result.push": None, "result.smoke_test": False, "result.sbom": None,
+                             "result.tag": internal["tag"], "result.sign_key": None})
+    validate(spec, BUILD)
+    previous = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(int(internal["epoch"]))
+    try:
+        with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
+            resolved = resolve(engine, spec, catalog, wheels=Path(wheels), on_line=run.on_line)
+            changed = _changed_inputs(resolved, definition["resolvedDependencies"])
+            if changed:
+                return Rebuilt(ref, digest, "", f"not the same inputs: {changed}")
+            with tempfile.TemporaryDirectory(prefix="triton-composer-layers-") as layers, \
+                    tempfile.TemporaryDirectory(prefix="triton-composer-blobs-") as blobs:
+                built = build_image(engine, resolved.plan, labels=dict(run.labels or {}), layers_dir=Path(layers),
+                                    on_line=run.on_build_line or run.on_line, tag=False)
+                try:
+                    return _compare(registries, ref, digest, built.assembled, internal["compression"], Path(blobs))
+                finally:
+                    engine.discard_untagged(built.image_id)
+    finally:
+        if previous is None:
+            os.environ.pop("SOURCE_DATE_EPOCH", None)
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = previous
+
+
+def _changed_inputs(resolved: Resolved, dependencies: list[dict]) -> str:
+    """The first base image or wheel the rebuild resolved differently from the provenance ('' : none)."""
+    plan = resolved.plan
+    recorded = {d.get("name"): d for d in dependencies}
+    for image in (plan.full, plan.min, *(f.image for f in plan.foreign_backends)):
+        entry = recorded.get(image.role)
+        now_digest = (image.digest or image.id or "").partition(":")[2]
+        if entry is None or entry["digest"].get("sha256") != now_digest:
+            was = entry["digest"].get("sha256", "")[:12] if entry else "nothing"
+            return f"base {image.role} {image.ref} is {now_digest[:12]} here, the provenance names {was}"
+    wheels = {d["name"]: d["digest"].get("sha256") for d in dependencies if d.get("uri", "").startswith("pypi:")}
+    for entry in wheel_dependencies([plan.packages.wheelhouse, *(env.wheelhouse for env in plan.model_envs)]):
+        if wheels.get(entry["name"]) != entry["digest"]["sha256"]:
+            return f"wheel {entry['name']} hashes otherwise than the provenance says"
+    return ""
+
+
+def _compare(registries: Registries, ref: str, digest: str, assembled: Assembled, compression: str,
+             folder: Path) -> Rebuilt:
+    """The manifest the rebuild would push (the base's layers as the pushed manifest has them, the
+    composition's compressed as the composer does), against the pushed one."""
+    manifest, config = config_of(registries, ref, digest)
+    pushed_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
+    mine = list(assembled.diff_ids)
+    if pushed_ids != mine:
+        index = next((i for i, (a, b) in enumerate(zip(pushed_ids, mine)) if a != b), min(len(pushed_ids), len(mine)))
+        history = [h.get("created_by", "") for h in config.get("history") or [] if not h.get("empty_layer")]
+        what = history[index] if index < len(history) else f"layer {index + 1}"
+        return Rebuilt(ref, digest, assembled.image_id, f"layer {index + 1} differs: {what}")
+    base = [(layer["digest"], int(layer["size"]), layer["mediaType"]) for layer in manifest["layers"]]
+    base = base[:len(assembled.base_layers)]
+    own = [(b.digest, b.size, b.media_type) for b in own_layers(assembled, compression, folder)]
+    rebuilt = "sha256:" + hashlib.sha256(image_manifest(assembled.config, base + own)).hexdigest()
+    detail = "same" if rebuilt == digest else "the same layers, compressed otherwise (another compressor build?)"
+    return Rebuilt(ref, digest, rebuilt, detail)

@@ -27,7 +27,8 @@ from composer.core.docker_config import HostDockerConfig
 from composer.core.refs import is_image_id
 from composer.core.units import human_size
 from composer.engine.engine import Engine
-from composer.pipeline import compose_all, compose_bundle, Run
+from composer.pipeline import compose_all, compose_bundle, rebuild, Run
+from composer.publish.verify import VerificationFailed, verify as check_image
 from composer.sources.bundle import check_bundle_output, check_overrides, unpacked, write_bundle
 from composer.publish.inspect import Difference, inspect as inspect_image
 from composer.publish.junit import check_junit_output, outcome_entries, write_junit
@@ -58,6 +59,7 @@ from composer.config.options import (
     Option,
     RENDER,
     SMOKE,
+    VERIFY,
     WHEELS,
     flags_for,
     given_on_command_line,
@@ -287,7 +289,10 @@ def _report(out: Printer, outcomes, junit: Optional[Path], explain: bool = False
             lines.append(result.sizes.table())
         lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
         if outcome.pushed:
-            lines.append(f"pushed {outcome.pushed[0]}@{outcome.pushed[1]}")
+            lines.append(f"pushed {outcome.pushed.ref}@{outcome.pushed.digest}")
+            for kind in ("sbom", "provenance", "signature"):
+                if getattr(outcome.pushed, kind):
+                    lines.append(f"  its {kind}: {getattr(outcome.pushed, kind)}")
         return "\n".join(lines)
 
     out.result(payload, "\n\n".join(describe(o) for o in outcomes))
@@ -390,6 +395,55 @@ def inspect_command(
     else:
         difference = Difference(*reports)
         out.result(difference.to_dict(), difference.table())
+
+
+@app.command()
+@reports_errors
+@spec_options(VERIFY)
+def verify(
+    given: dict,
+    image_ref: str = typer.Argument(..., metavar="REF", help="The pushed image (a tag or a digest reference)."),
+    key: Optional[Path] = typer.Option(None, "--key", help="The PEM public key its signature and provenance must "
+                                       "verify with (cosign's kind: ECDSA P-256)."),
+    rebuild_it: bool = typer.Option(False, "--rebuild", help="Rebuild it here from its provenance and compare the "
+                                    "digests (needs an engine)."),
+    registry_auth: Optional[str] = RegistryAuthOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Check a pushed image's signature and provenance from its registry, with no engine; --rebuild
+    builds it again from its provenance and says whether the digest is the same."""
+    out = Printer(as_json)
+    problem = check_reference(image_ref)
+    if problem:
+        raise UsageError(f"REF {printable(image_ref[:200])}: {problem}")
+    if key is None and not rebuild_it:
+        raise UsageError("give --key PUB (the public key to verify with), --rebuild, or both")
+    if key is not None:
+        key = LocalPath("file").read(str(key), Path.cwd())
+    spec = validate(CompositionSpec().with_fields(given), VERIFY)
+    auth = load_auth(registry_auth)
+    registries = Registries(HostDockerConfig(), auth, spec.images.registry_ca)
+    payload: dict[str, Any] = {}
+    text: list[str] = []
+    failed = False
+    if key is not None:
+        checked = check_image(registries, image_ref, key)
+        payload["verification"] = checked.to_dict()
+        text.append(checked.table())
+        failed = not checked.passed
+    if rebuild_it:
+        engine = _engine()
+        rebuilt = rebuild(engine, Registries(engine, auth, spec.images.registry_ca), image_ref, Catalog.load(),
+                          Run(on_line=out.step, on_build_line=out.build_line))
+        payload["rebuild"] = rebuilt.to_dict()
+        text.append(f"rebuild: {'same' if rebuilt.same else 'differs'}: {rebuilt.detail}"
+                    + ("" if rebuilt.same else f" (pushed {rebuilt.digest}, rebuilt {rebuilt.rebuilt or '-'})"))
+        failed = failed or not rebuilt.same
+    out.result({"ref": image_ref, "passed": not failed, **payload}, "\n".join(text))
+    if failed:
+        error = VerificationFailed(f"{image_ref}: verification failed")
+        error.reported = True
+        raise error
 
 
 @app.command()

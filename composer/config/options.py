@@ -22,16 +22,17 @@ from composer.config.types import DEFAULT_REGISTRY, Base, CompositionSpec, Devic
 from composer.config.values import (
     CasesFile, Flag, FromEnvironment, LocalPath, ModelRepository, Named, OutputFile, RequirementFiles,
     RequirementsFile, Strings, Text, Tree, check_base, check_device, check_flavour, check_gpus, check_host,
-    check_label_key, check_label_value, check_name, check_prefix, check_provider, check_reference,
-    check_release_name, check_tag_reference, check_url, is_sbom,
+    check_compression, check_label_key, check_label_value, check_name, check_prefix, check_provider,
+    check_push_via, check_reference, check_release_name, check_secret_source, check_tag_reference, check_url,
+    is_sbom,
 )
 from composer.core.errors import Invalid, UsageError
 from composer.core.files import printable
 from composer.core.platforms import platform_problem
 from composer.core.redaction import redact_url
 
-BUILD, RENDER, BUNDLE, WHEELS, BACKENDS, SMOKE, MIRROR, INSPECT = (
-    "build", "render", "bundle", "wheels", "backends", "smoke-test", "mirror", "inspect")
+BUILD, RENDER, BUNDLE, WHEELS, BACKENDS, SMOKE, MIRROR, INSPECT, VERIFY = (
+    "build", "render", "bundle", "wheels", "backends", "smoke-test", "mirror", "inspect", "verify")
 COMPOSING = (BUILD, RENDER, BUNDLE)
 
 
@@ -84,7 +85,7 @@ OPTIONS: tuple[Option, ...] = (
            commands=COMPOSING + (WHEELS, BACKENDS), flag_key="min"),
     Option("images.registry_ca", "--registry-ca", "registry_ca", LocalPath("file"),
            "CA certificate for registries with their own CA (beyond /etc/docker/certs.d), used by the composer's "
-           "registry client.", commands=(BUILD, BUNDLE, MIRROR, INSPECT), portable=False),
+           "registry client.", commands=(BUILD, BUNDLE, MIRROR, INSPECT, VERIFY), portable=False),
     Option("mirror.to", "--to", None, Text(check_prefix, "a registry prefix"),
            "Registry prefix to copy into, e.g. harbor.example/nvidia.", commands=(MIRROR,), portable=False),
     Option("mirror.platform", "--platform", None, Text(platform_problem, "a platform os/arch[/variant]"),
@@ -150,6 +151,19 @@ OPTIONS: tuple[Option, ...] = (
            "Serve only your models in the smoke test, not the samples.", commands=(BUILD, SMOKE)),
     Option("result.push", "--push", "push", _TAG_REF, "Push the image as REF once its smoke test passed.",
            commands=(BUILD,)),
+    Option("result.push_via", "--push-via", "push_via", Text(check_push_via, "composer or engine"),
+           "How --push pushes: composer (default: its own registry client, the same inputs giving the same digest, "
+           "signed and attested) or engine (the engine's own push, as docker push does).", commands=(BUILD,)),
+    Option("result.compression", "--compression", "compression", Text(check_compression, "gzip, zstd or none"),
+           "How the layers the composer pushes are compressed: gzip (default: every runtime pulls it), zstd "
+           "(faster to pull; containerd, Podman, Docker 23+) or none.", commands=(BUILD,)),
+    Option("result.sign_key", "--sign-key", "sign_key", Text(check_secret_source, "file:PATH or env:NAME"),
+           "Sign the pushed image and its provenance (cosign's format) with this PEM ECDSA P-256 private key: "
+           "file:PATH or env:NAME (a variable holding the PEM). Never written anywhere.", commands=(BUILD,),
+           portable=False),
+    Option("result.sign_passphrase", "--sign-passphrase", "sign_passphrase",
+           Text(check_secret_source, "file:PATH or env:NAME"),
+           "The passphrase of an encrypted --sign-key: file:PATH or env:NAME.", commands=(BUILD,), portable=False),
     Option("result.sbom", "--sbom", "sbom", OutputFile(is_sbom),
            "Write the image's SBOM (CycloneDX JSON, as the image holds it) to this file too.", commands=(BUILD,),
            portable=False),

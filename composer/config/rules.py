@@ -21,7 +21,7 @@ from typing import Callable
 from composer.catalog.catalog import Catalog
 from composer.config.cases import model_folders
 from composer.config.model_needs import repository_needs_problem
-from composer.config.options import BACKENDS, BUILD, BUNDLE, MIRROR, RENDER, SMOKE, WHEELS
+from composer.config.options import BACKENDS, BUILD, BUNDLE, MIRROR, RENDER, SMOKE, VERIFY, WHEELS
 from composer.config.types import Base, CompositionSpec, Device, Providers, Result
 from composer.core.errors import UsageError
 from composer.core.words import did_you_mean
@@ -61,7 +61,7 @@ Rule = Callable[[CompositionSpec, Invocation], "Problem | None"]
 
 def release_or_full_image_given(spec: CompositionSpec, run: Invocation) -> Problem | None:
     """A composition needs its release: named, or read from a full image named outright."""
-    if run.is_(MIRROR, SMOKE) or spec.images.version or spec.images.full:
+    if run.is_(MIRROR, SMOKE, VERIFY) or spec.images.version or spec.images.full:
         return None
     return Problem("version", 'missing: give version: "YY.MM" (or images: {full: REF})',
                    "give --version YY.MM (or --image full=REF), or a backend set with --set")
@@ -348,6 +348,31 @@ def models_fit_the_image(spec: CompositionSpec, run: Invocation) -> Problem | No
 # -- the result and the packages ---------------------------------------------------------------
 
 
+def signing_needs_a_push(spec: CompositionSpec, run: Invocation) -> Problem | None:
+    """A signature is of a pushed digest: --sign-key signs what --push pushes."""
+    r = spec.result
+    if r.sign_key and not r.push:
+        return Problem("sign_key", "sign_key signs the pushed image: add push: REF",
+                       "--sign-key signs the image --push pushes: add --push REF")
+    if r.sign_passphrase and not r.sign_key:
+        return Problem("sign_passphrase", "sign_passphrase is the passphrase of sign_key: add sign_key",
+                       "--sign-passphrase is the passphrase of --sign-key: add --sign-key file:PATH or env:NAME")
+    return None
+
+
+def compression_is_the_composers(spec: CompositionSpec, run: Invocation) -> Problem | None:
+    """The layers' compression is chosen where the composer pushes them itself."""
+    r = spec.result
+    if r.compression and not r.push:
+        return Problem("compression", "compression applies to a push: add push: REF",
+                       f"--compression {r.compression} is how --push sends the layers: add --push REF")
+    if r.compression and r.push_via == "engine":
+        return Problem("compression", "push_via: engine compresses its own way (gzip): leave out compression",
+                       f"--push-via engine --compression {r.compression}: the engine compresses its own way (gzip); "
+                       "leave out --push-via engine to push through the composer")
+    return None
+
+
 def samples_off_leaves_models(spec: CompositionSpec, run: Invocation) -> Problem | None:
     r, s = spec.result, spec.selection
     if run.is_(BUILD) and r.smoke_test and not r.samples and not (r.model_repository or s.bake_models):
@@ -413,6 +438,8 @@ RULES: tuple[Rule, ...] = (
     tensorrt_builder_needs_a_pruned_base,
     explain_needs_a_pruned_base,
     samples_off_leaves_models,
+    signing_needs_a_push,
+    compression_is_the_composers,
     wheelhouse_exists,
     package_sources_have_packages,
     packages_need_python,

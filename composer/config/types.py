@@ -163,6 +163,15 @@ class Result:
     smoke_cases: Path | None = None  # a file of test cases for the served models
     samples: bool = True  # serve the samples beside the user's models in the smoke test
     sbom: Path | None = None  # a copy of the image's SBOM, written here after the build
+    push_via: str = "composer"  # "composer": its own registry client; "engine": the engine's push
+    compression: str | None = None  # of the layers the composer pushes: gzip (None), zstd or none
+    sign_key: str | None = None  # file:PATH or env:NAME of a PEM ECDSA P-256 private key (never the key)
+    sign_passphrase: str | None = None  # env:NAME or file:PATH of that key's passphrase
+
+
+    @property
+    def layer_compression(self) -> str:
+        return self.compression or "gzip"
 
 
 @dataclass(frozen=True)

@@ -383,6 +383,35 @@ def check_provider(value: str) -> str | None:
     return None
 
 
+PUSH_VIA = ("composer", "engine")
+COMPRESSIONS = ("gzip", "zstd", "none")
+
+
+def check_push_via(value: str) -> str | None:
+    if value not in PUSH_VIA:
+        return (f"'{printable(value[:40])}' is not a way to push: give composer (its own registry client) or engine "
+                "(the engine's push)")
+    return None
+
+
+def check_compression(value: str) -> str | None:
+    if value not in COMPRESSIONS:
+        return f"'{printable(value[:40])}' is not a compression: give gzip, zstd or none"
+    return None
+
+
+def check_secret_source(value: str) -> str | None:
+    """Where a secret is read from, never the secret itself: file:PATH or env:NAME."""
+    scheme, _, where = value.partition(":")
+    if scheme == "env" and ENV_NAME_PATTERN.match(where):
+        return None
+    if scheme == "file" and where:
+        return None
+    if value.lstrip().startswith("-----BEGIN"):
+        return "give where the key is (file:PATH or env:NAME), never the key itself on a command line"
+    return f"'{printable(redact_url(value)[:60])}' is not file:PATH or env:NAME"
+
+
 def check_gpus(value: str) -> str | None:
     if value in ("auto", "all", "none"):
         return None

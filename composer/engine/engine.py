@@ -315,6 +315,10 @@ class ContainerEngine(ABC):
     def load(self, archive: Path) -> None:
         """Load a `save` archive (docker load)."""
 
+    @abstractmethod
+    def save_stream(self, ref: str) -> Iterator[bytes]:
+        """The `save` archive of one image, streamed (its layers as the engine stores them)."""
+
 
 # The name the rest of the composer uses for the interface.
 Engine = ContainerEngine
@@ -782,6 +786,16 @@ class DockerEngine(ContainerEngine):
                 with open(out, "wb") as fh:
                     for chunk in response.iter_content(chunk_size=1 << 20):
                         fh.write(chunk)
+
+    def save_stream(self, ref: str) -> Iterator[bytes]:
+        api = self._api
+        url = f"{api.base_url}/v{api.api_version}/images/get"
+        what = f"cannot save {ref}"
+        with _translated(what, ImageNotFound, absent_is_error=True):
+            with api.get(url, params={"names": [ref]}, stream=True, timeout=api.timeout) as response:
+                if response.status_code != 200:
+                    raise ImageNotFound(f"{what}: {_response_message(response)}")
+                yield from response.iter_content(chunk_size=1 << 20)
 
     def load(self, archive: Path) -> None:
         with _translated(f"cannot load {archive}", BuildFailed, absent_is_error=True):

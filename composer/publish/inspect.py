@@ -33,6 +33,8 @@ SOURCES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("numpy", (), ("org.triton-composer.numpy.version",)),
 )
 from composer.publish.artifacts import find_sbom
+from composer.publish.blobs import COMPRESSION_OF
+from composer.publish.sign import read_attestations, read_signatures
 PARTS = (("backends", "org.triton-composer.backends"), ("repoagents", "org.triton-composer.repoagents"),
          ("caches", "org.triton-composer.caches"))
 
@@ -49,14 +51,17 @@ class ImageReport:
     layers: tuple[int, ...]  # bytes per layer, bottom first (compressed in a registry)
     sbom: Mapping[str, Any] | None = None
     versions: Mapping[str, str | None] = field(default_factory=dict)
+    compressions: tuple[str, ...] = ()  # each layer's, in a registry (gzip, zstd, none)
+    signatures: tuple[str, ...] = ()  # the references the signatures beside it were made for (unverified)
+    attestations: tuple[str, ...] = ()  # the predicate types of the statements beside it
 
     @classmethod
-    def of(cls, ref, source, digest, env, labels, layers, sbom) -> "ImageReport":
+    def of(cls, ref, source, digest, env, labels, layers, sbom, **extra) -> "ImageReport":
         if not _is_triton(env, labels):
             raise UsageError(f"{ref} is not a Triton image: its configuration states no TRITON_SERVER_VERSION, "
                              "NVIDIA_TRITON_SERVER_VERSION or com.nvidia.tritonserver.version")
         report = cls(ref, source, digest, dict(env), dict(labels), tuple(layers), sbom)
-        return cls(ref, source, digest, report.env, report.labels, report.layers, sbom, report._versions())
+        return cls(ref, source, digest, report.env, report.labels, report.layers, sbom, report._versions(), **extra)
 
     def _versions(self) -> dict[str, str | None]:
         found = {}
@@ -107,6 +112,8 @@ class ImageReport:
             "ref": self.ref, "source": self.source, "digest": self.digest, "versions": dict(self.versions),
             **self.parts(), "layers": list(self.layers), "size": sum(self.layers),
             "labels": dict(self.labels), "composition": self.composition(), "sbom": self.sbom,
+            "compressions": list(self.compressions), "signatures": list(self.signatures),
+            "attestations": list(self.attestations),
         }
 
     def table(self) -> str:
@@ -120,7 +127,13 @@ class ImageReport:
         packages = self.packages()
         debs = sum(1 for k in packages if k.startswith("deb:"))
         rows.append(("sbom", f"{debs} packages, {len(packages) - debs} python packages" if self.sbom else "none"))
-        rows += [(f"layer {i}", human_size(size)) for i, size in enumerate(self.layers, 1)]
+        if self.source == "registry":
+            rows.append(("signatures", f"{len(self.signatures)} (for {', '.join(sorted(set(self.signatures)))}; "
+                         "composer verify checks them)" if self.signatures else "none"))
+            rows.append(("attestations", ", ".join(self.attestations) or "none"))
+        compressions = self.compressions if len(self.compressions) == len(self.layers) else ("",) * len(self.layers)
+        rows += [(f"layer {i}", human_size(size) + (f" ({kind})" if kind else ""))
+                 for i, (size, kind) in enumerate(zip(self.layers, compressions), 1)]
         rows.append(("size", f"{human_size(sum(self.layers))} in {len(self.layers)} layers"
                      + (" (compressed)" if self.source == "registry" else "")))
         width = max(len(label) for label, _ in rows)
@@ -167,9 +180,13 @@ def inspect_remote(registries, ref: str) -> ImageReport:
     config = json.loads(api.blob(target.repository, config_digest, 16 << 20))
     settings = config.get("config") or {}
     sbom = find_sbom(api, target.repository, digest)
+    layers = manifest.get("layers", [])
     return ImageReport.of(ref, "registry", digest, _env(settings.get("Env")), settings.get("Labels") or {},
-                          [int(layer.get("size", 0)) for layer in manifest.get("layers", [])],
-                          json.loads(sbom) if sbom else None)
+                          [int(layer.get("size", 0)) for layer in layers], json.loads(sbom) if sbom else None,
+                          compressions=tuple(COMPRESSION_OF.get(layer.get("mediaType"), "?") for layer in layers),
+                          signatures=tuple(s.reference for s in read_signatures(api, target.repository, digest)),
+                          attestations=tuple(str(st.get("predicateType")) for st, _ in
+                                             read_attestations(api, target.repository, digest)))
 
 
 def inspect_local(engine: Engine, ref: str) -> ImageReport | None:

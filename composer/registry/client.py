@@ -357,10 +357,8 @@ class RegistryApi:
 
     def base_url(self) -> str:
         """https://HOST; for an insecure registry whose https refuses or speaks no TLS, http://HOST."""
-        if self._base is None:
-            self._base = f"https://{self.api_host}"
-            if self.insecure:
-                self._base = self._probe()
+        if self._base is None:  # decided whole before it is kept: threads of one push share the client
+            self._base = self._probe() if self.insecure else f"https://{self.api_host}"
         return self._base
 
     def digest(self, ref: ImageRef) -> str | None:
@@ -631,7 +629,7 @@ class RegistryApi:
             done = self._request("PUT", url, name, what, {"Content-Type": "application/octet-stream"}, data=body,
                                  scope="pull,push", stream=True)
         except BaseException:
-            self._cancel(location, name, what)  # the upload the registry keeps open goes too
+            self._cancel(url.split("?", 1)[0] + _session_query(url), name, what)  # the open upload goes too
             raise
         self._check(done, what, 201, "write")
 
@@ -712,3 +710,10 @@ class Registries:
     def digest(self, ref: ImageRef) -> str | None:
         """Where `ref` points in its registry now (None: no such tag); refusals are errors."""
         return self.client(ref.host).digest(ref)
+
+
+def _session_query(url: str) -> str:
+    """An upload URL's query without the digest the PUT adds (the session's own parameters stay)."""
+    query = url.split("?", 1)[1] if "?" in url else ""
+    kept = [part for part in query.split("&") if part and not part.startswith("digest=")]
+    return "?" + "&".join(kept) if kept else ""

@@ -190,3 +190,23 @@ class FakeEngine(ContainerEngine):
 
     def load(self, archive: Path) -> None:
         pass
+
+    def save_stream(self, ref: str):
+        """A save archive of an image this fake loaded (its own layers; the base's are left out)."""
+        import io
+        import json
+        import tarfile
+
+        loaded = self.loaded.get(self.images.get(ref, ref))
+        if loaded is None:
+            raise ImageNotFound(f"cannot save {ref}: no such image")
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as tar:
+            for name, data in [("config.json", loaded["config"]),
+                               *((f"{hex_}/layer.tar", tar_) for hex_, tar_ in loaded["layers"].items()),
+                               ("manifest.json", json.dumps([{"Config": "config.json",
+                                                              "Layers": [f"{h}/layer.tar" for h in loaded["layers"]]}]).encode())]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        yield out.getvalue()

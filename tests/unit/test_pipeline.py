@@ -137,7 +137,7 @@ def test_a_failed_push_keeps_the_smoke_result(engine, monkeypatch):
     def refuse(*args, **kwargs):
         raise RegistryError("cannot push r.example/t:1: the registry refused the credentials")
 
-    monkeypatch.setattr("composer.pipeline.push_image", refuse)
+    monkeypatch.setattr("composer.pipeline.push_assembled", refuse)
     outcome = compose(engine, spec(backends=("python",), version="24.09", tag="team/triton:2", push="r.example/t:1"),
                       Catalog.load(), Run(), inspection=inspection)
     assert outcome.result is not None and outcome.result.smoke.passed and outcome.pushed is None

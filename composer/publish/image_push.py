@@ -1,0 +1,290 @@
+"""Pushing a composed image through the composer's own registry client (the mirror's), not the engine.
+
+The image is the one the composer wrote (composer.build.assemble): its configuration and its own
+layers are on this machine, each compressed one fixed way (composer.publish.blobs), so the same
+inputs give the same manifest digest from any machine. The base's layers are taken where they
+already are: skipped when the target holds them, mounted from another repository of the same
+registry, copied blob by blob from the registry the base came from, and only for a base no registry
+holds (a pruned base, a base built here) read from the engine's image export and compressed once
+into this machine's blob cache. Blobs go first, the configuration, then the manifest by its tag: a
+tag never names a manifest whose blobs are missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import tempfile
+import tarfile
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from composer.build.assemble import Assembled, canonical_json
+from composer.core.errors import RegistryError
+from composer.core.progress import LineSink, quiet
+from composer.core.refs import ImageRef
+from composer.core.units import human_size
+from composer.engine.engine import Engine
+from composer.publish.blobs import COMPRESSION_OF, MEDIA_TYPES, Blob, BlobCache, compress
+from composer.registry.client import CHUNK, Registries, RegistryApi, VerifiedBlob
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+PARALLEL = 2  # this machine's cores: compressing is what a push waits for
+
+
+@dataclass(frozen=True)
+class RemoteLayer:
+    """A base layer a registry holds: where to copy or mount it from."""
+
+    api: RegistryApi
+    repository: str
+    digest: str
+    size: int
+    media_type: str
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """What a push put where: the reference, the manifest's digest, and the manifest itself."""
+
+    ref: str
+    digest: str
+    manifest: bytes
+    bytes_moved: int
+    bytes_mounted: int
+    bytes_skipped: int
+
+
+def image_manifest(config: bytes, layers: Iterable[tuple[str, int, str]]) -> bytes:
+    """The OCI image manifest of a configuration and (digest, size, media type) layers, as the
+    composer writes every document it digests (canonical JSON)."""
+    return canonical_json({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
+                   "size": len(config)},
+        "layers": [{"mediaType": media, "digest": digest, "size": size} for digest, size, media in layers],
+    })
+
+
+def base_in_a_registry(engine: Engine, registries: Registries, assembled: Assembled,
+                       compression: str) -> list[RemoteLayer] | None:
+    """The base's layers as a registry it came from holds them (its repo digests), in the wanted
+    compression; None when no registry holds them so (a base made or loaded here)."""
+    info = engine.image(assembled.base)
+    for reference in info.repo_digests if info else ():
+        try:
+            ref = ImageRef.parse(reference)
+            api = registries.client(ref.host)
+            found = api.raw_manifest(ref.repository, ref.digest)
+            if found is None:
+                continue
+            _, media_type, body = found
+            manifest = json.loads(body)
+            if "manifests" in manifest:
+                continue  # an index: the engine named the image, not the list
+            config = json.loads(api.blob(ref.repository, manifest["config"]["digest"]))
+        except (RegistryError, ValueError, KeyError, TypeError, OSError):
+            continue
+        diff_ids = tuple((config.get("rootfs") or {}).get("diff_ids") or ())
+        layers = manifest.get("layers") or []
+        if diff_ids != assembled.base_layers or len(layers) != len(diff_ids):
+            continue
+        if any(COMPRESSION_OF.get(layer.get("mediaType")) != compression for layer in layers):
+            continue
+        return [RemoteLayer(api, ref.repository, layer["digest"], int(layer["size"]),
+                            MEDIA_TYPES[compression]) for layer in layers]
+    return None
+
+
+def base_from_the_engine(engine: Engine, assembled: Assembled, compression: str, cache: BlobCache,
+                         on_line: LineSink) -> list[Blob]:
+    """The base's layers compressed into this machine's cache, from the engine's export of the base
+    (read once: what the cache holds already is not compressed again)."""
+    wanted = list(assembled.base_layers)
+    found = {diff: cache.find(diff, compression) for diff in wanted}
+    missing = {diff for diff, blob in found.items() if blob is None}
+    if missing:
+        on_line(f"compressing {len(missing)} layer(s) of the base {assembled.base[:19]} ({compression}), once: "
+                "later pushes take them from this machine's cache")
+        stream = _Stream(engine.save_stream(assembled.base))
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for member in tar:
+                if not member.name.endswith("/layer.tar") or not missing:
+                    continue
+                data = tar.extractfile(member)
+                diff = _diff_of_member(member, missing)
+                if diff is None:  # its digest is known only once read: compress and see
+                    blob = _compress_unknown(data, missing, compression, cache)
+                    if blob is not None:
+                        found[blob[0]] = blob[1]
+                        missing.discard(blob[0])
+                    continue
+                found[diff] = cache.add(data, diff, compression)
+                missing.discard(diff)
+        if missing:
+            raise RegistryError(f"the engine's export of the base {assembled.base[:19]} lacks layer(s) "
+                                f"{', '.join(sorted(missing))[:80]}")
+    return [found[diff] for diff in wanted]
+
+
+def _diff_of_member(member: tarfile.TarInfo, missing: set[str]) -> str | None:
+    """The diff id a save archive names a layer by (Podman and Docker 25+ name it by its digest)."""
+    head = member.name.split("/")[-2] if "/" in member.name else ""
+    for diff in missing:
+        if diff.partition(":")[2] in (head, member.name.rsplit("/", 1)[-1].removesuffix(".tar")):
+            return diff
+    return None
+
+
+def _compress_unknown(data, missing: set[str], compression: str, cache: BlobCache):
+    """A layer named by the engine's own id: compressed into a scratch file, kept if it is one wanted."""
+    cache.root.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=cache.root, prefix=".layer-", delete=False) as spool:
+        digest = hashlib.sha256()
+        while chunk := data.read(CHUNK):
+            digest.update(chunk)
+            spool.write(chunk)
+    path = Path(spool.name)
+    try:
+        diff = "sha256:" + digest.hexdigest()
+        if diff not in missing:
+            return None
+        with open(path, "rb") as fh:
+            return diff, cache.add(fh, diff, compression)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+class _Stream(io.RawIOBase):
+    """A file over an iterator of byte chunks (the engine's streamed export), for tarfile's stream mode."""
+
+    def __init__(self, chunks: Iterator[bytes]):
+        self.chunks, self.left = iter(chunks), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self.left:
+            try:
+                self.left = next(self.chunks)
+            except StopIteration:
+                return 0
+        n = min(len(buffer), len(self.left))
+        buffer[:n] = self.left[:n]
+        self.left = self.left[n:]
+        return n
+
+
+def own_layers(assembled: Assembled, compression: str, folder: Path) -> list[Blob]:
+    """The composition's own layers, compressed into `folder` (two at a time)."""
+
+    def one(layer) -> Blob:
+        out = folder / f"{layer.diff_id.partition(':')[2]}.{compression}"
+        with open(layer.path, "rb") as source:
+            digest, size, read = compress(source, out, compression)
+        if read != layer.diff_id:
+            raise RegistryError(f"the layer {layer.path} changed since it was written ({read} is not {layer.diff_id})")
+        return Blob(out, digest, size, MEDIA_TYPES[compression])
+
+    with ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="compress") as pool:
+        return list(pool.map(one, assembled.layers))
+
+
+def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: Registries, *, compression: str,
+                   folder: Path, cache: BlobCache | None = None, on_line: LineSink = quiet) -> Pushed:
+    """Push the composer's image as `ref` through its registry client; the manifest's digest."""
+    target = ImageRef.parse(ref)
+    api = registries.client(target.host)
+    repository = target.repository
+    cache = cache or BlobCache()
+    on_line(f"pushing {ref} through the composer's registry client ({compression})")
+    remote = base_in_a_registry(engine, registries, assembled, compression)
+    if remote is None:
+        base: list[Blob | RemoteLayer] = list(base_from_the_engine(engine, assembled, compression, cache, on_line))
+    else:
+        base = list(remote)
+        on_line(f"the base's {len(remote)} layer(s) come from {remote[0].api.host}/{remote[0].repository}" if remote
+                else "the base has no layers")
+    mine = own_layers(assembled, compression, folder)
+    layers: list[Blob | RemoteLayer] = [*base, *mine]
+    stats = _upload(api, repository, layers, on_line)
+    if api.blob_size(repository, "sha256:" + hashlib.sha256(assembled.config).hexdigest()) is None:
+        api.upload_blob(repository, assembled.config)
+    manifest = image_manifest(assembled.config, [(b.digest, b.size, b.media_type) for b in layers])
+    stored = api.put_manifest(repository, target.tag_or_latest, manifest, OCI_MANIFEST)
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    if stored != digest:
+        raise RegistryError(f"put {ref} ({digest}) but the registry stored {stored}")
+    moved, mounted, skipped = stats
+    on_line(f"pushed {ref}@{digest}: {human_size(moved)} moved, {human_size(mounted)} mounted, "
+            f"{human_size(skipped)} already there")
+    return Pushed(ref, digest, manifest, moved, mounted, skipped)
+
+
+def _upload(api: RegistryApi, repository: str, layers: list, on_line: LineSink) -> tuple[int, int, int]:
+    """Every layer the target lacks, PARALLEL at a time; the first failure (or Ctrl-C) stops the rest
+    at their next chunk, before any manifest is put."""
+    stop = threading.Event()
+    totals = [0, 0, 0]
+    lock = threading.Lock()
+
+    def one(layer) -> None:
+        if stop.is_set():
+            return
+        short = layer.digest[:19]
+        if api.blob_size(repository, layer.digest) is not None:
+            kind = 2
+        elif isinstance(layer, RemoteLayer) and layer.api.api_host.lower() == api.api_host.lower() and \
+                api.mount_blob(repository, layer.digest, layer.repository):
+            kind = 1
+            on_line(f"blob {short} ({human_size(layer.size)}): mounted from {layer.repository}")
+        elif isinstance(layer, RemoteLayer):
+            what = f"blob {layer.digest} of {layer.api.host}/{layer.repository}"
+            with contextlib.closing(layer.api.chunks(layer.api.open_blob(layer.repository, layer.digest), what)) as chunks:
+                api.upload_stream(repository, layer.digest, VerifiedBlob(_until(stop, chunks, what), layer.digest,
+                                                                         layer.size, what))
+            kind = 0
+            on_line(f"blob {short} ({human_size(layer.size)}): copied from {layer.api.host}")
+        else:
+            what = f"blob {layer.digest} ({layer.path.name})"
+            with open(layer.path, "rb") as fh:
+                chunks = iter(lambda: fh.read(CHUNK), b"")
+                api.upload_stream(repository, layer.digest, VerifiedBlob(_until(stop, chunks, what), layer.digest,
+                                                                         layer.size, what))
+            kind = 0
+            on_line(f"blob {short} ({human_size(layer.size)}): uploaded")
+        with lock:
+            totals[kind] += layer.size
+
+    pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="upload")
+    try:
+        futures = [pool.submit(one, layer) for layer in layers]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f.exception() for f in futures if f in done and f.exception() is not None]
+        if failed:
+            stop.set()
+            raise failed[0]
+        for future in futures:
+            future.result()
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return totals[0], totals[1], totals[2]
+
+
+def _until(stop: threading.Event, chunks, what: str):
+    for chunk in chunks:
+        if stop.is_set():
+            raise RegistryError(f"{what}: stopped (another blob failed, or the push was interrupted)")
+        yield chunk
