@@ -1,0 +1,165 @@
+"""Signatures, attestations and the composer's own push at the registry API's boundary (an in-memory
+registry): cosign's payload and tags, DSSE's encoding, keys refused in one line that never shows them,
+and a push that gives the same manifest digest twice, the tag last."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from composer.core.errors import UsageError
+from composer.publish.sign import (
+    SigningKey, envelope, load_public_key, pae, push_attestation, push_signature, read_attestations, read_signatures,
+    signature_payload,
+)
+from tests.unit.test_mirror_copy import FakeRegistry
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+class Registry(FakeRegistry):
+    def upload_blob(self, name, data):
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        self.blobs[(name, digest)] = data
+        return digest
+
+
+@pytest.fixture
+def key_files(tmp_path):
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    (tmp_path / "key.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    (tmp_path / "locked.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"s3")))
+    return tmp_path
+
+
+def test_the_payload_is_cosigns_simple_signing_with_no_time():
+    payload = json.loads(signature_payload(DIGEST, "r.example/team/t:1"))
+    assert payload["critical"] == {"identity": {"docker-reference": "r.example/team/t:1"},
+                                   "image": {"docker-manifest-digest": DIGEST},
+                                   "type": "cosign container image signature"}
+    assert set(payload["optional"]) == {"creator"}  # no timestamp: the same inputs, the same payload
+    assert signature_payload(DIGEST, "r.example/team/t:1") == signature_payload(DIGEST, "r.example/team/t:1")
+
+
+def test_dsse_pre_authentication_encoding_is_the_specs():
+    assert pae("http://example.com/HelloWorld", b"hello world") == \
+        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+
+
+def test_a_signature_verifies_with_its_key_only_and_names_its_digest(key_files):
+    key = SigningKey.load(f"file:{key_files / 'key.pem'}")
+    registry = Registry("r.example")
+    where = push_signature(registry, "team/t", DIGEST, "r.example/team/t:1", key)
+    assert where == f"r.example/team/t:{DIGEST.replace(':', '-')}.sig"
+    good = read_signatures(registry, "team/t", DIGEST, load_public_key(key_files / "key.pub"))
+    assert [(s.verified, s.reference) for s in good] == [(True, "r.example/team/t:1")]
+    other = ec.generate_private_key(ec.SECP256R1()).public_key()
+    assert [s.verified for s in read_signatures(registry, "team/t", DIGEST, other)] == [False]
+    # Signing again adds nothing (deterministic signatures: the same layer), and a second key adds one.
+    push_signature(registry, "team/t", DIGEST, "r.example/team/t:1", key)
+    assert len(read_signatures(registry, "team/t", DIGEST)) == 1
+    assert read_signatures(registry, "team/t", "sha256:" + "cd" * 32) == []
+
+
+def test_an_attestation_is_a_dsse_envelope_the_key_verifies(key_files):
+    key = SigningKey.load(f"file:{key_files / 'key.pem'}")
+    registry = Registry("r.example")
+    statement = json.dumps({"_type": "https://in-toto.io/Statement/v1", "subject": []}).encode()
+    push_attestation(registry, "team/t", DIGEST, statement, "https://slsa.dev/provenance/v1", key)
+    [(read, verified)] = read_attestations(registry, "team/t", DIGEST, load_public_key(key_files / "key.pub"))
+    assert read == json.loads(statement) and verified
+    unsigned = json.loads(envelope(statement, None))
+    assert unsigned["signatures"] == [] and base64.b64decode(unsigned["payload"]) == statement
+
+
+@pytest.mark.parametrize("make, passphrase, says", [
+    (lambda d: "file:" + str(d / "nope.pem"), None, "no such"),
+    (lambda d: "file:" + str(d / "locked.pem"), None, "is encrypted: give its passphrase with --sign-passphrase"),
+    (lambda d: "file:" + str(d / "locked.pem"), "env:TC_WRONG", "not a PEM private key (or the passphrase is wrong)"),
+    (lambda d: "file:" + str(d / "key.pem"), "env:TC_RIGHT", "is not encrypted: leave out --sign-passphrase"),
+    (lambda d: "env:TC_UNSET", None, "the variable TC_UNSET is not set"),
+    (lambda d: "file:" + str(d / "rsa.pem"), None, "an ECDSA P-256 key is needed"),
+])
+def test_a_key_that_is_not_one_is_refused_in_one_line_that_never_shows_it(key_files, monkeypatch, make, passphrase,
+                                                                         says):
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (key_files / "rsa.pem").write_bytes(rsa_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    monkeypatch.setenv("TC_WRONG", "not-it")
+    monkeypatch.setenv("TC_RIGHT", "s3")
+    monkeypatch.delenv("TC_UNSET", raising=False)
+    with pytest.raises(UsageError) as caught:
+        SigningKey.load(make(key_files), passphrase)
+    message = caught.value.message
+    assert says in message and "\n" not in message and "PRIVATE KEY" not in message
+    SigningKey.load(f"file:{key_files / 'locked.pem'}", "env:TC_RIGHT")  # the right passphrase opens it
+
+
+def test_the_key_may_come_from_a_variable(key_files, monkeypatch):
+    monkeypatch.setenv("TC_KEY", (key_files / "key.pem").read_text())
+    key = SigningKey.load("env:TC_KEY")
+    assert key.public_pem() == (key_files / "key.pub").read_bytes()
+    payload = signature_payload(DIGEST, "r.example/t:1")
+    assert key.sign(payload) == key.sign(payload)  # RFC 6979: the same bytes for the same payload
+
+
+def test_the_composers_push_gives_one_digest_twice_blobs_first_and_the_tag_last(tmp_path):
+    from composer.build.assemble import Assembled
+    from composer.build.canonical import LayerFile
+    from composer.publish.blobs import BlobCache
+    from composer.publish.image_push import push_assembled
+    from tests.unit.fake_engine import FakeEngine
+
+    def tar_of(name: bytes) -> bytes:
+        import io
+        import tarfile
+
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            info = tarfile.TarInfo(name.decode())
+            info.size = len(name)
+            tar.addfile(info, io.BytesIO(name))
+        return out.getvalue()
+
+    base_tar, own_tar = tar_of(b"base-file"), tar_of(b"own-file")
+    base_diff = "sha256:" + hashlib.sha256(base_tar).hexdigest()
+    own = tmp_path / "own.tar"
+    own.write_bytes(own_tar)
+    layer = LayerFile(own, "sha256:" + hashlib.sha256(own_tar).hexdigest(), len(own_tar), 8, "backend x")
+    base_id = "sha256:" + "e" * 64
+    engine = FakeEngine(images={base_id: base_id})
+    engine.loaded[base_id] = {"config": b"{}", "layers": {base_diff[7:]: base_tar}}
+    config = json.dumps({"rootfs": {"diff_ids": [base_diff, layer.diff_id]}}).encode()
+    assembled = Assembled("sha256:" + hashlib.sha256(config).hexdigest(), config, base_id, (base_diff,), (layer,), ())
+    registry = Registry("r.example")
+
+    class Registries:
+        def client(self, host):
+            assert host == "r.example"
+            return registry
+
+    pushes = []
+    for attempt in range(2):
+        folder = tmp_path / f"blobs{attempt}"
+        folder.mkdir()
+        pushes.append(push_assembled(engine, assembled, "r.example/team/t:1", Registries(), compression="gzip",
+                                     folder=folder, cache=BlobCache(tmp_path / "cache")))
+    assert pushes[0].digest == pushes[1].digest == "sha256:" + hashlib.sha256(pushes[0].manifest).hexdigest()
+    assert pushes[0].bytes_moved > 0 and pushes[1].bytes_moved == 0  # the second finds every blob there
+    manifest = json.loads(pushes[0].manifest)
+    assert [l["mediaType"] for l in manifest["layers"]] == ["application/vnd.oci.image.layer.v1.tar+gzip"] * 2
+    assert ("put_manifest", "team/t", "1") in registry.calls
+    import gzip
+
+    for entry, tar in zip(manifest["layers"], (base_tar, own_tar)):
+        blob = registry.blobs[("team/t", entry["digest"])]
+        assert gzip.decompress(blob) == tar and blob[4:8] == b"\0\0\0\0"  # no time in the gzip header
