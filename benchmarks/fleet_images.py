@@ -2,7 +2,7 @@
 
 Builds four selections (python; onnxruntime+python; pytorch+python; onnxruntime+python+tensorrt+
 pytorch) on pruned bases and on the min image, from the NGC-scale 24.09 stand-ins, pushes each fleet
-to a local registry on 127.0.0.1, and prints each image's size, what the registry stores for the
+to a local registry on 127.0.0.1 (through the composer's own client, as composer build --push does), and prints each image's size, what the registry stores for the
 fleet (the sum of its unique blobs, compressed as pushed), and what a node pulls for the 2nd, 3rd
 and 4th image once it holds the ones before: the blobs it does not hold yet (containerd, which
 fetches by digest), and what the Docker engine pulls, which fetches every layer above the first
@@ -36,6 +36,9 @@ from composer.build.pruning import sweep_stages
 from composer.core.units import human_size
 from composer.engine.engine import Engine
 from composer.pipeline import build_image
+from composer.publish.blobs import BlobCache
+from composer.publish.image_push import push_assembled
+from composer.registry.client import Registries
 from composer.resolve.resolve import resolve
 from composer.catalog.catalog import Catalog
 from composer.config.types import CompositionSpec
@@ -48,7 +51,7 @@ FLEET = (("python",), ("onnxruntime", "python"), ("pytorch", "python"), ("onnxru
 SMALL_FLEET = (("python",), ("onnxruntime", "python"), ("identity",), ("identity", "onnxruntime", "python"))
 BENCH_KEY = "org.triton-composer.bench"
 LABEL = {BENCH_KEY: "fleet"}  # on every image it builds, the bases included
-MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+MANIFEST = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
 REGISTRY_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "registry"
 
 
@@ -79,6 +82,8 @@ def fleet_figures(engine: Engine, registry_host: str, *, source: str = NGC_SOURC
 def _push_fleet(engine: Engine, registry_host: str, base: str, source: str, fleet, on_line) -> list[Pushed]:
     catalog, made, pushed = Catalog.load(), [], []
     run = uuid.uuid4().hex[:8]
+    cache_root = Path(tempfile.mkdtemp(prefix="fleet-blob-cache-"))
+    cache = BlobCache(cache_root)  # the fleet's base layers, compressed once (as on a build machine)
     try:
         for backends in fleet:
             name = "-".join(backends)
@@ -87,11 +92,15 @@ def _push_fleet(engine: Engine, registry_host: str, base: str, source: str, flee
                 "selection.backends": backends, "images.version": "24.09", "images.registry": source,
                 "result.tag": tag, "selection.base": base, "result.smoke_test": False})
             started = time.monotonic()
-            result = build_image(engine, resolve(engine, spec, catalog).plan, labels=LABEL)
-            made.append(tag)
-            if result.pruned_base is not None and result.pruned_base.made:
-                made.append(result.pruned_base.tag)
-            engine.push(tag)
+            with tempfile.TemporaryDirectory(prefix="fleet-layers-") as layers, \
+                    tempfile.TemporaryDirectory(prefix="fleet-blobs-") as folder:
+                result = build_image(engine, resolve(engine, spec, catalog).plan, labels=LABEL, layers_dir=Path(layers))
+                made.append(tag)
+                if result.pruned_base is not None and result.pruned_base.made:
+                    made.append(result.pruned_base.tag)
+                # As composer build --push does: the composer's own client, its layers compressed one fixed way.
+                push_assembled(engine, result.assembled, tag, Registries(engine), compression="gzip",
+                               folder=Path(folder), cache=cache)
             blobs = _blobs(registry_host, f"fleet-{base}/tritonserver", f"{name}-{run}")
             pushed.append(Pushed("+".join(backends), result.size, blobs))
             on_line(f"{base:6s} {'+'.join(backends):42s} {human_size(result.size):>9s}  "
@@ -102,6 +111,7 @@ def _push_fleet(engine: Engine, registry_host: str, base: str, source: str, flee
         for image in engine.images_labelled(f"{BENCH_KEY}={LABEL[BENCH_KEY]}"):  # a base made by a build that failed after
             engine.remove_image(image, force=True)
         sweep_stages(engine)
+        shutil.rmtree(cache_root, ignore_errors=True)
     return pushed
 
 

@@ -25,7 +25,7 @@ from composer.engine.engine import Engine
 from composer.core.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
 from composer.core.files import check_output_file, write_file
 from composer.resolve.packages import explain_pip_failure, redactor, secrets_of
-from composer.resolve.plan import STAGE_LABEL, CompositionPlan
+from composer.resolve.plan import RUN_LABEL, STAGE_LABEL, CompositionPlan
 from composer.core.progress import LineSink, quiet
 from composer.build.assemble import Assembled, Sources, assemble, find_stages
 from composer.build.pruning import PrunedBase, PruningReport, proof_failure, pruned_base
@@ -127,7 +127,7 @@ def build_image(
         on_line(f"built {built[:19]}; writing the image's own layers")
         assembled, sbom = _assemble(engine, plan, built, base, context, layers, run, labels, on_line)
     finally:
-        _remove_stage_marks(engine, run)
+        _remove_run_images(engine, run)
         if context_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
         if layers_dir is None:
@@ -185,20 +185,36 @@ def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBas
         assembled = assemble(engine, plan, built, base_info, sources, layers, epoch=plan.epoch,
                              labels=version_labels(facts), extra=[(SBOM_PATH, "SBOM", document.encode())],
                              run_labels=labels, on_line=on_line)
-    finally:  # the engine's own image is build cache the composer's replaces: its stages stay cached
+    except BaseException:
         engine.discard_untagged(built)
+        raise
     return assembled, document
 
 
-def _remove_stage_marks(engine: Engine, run: str) -> None:
-    """The images that only mark this build's stages (STAGE_LABEL): their stages stay as cache."""
-    for image in engine.images_labelled(f"{STAGE_LABEL}", untagged=True):
+def _remove_run_images(engine: Engine, run: str) -> None:
+    """What this build made that is its alone: the images marking the stages it read (their stages
+    stay as build cache, shared with other builds), and every image of its run-labelled stages (its
+    composed-files and what was built FROM it: the system and proof stages, the engine's own image
+    of the composition), so no other build's cache is touched, even one running at the same time."""
+    for image in engine.images_labelled(STAGE_LABEL, untagged=True):
         info = engine.image(image)
-        if info is not None and info.labels.get(STAGE_LABEL, "").endswith(f" {run}"):
-            try:
-                engine.remove_image(image, prune=False)
-            except ComposerError:
-                pass  # in use by another image: it goes with that one
+        if info is not None and info.labels.get(STAGE_LABEL, "").endswith(f" {run}") and \
+                info.labels.get(RUN_LABEL) != run:
+            _quietly(engine.remove_image, image, prune=False)
+    for _ in range(8):  # leaves first: an image with a child of its own goes on the next pass
+        left = engine.images_labelled(f"{RUN_LABEL}={run}", untagged=True)
+        if not left:
+            return
+        for image in left:
+            _quietly(engine.remove_image, image)
+    # What is left (one in use by a container) is swept by `composer cache clear`.
+
+
+def _quietly(remove, image: str, **kwargs) -> None:
+    try:
+        remove(image, **kwargs)
+    except ComposerError:
+        pass  # in use, or a parent of another image: it goes with that one
 
 
 def _build_composition(engine: Engine, plan: CompositionPlan, context: BuildContext, base: PrunedBase | None,

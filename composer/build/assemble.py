@@ -29,7 +29,7 @@ from composer.build.canonical import (
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.engine.engine import Engine, ImageInfo
-from composer.resolve.plan import FROM_CONTEXT, FROM_FULL, ROOT, STAGE_LABEL, CompositionPlan, LayerPart
+from composer.resolve.plan import FROM_CONTEXT, FROM_FULL, ROOT, RUN_LABEL, STAGE_LABEL, CompositionPlan, LayerPart
 
 # The runtime configuration an image restates (the rest of the engine's Config is a container's).
 RUNTIME_KEYS = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "WorkingDir", "Labels",
@@ -137,8 +137,8 @@ def runtime_config(config: Mapping, labels: Mapping[str, str]) -> dict:
     out = {}
     for key in RUNTIME_KEYS:
         value = config.get(key)
-        if key == "Labels":
-            value = {**dict(value or {}), **dict(labels)}
+        if key == "Labels":  # the build's own mark is the engine's image's, not the composed image's
+            value = {k: v for k, v in {**dict(value or {}), **dict(labels)}.items() if k != RUN_LABEL}
         if value not in (None, "", [], {}):
             out[key] = value
     return out

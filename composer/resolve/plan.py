@@ -297,6 +297,7 @@ class LayerPart:
 
 
 STAGE_LABEL = "org.triton-composer.stage-of"  # "<stage> <run>": a stage of one build the composer reads from
+RUN_LABEL = "org.triton-composer.run"  # on the final stages' images: the build that made them (theirs alone)
 SYSTEM_TREE = "/composer-system/tree"  # what the system stage's steps wrote, as a tree
 PROOF_VERDICT = "/composer-proof/proved.txt"
 

@@ -241,7 +241,8 @@ def test_composer_verify_accepts_the_image_and_a_signature_skopeo_makes(pushed, 
     accept = tmp_path / "accept.json"
     accept.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
     folder = keys["folder"]
-    signed = skopeo("--policy", str(accept), "copy", "--src-tls-verify=false", "--dest-tls-verify=false",
+    _, registries_d = _policy(tmp_path, registry, folder / "cosign.pub")  # where skopeo writes attachments
+    signed = skopeo("--policy", str(accept), "--registries.d", str(registries_d), "copy", "--src-tls-verify=false", "--dest-tls-verify=false",
                     "--authfile", str(target["authfile"]), "--sign-by-sigstore-private-key", str(folder / "cosign.key"),
                     "--sign-passphrase-file", str(folder / "cosign.pass"), f"docker://{pushed['ref']}",
                     f"docker://{registry.host}/supply/skopeo:1", mounts=(tmp_path, folder, target["authfile"].parent))

@@ -37,6 +37,8 @@ ENV \
     PATH="/usr/local/cuda/bin:/usr/bin:/bin" \
     NVIDIA_REQUIRE_CUDA="cuda>=9.0"
 ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.run="${COMPOSER_RUN}"
 USER root
 COPY --from=decide /composer/prune/pruned.json /opt/tritonserver/pruned.json
 COPY --chown=1000:1000 --from=full /opt/tritonserver/bin /opt/tritonserver/bin

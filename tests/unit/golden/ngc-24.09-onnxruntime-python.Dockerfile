@@ -17,6 +17,8 @@ ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage-of="collect ${COMPOSER_RUN}"
 
 FROM min AS composed-files
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.run="${COMPOSER_RUN}"
 USER root
 COPY --chown=1000:1000 --from=full /opt/tritonserver/bin /opt/tritonserver/bin
 COPY --chown=1000:1000 --from=full /opt/tritonserver/lib /opt/tritonserver/lib
