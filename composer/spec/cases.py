@@ -15,6 +15,9 @@ or from `smoke_cases.json` (or `.yaml`) next to a model's config.pbtxt, which Tr
 A model without cases still gets a real request built from its configuration as the server
 reports it, and the answer must hold every configured output with its datatype and a shape
 consistent with the configuration.
+
+Streams (decoupled models) and sequences (stateful models) take more keys: responses,
+response_count, steps, sequence_id (composer.spec.protocol_cases).
 """
 
 from __future__ import annotations
@@ -163,15 +166,21 @@ def parse_cases(raw: Any, source: str, model: str | None = None) -> tuple[Case, 
         where = f"{source}: case {number}"
         if not isinstance(item, dict):
             raise CaseError(f"{where}: expected a mapping with inputs and expected")
-        unknown = sorted(set(item) - {"model", "name", "inputs", "expected"})
+        from composer.spec.protocol_cases import PROTOCOL_KEYS, protocol_case  # streams, sequences
+
+        unknown = sorted(set(item) - {"model", "name", "inputs", "expected"} - PROTOCOL_KEYS)
         if unknown:
-            raise CaseError(f"{where}: unknown key {unknown[0]} (model, name, inputs, expected)")
+            raise CaseError(f"{where}: unknown key {unknown[0]} (model, name, inputs, expected, "
+                            f"{', '.join(sorted(PROTOCOL_KEYS))})")
         name_of_model = str(item.get("model") or model or "")
         if not name_of_model:
             raise CaseError(f"{where}: names no model (model: NAME)")
         if model and name_of_model != model:
             raise CaseError(f"{where}: names model {name_of_model}, but the file is in model {model}'s folder")
         name = str(item.get("name") or f"{name_of_model}#{number}")
+        if PROTOCOL_KEYS & set(item):
+            cases.append(protocol_case(item, where, name_of_model, name, source))
+            continue
         inputs = tuple(_input(t, f"{where} ({name})") for t in _list(item.get("inputs"), "inputs", where))
         expected = tuple(_expected(t, f"{where} ({name})") for t in _list(item.get("expected"), "expected", where))
         cases.append(Case(name_of_model, name, inputs, expected, source))
