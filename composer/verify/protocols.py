@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 from composer.core.errors import ComposerError
-from composer.spec.cases import Case, CaseError, TensorData, check_against_config, default_request, describe_request
-from composer.spec.protocol_cases import ProtocolCase, Step
+from composer.spec.cases import (
+    Case, CaseError, ProtocolCase, Step, TensorData, check_against_config, default_request, describe_request,
+)
 
 RESPONSE_TIMEOUT = 30.0  # seconds one request may take to its answer (a stream: to its final flag)
 DEFAULT_STEPS = 2  # a default sequence: the least that proves a second request is taken as part of the first's
@@ -377,3 +378,4 @@ def case_problem(transport: Transport, name: str, protocol: ModelProtocol, case:
         if answer.stopped:
             break
     return (f"case {case.name}: {first}" if first else None), sent, in_sequence
+
