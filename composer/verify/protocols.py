@@ -379,3 +379,28 @@ def case_problem(transport: Transport, name: str, protocol: ModelProtocol, case:
             break
     return (f"case {case.name}: {first}" if first else None), sent, in_sequence
 
+
+class Exchanges:
+    """A smoke run's streams and sequences: the transport (its channel opened by the first model
+    that needs it) and the run's correlation IDs."""
+
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        self.ids = SequenceIds()
+
+    def verdict(self, config_of: Callable[[str], Mapping], name: str, cases: Sequence[Case]) -> Verdict | None:
+        """The verdict of a READY model that needs a stream or a sequence; None for one the HTTP
+        path serves (a plain model with plain cases), or whose configuration cannot be read here."""
+        try:
+            config = config_of(name)
+            protocol = protocol_of(name, config_of, config)
+        except ComposerError:
+            return None
+        if not needs_protocol(protocol, cases):
+            return None
+        return model_verdict(self.transport, name, config, protocol, cases, self.ids)
+
+    def close(self) -> None:
+        close = getattr(self.transport, "close", None)
+        if close is not None:
+            close()

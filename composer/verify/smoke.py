@@ -27,11 +27,14 @@ from composer.engine.engine import Container, Engine, ImageInfo, gpu_request
 from composer.core.errors import ComposerError, EngineError, UsageError
 from composer.verify.samples import Sample, samples_for
 from composer.verify.triton_client import TritonHTTP
+from composer.verify.grpc_client import TritonGRPC
+from composer.verify.protocols import Exchanges
 from composer.core.progress import LineSink, quiet
 from composer.spec.options import check_gpus
 from composer.resolve.plan import CPU_SERVER_FLAGS
 
 HTTP_PORT = 8000
+GRPC_PORT = 8001  # streams (decoupled models) and sequences: composer.verify.protocols
 METRICS_PORT = 8002
 GPU_METRIC = "nv_gpu_"  # the prefix of the metrics DCGM feeds (nv_gpu_utilization, ...)
 SMOKE_LABEL = "org.triton-composer.smoke"
@@ -56,7 +59,7 @@ class SmokeRow:
     model: str | None = None
     device: str | None = None  # where the model's instances ran (CPU, GPU), when the server tells
     ready: str | None = None  # the model's state as the server reports it (READY, UNAVAILABLE, ...)
-    request: str | None = None  # what was sent: "sample", "N cases", or "default: <inputs>"
+    request: str | None = None  # what was sent: "sample", "N cases", "default: <inputs>", "stream", "sequence (N steps)"
     cases: str | None = None  # cases passed of those sent, e.g. "2/3"
 
 
@@ -222,7 +225,7 @@ def smoke_test(
         image,
         ["tritonserver", *(f"--model-repository={r}" for r in served.repositories), "--exit-on-error=false",
          *metrics, *options.server_flags],
-        ports=[HTTP_PORT, METRICS_PORT] if with_gpus else [HTTP_PORT],
+        ports=[HTTP_PORT, GRPC_PORT, METRICS_PORT] if with_gpus else [HTTP_PORT, GRPC_PORT],
         files=served.files,
         labels={SMOKE_LABEL: "1", **(labels or {})},
         shm_size=options.shm_size,
@@ -347,7 +350,11 @@ def _check_server(container: Container, image, options, served: Served, packages
         for backend in sorted(set(options.backends) - tested):
             reason = NO_SAMPLE.get(backend, NO_SAMPLE_DEFAULT)
             rows.append(SmokeRow(backend, "SKIP", reason))
-    rows += _model_rows(client, served, index, reasons, on_line)
+    exchanges = Exchanges(TritonGRPC(container.url(GRPC_PORT)))  # a gRPC channel only for a model that needs one
+    try:
+        rows += _model_rows(client, served, index, reasons, on_line, exchanges)
+    finally:
+        exchanges.close()
     if packages:
         rows += _package_rows(packages, index)
     rows = [_with_device(client, r) for r in rows]
@@ -429,13 +436,14 @@ def _not_ready(entry: dict, name: str, reasons: dict[str, str]) -> tuple[str, st
 # -- the user's and the baked models ---------------------------------------------------------
 
 
-def _model_rows(client: TritonHTTP, served: Served, index: dict, reasons: dict[str, str], on_line) -> list[SmokeRow]:
+def _model_rows(client: TritonHTTP, served: Served, index: dict, reasons: dict[str, str], on_line,
+                exchanges: Exchanges | None = None) -> list[SmokeRow]:
     own = {s.model for s in served.samples} | {PACKAGE_CHECK}
     names = sorted(set(served.models) | {n for n in index if n not in own})
     cases = by_model(served.cases)
     rows = []
     for name in names:
-        rows.append(model_row(client, name, index.get(name, {}), cases.get(name, []), reasons))
+        rows.append(model_row(client, name, index.get(name, {}), cases.get(name, []), reasons, exchanges))
         if rows[-1].status == "PASS":
             on_line(f"{name}: {rows[-1].detail}")
     for name in sorted(set(cases) - set(names) - own):
@@ -447,12 +455,18 @@ def _model_rows(client: TritonHTTP, served: Served, index: dict, reasons: dict[s
     return rows
 
 
-def model_row(client: TritonHTTP, name: str, entry: dict, cases: list[Case], reasons: dict[str, str]) -> SmokeRow:
-    """One model: READY, then its cases (or a default request from its configuration) answered."""
+def model_row(client: TritonHTTP, name: str, entry: dict, cases: list[Case], reasons: dict[str, str],
+              exchanges: Exchanges | None = None) -> SmokeRow:
+    """One model: READY, then its cases (or a default request from its configuration) answered;
+    over a stream or in a sequence where the model needs it (`exchanges`)."""
     if entry.get("state") != "READY":
         state, reason = _not_ready(entry, name, reasons)
         total = f"0/{len(cases)}" if cases else None
         return SmokeRow("model", "FAIL", f"not loaded: {reason}", name, ready=state, request="-", cases=total)
+    verdict = exchanges.verdict(client.model_config, name, cases) if exchanges is not None else None
+    if verdict is not None:
+        return SmokeRow("model", verdict.status, verdict.detail, name, ready="READY", request=verdict.request,
+                        cases=verdict.cases)
     if cases:
         passed, problems = 0, []
         for case in cases:

@@ -1,0 +1,107 @@
+"""The smoke test speaks each model's protocol: a decoupled model is streamed and a sequence model
+sent a sequence over gRPC, every other model answers over HTTP as before, and no gRPC channel is
+opened when no model needs one. Engine, HTTP server and gRPC transport are faked at their boundary."""
+
+from __future__ import annotations
+
+import json
+
+from composer.spec.cases import TensorData
+from composer.verify import smoke
+from composer.verify.protocols import RESPONSE_TIMEOUT, StreamAnswer
+from composer.verify.smoke import SmokePlan, smoke_test
+from tests.unit.test_smoke_models import AFFINE_CONFIG, Server, engine_for, repository, rows_of, times_three
+
+COUNTER_CONFIG = {
+    "name": "counter", "max_batch_size": 0, "model_transaction_policy": {"decoupled": True},
+    "input": [{"name": "COUNT", "data_type": "TYPE_INT32", "dims": [1]}],
+    "output": [{"name": "OUT", "data_type": "TYPE_INT32", "dims": [1]}],
+}
+SUM_CONFIG = {
+    "name": "running_sum", "max_batch_size": 0,
+    "sequence_batching": {"direct": {}, "control_input": [
+        {"name": "START", "control": [{"kind": "CONTROL_SEQUENCE_START", "int32_false_true": [0, 1]}]}]},
+    "input": [{"name": "X", "data_type": "TYPE_INT32", "dims": [1]}],
+    "output": [{"name": "SUM", "data_type": "TYPE_INT32", "dims": [1]}],
+}
+
+
+class FakeGRPC:
+    """The gRPC transport: counter streams 3 responses; running_sum keeps a sum per correlation ID."""
+
+    made: list["FakeGRPC"] = []
+
+    def __init__(self, url):
+        self.url = url
+        self.calls: list[tuple] = []
+        self.closed = False
+        self.sums: dict = {}
+        FakeGRPC.made.append(self)
+
+    def stream(self, model, inputs, sequence=None, timeout=RESPONSE_TIMEOUT):
+        self.calls.append(("stream", model, sequence))
+        return StreamAnswer(tuple({"OUT": TensorData("OUT", "INT32", (1,), (i,))} for i in range(3)), final=True)
+
+    def infer(self, model, inputs, sequence=None, timeout=RESPONSE_TIMEOUT):
+        self.calls.append(("infer", model, sequence))
+        (x,) = inputs
+        total = x.data[0] + (0 if sequence.start else self.sums[sequence.sequence_id])
+        self.sums[sequence.sequence_id] = total
+        return {"SUM": TensorData("SUM", "INT32", (1,), (total,))}
+
+    def close(self):
+        self.closed = True
+
+
+def run(monkeypatch, server, tmp_path, **models):
+    FakeGRPC.made = []
+    monkeypatch.setattr(smoke, "TritonHTTP", server)
+    monkeypatch.setattr(smoke, "TritonGRPC", FakeGRPC)
+    engine = engine_for()
+    report = smoke_test(engine, "img", SmokePlan(backends=("pytorch",), model_repository=repository(tmp_path, **models),
+                                                 samples=False))
+    return report, engine, FakeGRPC.made[0]
+
+
+def test_a_decoupled_model_is_streamed_and_a_sequence_model_sent_a_sequence(tmp_path, monkeypatch):
+    server = Server({"counter": {"config": COUNTER_CONFIG, "answer": AssertionError("no HTTP for a stream")},
+                     "running_sum": {"config": SUM_CONFIG, "answer": AssertionError("no HTTP for a sequence")},
+                     "affine": {"config": AFFINE_CONFIG, "answer": times_three}})
+    report, engine, grpc = run(monkeypatch, server, tmp_path, counter=None, running_sum=None, affine=None)
+    assert report.passed, [(r.model, r.detail) for r in report.failures()]
+    counter, summed, affine = rows_of(report, "counter")[0], rows_of(report, "running_sum")[0], rows_of(report, "affine")[0]
+    assert (counter.request, summed.request) == ("stream: COUNT INT32 [1]", "sequence (2 steps): X INT32 [1]")
+    assert affine.request == "default: input__0 FP32 [4]"  # a plain model: over HTTP, as before
+    assert [name for name, _ in server.requests] == ["affine"]
+    assert [c[:2] for c in grpc.calls] == [("stream", "counter"), ("infer", "running_sum"), ("infer", "running_sum")]
+    assert grpc.url == "http://127.0.0.1:48001" and grpc.closed  # the published gRPC port; closed when done
+    assert engine.starts[0]["ports"] == [8000, 8001]
+    payload = {r["model"]: r for r in report.to_dict()["rows"]}
+    assert payload["counter"]["request"] == "stream: COUNT INT32 [1]"  # --json carries the same
+
+
+def test_sequence_cases_from_the_model_folder(tmp_path, monkeypatch):
+    steps = [{"inputs": [{"name": "X", "datatype": "INT32", "shape": [1], "data": [x]}],
+              "expected": [{"name": "SUM", "datatype": "INT32", "shape": [1], "data": [total]}]}
+             for x, total in ((3, 3), (4, 7), (1, 9))]
+    server = Server({"running_sum": {"config": SUM_CONFIG, "answer": AssertionError("no HTTP")}})
+    report, _, grpc = run(monkeypatch, server, tmp_path, running_sum=[{"name": "adds up", "steps": steps}])
+    (row,) = rows_of(report, "running_sum")
+    assert (row.status, row.request, row.cases) == ("FAIL", "sequence (3 steps), 1 case", "0/1")
+    assert row.detail == "wrong answer: case adds up: step 3: SUM[0] is 8, expected 9"
+    assert [c[2].sequence_id for c in grpc.calls] == [1, 1, 1]
+
+
+def test_no_model_needs_grpc_so_no_channel_is_used(tmp_path, monkeypatch):
+    server = Server({"affine": {"config": AFFINE_CONFIG, "answer": times_three}})
+    report, _, grpc = run(monkeypatch, server, tmp_path, affine=None)
+    assert report.passed and grpc.calls == []
+
+
+def test_the_real_transport_opens_no_channel_until_asked():
+    from composer.verify.grpc_client import TritonGRPC
+
+    transport = TritonGRPC("http://127.0.0.1:48001")
+    assert transport.address == "127.0.0.1:48001" and not transport.opened
+    transport.close()  # closing what was never opened is fine
+    assert json.dumps(transport.address)
