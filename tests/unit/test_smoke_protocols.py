@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from composer.cli.output import smoke_table
 from composer.spec.cases import TensorData
 from composer.verify import smoke
 from composer.verify.protocols import RESPONSE_TIMEOUT, StreamAnswer
@@ -78,6 +79,9 @@ def test_a_decoupled_model_is_streamed_and_a_sequence_model_sent_a_sequence(tmp_
     assert engine.starts[0]["ports"] == [8000, 8001]
     payload = {r["model"]: r for r in report.to_dict()["rows"]}
     assert payload["counter"]["request"] == "stream: COUNT INT32 [1]"  # --json carries the same
+    table = {line.split()[1]: line for line in smoke_table(report).splitlines()[1:]}
+    assert "  stream: COUNT INT32 [1]  " in table["counter"]
+    assert "  sequence (2 steps): X INT32 [1]  " in table["running_sum"]
 
 
 def test_sequence_cases_from_the_model_folder(tmp_path, monkeypatch):
