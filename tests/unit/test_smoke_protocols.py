@@ -109,3 +109,16 @@ def test_the_real_transport_opens_no_channel_until_asked():
     assert transport.address == "127.0.0.1:48001" and not transport.opened
     transport.close()  # closing what was never opened is fine
     assert json.dumps(transport.address)
+
+
+def test_a_failed_smoke_tests_rows_are_in_the_json_result():
+    """--json of a build whose smoke test failed carries the rows (requests included), as --junit does."""
+    from composer.core.errors import SmokeTestFailed
+    from composer.pipeline import Outcome
+    from composer.spec.options import CompositionSpec
+    from composer.verify.smoke import SmokeReport, SmokeRow
+
+    report = SmokeReport("img", (SmokeRow("model", "FAIL", "no final flag within 30 s", "endless", request="stream"),))
+    payload = Outcome(CompositionSpec(), error=SmokeTestFailed("smoke test failed (model/endless)", report)).to_dict()
+    assert payload["error"] == "smoke test failed (model/endless)"
+    assert payload["smoke_test"]["rows"][0]["request"] == "stream" and payload["smoke_test"]["passed"] is False
