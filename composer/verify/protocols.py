@@ -183,6 +183,20 @@ def read_stream(receive: Callable[[float], Event | None], timeout: float = RESPO
             return StreamAnswer(tuple(responses), final=True, timeout=timeout)
 
 
+def joined(responses: Sequence[Mapping[str, TensorData]]) -> dict[str, TensorData]:
+    """Each output's data across the responses, in order: a text streamer's pieces (BYTES) as one
+    text, other values one after another in a flat tensor."""
+    names = list(dict.fromkeys(name for response in responses for name in response))
+    outputs = {}
+    for name in names:
+        parts = [r[name] for r in responses if name in r]
+        data = tuple(v for part in parts for v in part.data)
+        if parts[0].datatype == "BYTES":
+            data = ("".join(str(v) for v in data),)
+        outputs[name] = TensorData(name, parts[0].datatype, (len(data),), data)
+    return outputs
+
+
 # -- sending -----------------------------------------------------------------------------------
 
 
@@ -399,6 +413,16 @@ class Exchanges:
         if not needs_protocol(protocol, cases):
             return None
         return model_verdict(self.transport, name, config, protocol, cases, self.ids)
+
+    def sample_outputs(self, sample) -> dict[str, TensorData]:
+        """A decoupled sample's answer (composer.verify.samples.Sample with stream: true): its stream read
+        to the final flag, each output joined across the responses. Raises ComposerError, one line."""
+        answer = exchange(self.transport, sample.model, True, sample.inputs)
+        if answer.problem:
+            raise ComposerError(f"{sample.model}: stream: {answer.problem}")
+        if not answer.responses:
+            raise ComposerError(f"{sample.model}: empty stream: the final flag came with no response holding outputs")
+        return joined(answer.responses)
 
     def close(self) -> None:
         close = getattr(self.transport, "close", None)

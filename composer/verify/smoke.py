@@ -344,14 +344,14 @@ def _check_server(container: Container, image, options, served: Served, packages
     on_line("waiting for models to load")
     index, reasons = wait_for_models(client, container, deadline)
 
-    rows += _sample_rows(client, list(served.samples), index, on_line, reasons, with_gpus)
-    if options.samples:
-        tested = {s.backend for s in served.samples}
-        for backend in sorted(set(options.backends) - tested):
-            reason = NO_SAMPLE.get(backend, NO_SAMPLE_DEFAULT)
-            rows.append(SmokeRow(backend, "SKIP", reason))
     exchanges = Exchanges(TritonGRPC(container.url(GRPC_PORT)))  # a gRPC channel only for a model that needs one
     try:
+        rows += _sample_rows(client, list(served.samples), index, on_line, reasons, with_gpus, exchanges)
+        if options.samples:
+            tested = {s.backend for s in served.samples}
+            for backend in sorted(set(options.backends) - tested):
+                reason = NO_SAMPLE.get(backend, NO_SAMPLE_DEFAULT)
+                rows.append(SmokeRow(backend, "SKIP", reason))
         rows += _model_rows(client, served, index, reasons, on_line, exchanges)
     finally:
         exchanges.close()
@@ -545,7 +545,8 @@ def metrics_text(url: str) -> str:
 
 
 def _sample_rows(client: TritonHTTP, samples: list[Sample], index: dict, on_line,
-                 reasons: dict[str, str] | None = None, with_gpus: bool = False) -> list[SmokeRow]:
+                 reasons: dict[str, str] | None = None, with_gpus: bool = False,
+                 exchanges: Exchanges | None = None) -> list[SmokeRow]:
     rows = []
     for sample in samples:
         entry = index.get(sample.model, {})
@@ -559,9 +560,10 @@ def _sample_rows(client: TritonHTTP, samples: list[Sample], index: dict, on_line
             rows.append(SmokeRow(sample.backend, "FAIL", f"model not ready: {reason}", sample.model, ready=state,
                                  request="-", cases="0/1"))
             continue
-        done = {"ready": "READY", "request": "sample"}
+        streamed = sample.stream and exchanges is not None  # a decoupled sample (vllm): its responses, joined
+        done = {"ready": "READY", "request": "stream, sample" if streamed else "sample"}
         try:
-            outputs = client.infer(sample.model, sample.inputs)
+            outputs = exchanges.sample_outputs(sample) if streamed else client.infer(sample.model, sample.inputs)
         except ComposerError as exc:
             rows.append(SmokeRow(sample.backend, "FAIL", exc.message, sample.model, cases="0/1", **done))
             continue

@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 from composer.spec.cases import TensorData, parse_cases
 from composer.verify.grpc_client import event_of, infer_input, outputs_of, sequence_arguments
 from composer.verify.protocols import (
-    RESPONSE_TIMEOUT, Event, ModelProtocol, SequenceFlags, SequenceIds, StreamAnswer, default_verdict,
+    RESPONSE_TIMEOUT, Event, ModelProtocol, SequenceFlags, SequenceIds, StreamAnswer, default_verdict, joined,
     model_verdict, needs_protocol, protocol_of, read_stream, request_label,
 )
 from composer.verify.triton_client import InferenceError
@@ -297,3 +297,10 @@ def test_tensors_go_out_as_tritonclient_inputs():
 def test_an_event_without_the_final_parameter_is_final():
     response = service_pb2.ModelInferResponse(model_name="m", id="1")
     assert event_of(InferResult(response), None) == Event(outputs={}, final=True)
+
+
+def test_a_streams_outputs_joined_as_a_streamed_sample_is_checked():
+    answer, _ = read("counter 3")
+    outputs = joined(answer.responses)
+    assert outputs["OUT"] == TensorData("OUT", "INT32", (3,), (0, 1, 2))
+    assert outputs["TEXT"] == TensorData("TEXT", "BYTES", (1,), ("token 0token 1token 2",))  # one text

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from composer.cli.output import smoke_table
 from composer.spec.cases import TensorData
 from composer.verify import smoke
@@ -39,8 +41,12 @@ class FakeGRPC:
         self.sums: dict = {}
         FakeGRPC.made.append(self)
 
+    streams: dict = {}  # model -> the StreamAnswer it gives (else counter's three responses)
+
     def stream(self, model, inputs, sequence=None, timeout=RESPONSE_TIMEOUT):
         self.calls.append(("stream", model, sequence))
+        if model in self.streams:
+            return self.streams[model]
         return StreamAnswer(tuple({"OUT": TensorData("OUT", "INT32", (1,), (i,))} for i in range(3)), final=True)
 
     def infer(self, model, inputs, sequence=None, timeout=RESPONSE_TIMEOUT):
@@ -122,3 +128,42 @@ def test_a_failed_smoke_tests_rows_are_in_the_json_result():
     payload = Outcome(CompositionSpec(), error=SmokeTestFailed("smoke test failed (model/endless)", report)).to_dict()
     assert payload["error"] == "smoke test failed (model/endless)"
     assert payload["smoke_test"]["rows"][0]["request"] == "stream" and payload["smoke_test"]["passed"] is False
+
+
+def text(*pieces):
+    return tuple({"text_output": TensorData("text_output", "BYTES", (1,), (p,))} for p in pieces)
+
+
+VLLM_CONFIG = {"name": "vllm_tiny", "max_batch_size": 0, "model_transaction_policy": {"decoupled": True},
+               "input": [{"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]}],
+               "output": [{"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]}]}
+
+
+def vllm_sample_row(monkeypatch, answer: StreamAnswer):
+    """The vllm sample, READY (as on a GPU host), streamed: what its row says."""
+    FakeGRPC.made = []
+    monkeypatch.setattr(FakeGRPC, "streams", {"vllm_tiny": answer})
+    monkeypatch.setattr(smoke, "TritonHTTP", Server({"vllm_tiny": {"config": VLLM_CONFIG,
+                                                                   "answer": AssertionError("HTTP 501")}}))
+    monkeypatch.setattr(smoke, "TritonGRPC", FakeGRPC)
+    report = smoke_test(engine_for(backends=("vllm",)), "img", SmokePlan(backends=("vllm",)))
+    (row,) = [r for r in report.rows if r.subject == "vllm"]
+    return row, FakeGRPC.made[0]
+
+
+def test_the_vllm_sample_is_streamed_and_its_text_checked(monkeypatch):
+    row, grpc = vllm_sample_row(monkeypatch, StreamAnswer(text("Hello", " wor", "ld"), final=True))
+    assert (row.status, row.request, row.cases) == ("PASS", "stream, sample", "1/1"), row.detail
+    ((how, model, _),) = grpc.calls
+    assert (how, model) == ("stream", "vllm_tiny")
+
+
+@pytest.mark.parametrize("answer, detail", [
+    (StreamAnswer(text("Goodbye"), final=True),
+     "vllm_tiny: text_output[0] is 'Goodbye', expected it to start with 'Hello'"),
+    (StreamAnswer(text("Hello"), final=False), "vllm_tiny: stream: no final flag within 30 s (1 response before)"),
+    (StreamAnswer((), final=True), "vllm_tiny: empty stream: the final flag came with no response holding outputs"),
+])
+def test_a_vllm_sample_that_streams_wrong_fails_with_one_line(monkeypatch, answer, detail):
+    row, _ = vllm_sample_row(monkeypatch, answer)
+    assert (row.status, row.detail) == ("FAIL", detail)
