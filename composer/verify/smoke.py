@@ -29,6 +29,7 @@ from composer.verify.samples import Sample, samples_for
 from composer.verify.triton_client import TritonHTTP
 from composer.verify.grpc_client import TritonGRPC
 from composer.verify.protocols import Exchanges
+from composer.verify.plans import plan_images, with_built_plans
 from composer.core.progress import LineSink, quiet
 from composer.spec.options import check_gpus
 from composer.resolve.plan import CPU_SERVER_FLAGS
@@ -189,6 +190,7 @@ class Served:
     files: dict
     repositories: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()  # (backend, why its sample is not served): a SKIP row
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -217,6 +219,11 @@ def smoke_test(
 
     gpus, why = resolve_gpus(engine, options.gpus, options.device)
     with_gpus = gpu_request(gpus) is not None
+    if with_gpus and any(s.plan_source is not None for s in served.samples):  # the TensorRT sample's plan
+        samples, files, left_out = with_built_plans(engine, plan_images(engine, image, record), list(served.samples),
+                                                    served.files, SAMPLES, gpus, {SMOKE_LABEL: "1", **(labels or {})},
+                                                    on_line)
+        served = replace(served, samples=tuple(samples), files=files, left_out=tuple(left_out.items()))
     # Metrics stay off without GPUs, as the CPU-only server has nothing to report through DCGM.
     metrics = ["--allow-metrics=true", "--allow-gpu-metrics=true"] if with_gpus else ["--allow-metrics=false"]
     count = len(served.samples) + len(served.models)
@@ -350,7 +357,7 @@ def _check_server(container: Container, image, options, served: Served, packages
         if options.samples:
             tested = {s.backend for s in served.samples}
             for backend in sorted(set(options.backends) - tested):
-                reason = NO_SAMPLE.get(backend, NO_SAMPLE_DEFAULT)
+                reason = dict(served.left_out).get(backend) or NO_SAMPLE.get(backend, NO_SAMPLE_DEFAULT)
                 rows.append(SmokeRow(backend, "SKIP", reason))
         rows += _model_rows(client, served, index, reasons, on_line, exchanges)
     finally:

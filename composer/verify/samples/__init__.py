@@ -33,6 +33,7 @@ class Sample:
     gpu: bool = False  # runs only on a GPU: without one, its refusal to load is a SKIP, not a FAIL
     stream: bool = False  # decoupled: streamed over gRPC, its responses' outputs joined (composer.verify.protocols)
     match: str = "exact"  # "prefix": a BYTES output need only start with the expected text (generated text follows)
+    plan_source: Path | None = None  # an ONNX model its TensorRT plan is built from on a GPU (composer.verify.plans)
 
     def check(self, outputs: dict[str, TensorData]) -> str | None:
         """None when `outputs` hold the expected answer, else a one-line description."""
@@ -73,6 +74,11 @@ def _tensor(raw: dict[str, Any]) -> TensorData:
     )
 
 
+def _plan_source(entry: dict[str, Any]) -> Path | None:
+    source = entry.get("plan_source")
+    return Path(str(resources.files("composer.verify.samples").joinpath(str(source)))) if source else None
+
+
 def models_dir() -> Path:
     """The folder holding every sample model (a Triton model repository)."""
     return Path(str(resources.files("composer.verify.samples").joinpath("models")))
@@ -94,6 +100,7 @@ def load_samples() -> list[Sample]:
             gpu=bool(entry.get("gpu", False)),
             stream=bool(entry.get("stream", False)),
             match=str(entry.get("match", "exact")),
+            plan_source=_plan_source(entry),
         )
         for entry in raw["samples"]
     ]
