@@ -110,3 +110,22 @@ def test_a_protocol_case_checked_against_one_answer():
     (two,) = parse_cases([{"model": "m", "name": "two", "steps": [{"inputs": COUNT3, "expected": [OUT]}] * 2}],
                          "c.yaml")
     assert two.check(out(3)) == "case two: 2 steps cannot be checked against one answer"
+
+
+def test_every_example_in_the_guide_and_the_readme_reads():
+    """The documented examples are valid case files (the guide and README's smoke-test section)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    blocks = []
+    for doc in (root / "docs" / "guides" / "smoke-test-protocols.md", root / "README.md"):
+        for block in re.findall(r"```yaml\n(.*?)```", doc.read_text(), re.S):
+            text = "\n".join(line[2:] if doc.name == "README.md" else line for line in block.splitlines())
+            if text.lstrip().startswith("cases:") and ("steps:" in text or "responses:" in text
+                                                       or "response_count:" in text):
+                blocks.append((doc.name, text))
+    assert len(blocks) == 6, blocks  # five in the guide, one in README
+    for name, text in blocks:
+        cases = cases_from_text(text, f"{name}.yaml")
+        assert cases and all(isinstance(c, ProtocolCase) for c in cases), (name, text)
