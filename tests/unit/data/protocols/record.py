@@ -1,8 +1,9 @@
 """Record real gRPC exchanges with a Triton server for the unit tests of the stream and sequence
 readers (composer.verify.protocols, composer.verify.grpc_client).
 
-Serve tests/integration/models/protocols/good and broken together (the ensembles need an empty
-version folder 1/), then:  python record.py 127.0.0.1:GRPC_PORT 127.0.0.1:HTTP_PORT > exchanges.json
+Serve tests/integration/models/protocols/good and broken together in one repository, then:
+
+    python record.py 127.0.0.1:GRPC_PORT 127.0.0.1:HTTP_PORT > exchanges.json
 
 Each response is stored as the server sent it (a serialized ModelInferResponse, base64), each
 error as its message, each with the seconds since the request was sent; each model's
