@@ -13,6 +13,7 @@ import itertools
 import queue
 from typing import Any, Sequence
 
+from composer.core.errors import ComposerError
 from composer.spec.cases import TensorData
 from composer.verify.protocols import RESPONSE_TIMEOUT, Event, SequenceFlags, StreamAnswer, read_stream
 from composer.verify.triton_client import InferenceError, _one_line
@@ -36,8 +37,12 @@ class TritonGRPC:
 
     def _open(self):
         if self._client is None:
-            import tritonclient.grpc as grpcclient  # here: only a smoke test that needs it pays for it
-
+            try:  # here: only a smoke test that needs it pays for it
+                import tritonclient.grpc as grpcclient
+            except ImportError as error:
+                raise ComposerError(f"streaming and sequence models are smoke-tested over gRPC, and NVIDIA's "
+                                    f"tritonclient cannot be imported ({error}): pip install 'tritonclient[grpc]'"
+                                    ) from None
             self._client = grpcclient.InferenceServerClient(self.address, channel_args=[
                 ("grpc.max_send_message_length", MAX_MESSAGE),
                 ("grpc.max_receive_message_length", MAX_MESSAGE),

@@ -304,3 +304,21 @@ def test_a_streams_outputs_joined_as_a_streamed_sample_is_checked():
     outputs = joined(answer.responses)
     assert outputs["OUT"] == TensorData("OUT", "INT32", (3,), (0, 1, 2))
     assert outputs["TEXT"] == TensorData("TEXT", "BYTES", (1,), ("token 0token 1token 2",))  # one text
+
+
+def test_without_tritonclient_a_model_that_needs_grpc_fails_saying_so(monkeypatch):
+    import builtins
+
+    from composer.verify.grpc_client import TritonGRPC
+    from composer.verify.protocols import Exchanges
+
+    real_import = builtins.__import__
+
+    def no_tritonclient(name, *args, **kwargs):
+        if name.startswith("tritonclient"):
+            raise ImportError("No module named 'tritonclient'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tritonclient)
+    result = Exchanges(TritonGRPC("127.0.0.1:1")).verdict(CONFIGS.__getitem__, "counter", [])
+    assert result.status == "FAIL" and "pip install 'tritonclient[grpc]'" in result.detail
