@@ -113,19 +113,20 @@ def test_a_protocol_case_checked_against_one_answer():
 
 
 def test_every_example_in_the_guide_and_the_readme_reads():
-    """The documented examples are valid case files (the guide and README's smoke-test section)."""
+    """The documented stream and sequence examples (README and docs/, wherever they sit, indented in
+    a list or not) are valid case files; the guide holds one of each kind at least."""
     import re
+    import textwrap
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    blocks = []
-    for doc in (root / "docs" / "guides" / "smoke-test-protocols.md", root / "README.md"):
+    found: dict[str, int] = {}
+    for doc in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
         for block in re.findall(r"```yaml\n(.*?)```", doc.read_text(), re.S):
-            text = "\n".join(line[2:] if doc.name == "README.md" else line for line in block.splitlines())
-            if text.lstrip().startswith("cases:") and ("steps:" in text or "responses:" in text
-                                                       or "response_count:" in text):
-                blocks.append((doc.name, text))
-    assert len(blocks) == 6, blocks  # five in the guide, one in README
-    for name, text in blocks:
-        cases = cases_from_text(text, f"{name}.yaml")
-        assert cases and all(isinstance(c, ProtocolCase) for c in cases), (name, text)
+            text = textwrap.dedent(block)
+            if not text.startswith("cases:") or not re.search(r"^\s*-? ?(steps|responses|response_count):", text, re.M):
+                continue
+            cases = cases_from_text(text, f"{doc.name}.yaml")
+            assert cases and all(isinstance(c, ProtocolCase) for c in cases), (doc, text)
+            found[doc.name] = found.get(doc.name, 0) + 1
+    assert found.get("smoke-test-protocols.md", 0) >= 5, found  # in order, by count, a sequence, both, an ensemble
