@@ -283,6 +283,9 @@ class Outcome:
             payload["pushed"] = self.pushed.to_dict()
         if self.error is not None:
             payload["error"] = redact(self.error.message)
+            report = getattr(self.error, "report", None)
+            if report is not None and not payload.get("smoke_test"):
+                payload["smoke_test"] = report.to_dict()  # a failed smoke test's rows, as --junit has them
         return payload
 
 

@@ -93,6 +93,7 @@ def _suite(tag: str, report: SmokeReport | None, message: str) -> ET.Element:
         for row in report.rows:
             case = ET.SubElement(suite, "testcase", classname=_clean(row.subject), name=_clean(row.model or row.subject))
             counts["tests"] += 1
+            _row_properties(case, row)
             if row.status == "FAIL":
                 counts["failures"] += 1
                 ET.SubElement(case, "failure", message=_line(row.detail), type="SmokeTestFailed").text = _clean(row.detail)
@@ -109,6 +110,16 @@ def _suite(tag: str, report: SmokeReport | None, message: str) -> ET.Element:
     suite.set("errors", "0")
     suite.set("skipped", str(counts["skipped"]))
     return suite
+
+
+def _row_properties(case: ET.Element, row) -> None:
+    """What was sent (`sample`, `N cases`, `stream`, `sequence (N steps)`, ...) and the cases passed,
+    as the smoke table and --json say them (testcase properties, as pytest writes them)."""
+    shown = [(key, value) for key, value in (("request", row.request), ("cases", row.cases)) if value and value != "-"]
+    if shown:
+        properties = ET.SubElement(case, "properties")
+        for key, value in shown:
+            ET.SubElement(properties, "property", name=key, value=_clean(value))
 
 
 def _clean(text: str) -> str:

@@ -27,12 +27,16 @@ from composer.engine.engine import Container, Engine, ImageInfo, gpu_request
 from composer.core.errors import ComposerError, EngineError, UsageError
 from composer.verify.samples import Sample, samples_for
 from composer.verify.triton_client import TritonHTTP
+from composer.verify.grpc_client import TritonGRPC
+from composer.verify.protocols import Exchanges
+from composer.verify.plans import plan_images, with_built_plans
 from composer.core.progress import LineSink, quiet
 from composer.config.rules import smoke_settings_fit_the_device
 from composer.config.types import Device
 from composer.config.values import check_gpus
 
 HTTP_PORT = 8000
+GRPC_PORT = 8001  # streams (decoupled models) and sequences: composer.verify.protocols
 METRICS_PORT = 8002
 GPU_METRIC = "nv_gpu_"  # the prefix of the metrics DCGM feeds (nv_gpu_utilization, ...)
 SMOKE_LABEL = "org.triton-composer.smoke"
@@ -57,7 +61,7 @@ class SmokeRow:
     model: str | None = None
     device: str | None = None  # where the model's instances ran (CPU, GPU), when the server tells
     ready: str | None = None  # the model's state as the server reports it (READY, UNAVAILABLE, ...)
-    request: str | None = None  # what was sent: "sample", "N cases", or "default: <inputs>"
+    request: str | None = None  # what was sent: "sample", "N cases", "default: <inputs>", "stream", "sequence (N steps)"
     cases: str | None = None  # cases passed of those sent, e.g. "2/3"
 
 
@@ -188,6 +192,7 @@ class Served:
     files: dict
     repositories: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()  # (backend, why its sample is not served): a SKIP row
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -216,6 +221,11 @@ def smoke_test(
 
     gpus, why = resolve_gpus(engine, options.gpus, options.device)
     with_gpus = gpu_request(gpus) is not None
+    if with_gpus and any(s.plan_source is not None for s in served.samples):  # the TensorRT sample's plan
+        samples, files, left_out = with_built_plans(engine, plan_images(engine, image, record), list(served.samples),
+                                                    served.files, SAMPLES, gpus, {SMOKE_LABEL: "1", **(labels or {})},
+                                                    on_line)
+        served = replace(served, samples=tuple(samples), files=files, left_out=tuple(left_out.items()))
     # Metrics stay off without GPUs, as the CPU-only server has nothing to report through DCGM.
     metrics = ["--allow-metrics=true", "--allow-gpu-metrics=true"] if with_gpus else ["--allow-metrics=false"]
     count = len(served.samples) + len(served.models)
@@ -224,7 +234,7 @@ def smoke_test(
         image,
         ["tritonserver", *(f"--model-repository={r}" for r in served.repositories), "--exit-on-error=false",
          *metrics, *options.server_flags],
-        ports=[HTTP_PORT, METRICS_PORT] if with_gpus else [HTTP_PORT],
+        ports=[HTTP_PORT, GRPC_PORT, METRICS_PORT] if with_gpus else [HTTP_PORT, GRPC_PORT],
         files=served.files,
         labels={SMOKE_LABEL: "1", **(labels or {})},
         shm_size=options.shm_size,
@@ -343,13 +353,17 @@ def _check_server(container: Container, image, options, served: Served, packages
     on_line("waiting for models to load")
     index, reasons = wait_for_models(client, container, deadline)
 
-    rows += _sample_rows(client, list(served.samples), index, on_line, reasons, with_gpus)
-    if options.samples:
-        tested = {s.backend for s in served.samples}
-        for backend in sorted(set(options.backends) - tested):
-            reason = NO_SAMPLE.get(backend, NO_SAMPLE_DEFAULT)
-            rows.append(SmokeRow(backend, "SKIP", reason))
-    rows += _model_rows(client, served, index, reasons, on_line)
+    exchanges = Exchanges(TritonGRPC(container.url(GRPC_PORT)))  # a gRPC channel only for a model that needs one
+    try:
+        rows += _sample_rows(client, list(served.samples), index, on_line, reasons, with_gpus, exchanges)
+        if options.samples:
+            tested = {s.backend for s in served.samples}
+            for backend in sorted(set(options.backends) - tested):
+                reason = dict(served.left_out).get(backend) or NO_SAMPLE.get(backend, NO_SAMPLE_DEFAULT)
+                rows.append(SmokeRow(backend, "SKIP", reason))
+        rows += _model_rows(client, served, index, reasons, on_line, exchanges)
+    finally:
+        exchanges.close()
     if packages:
         rows += _package_rows(packages, index)
     rows = [_with_device(client, r) for r in rows]
@@ -431,13 +445,14 @@ def _not_ready(entry: dict, name: str, reasons: dict[str, str]) -> tuple[str, st
 # -- the user's and the baked models ---------------------------------------------------------
 
 
-def _model_rows(client: TritonHTTP, served: Served, index: dict, reasons: dict[str, str], on_line) -> list[SmokeRow]:
+def _model_rows(client: TritonHTTP, served: Served, index: dict, reasons: dict[str, str], on_line,
+                exchanges: Exchanges | None = None) -> list[SmokeRow]:
     own = {s.model for s in served.samples} | {PACKAGE_CHECK}
     names = sorted(set(served.models) | {n for n in index if n not in own})
     cases = by_model(served.cases)
     rows = []
     for name in names:
-        rows.append(model_row(client, name, index.get(name, {}), cases.get(name, []), reasons))
+        rows.append(model_row(client, name, index.get(name, {}), cases.get(name, []), reasons, exchanges))
         if rows[-1].status == "PASS":
             on_line(f"{name}: {rows[-1].detail}")
     for name in sorted(set(cases) - set(names) - own):
@@ -449,12 +464,18 @@ def _model_rows(client: TritonHTTP, served: Served, index: dict, reasons: dict[s
     return rows
 
 
-def model_row(client: TritonHTTP, name: str, entry: dict, cases: list[Case], reasons: dict[str, str]) -> SmokeRow:
-    """One model: READY, then its cases (or a default request from its configuration) answered."""
+def model_row(client: TritonHTTP, name: str, entry: dict, cases: list[Case], reasons: dict[str, str],
+              exchanges: Exchanges | None = None) -> SmokeRow:
+    """One model: READY, then its cases (or a default request from its configuration) answered;
+    over a stream or in a sequence where the model needs it (`exchanges`)."""
     if entry.get("state") != "READY":
         state, reason = _not_ready(entry, name, reasons)
         total = f"0/{len(cases)}" if cases else None
         return SmokeRow("model", "FAIL", f"not loaded: {reason}", name, ready=state, request="-", cases=total)
+    verdict = exchanges.verdict(client.model_config, name, cases) if exchanges is not None else None
+    if verdict is not None:
+        return SmokeRow("model", verdict.status, verdict.detail, name, ready="READY", request=verdict.request,
+                        cases=verdict.cases)
     if cases:
         passed, problems = 0, []
         for case in cases:
@@ -533,7 +554,8 @@ def metrics_text(url: str) -> str:
 
 
 def _sample_rows(client: TritonHTTP, samples: list[Sample], index: dict, on_line,
-                 reasons: dict[str, str] | None = None, with_gpus: bool = False) -> list[SmokeRow]:
+                 reasons: dict[str, str] | None = None, with_gpus: bool = False,
+                 exchanges: Exchanges | None = None) -> list[SmokeRow]:
     rows = []
     for sample in samples:
         entry = index.get(sample.model, {})
@@ -547,9 +569,10 @@ def _sample_rows(client: TritonHTTP, samples: list[Sample], index: dict, on_line
             rows.append(SmokeRow(sample.backend, "FAIL", f"model not ready: {reason}", sample.model, ready=state,
                                  request="-", cases="0/1"))
             continue
-        done = {"ready": "READY", "request": "sample"}
+        streamed = sample.stream and exchanges is not None  # a decoupled sample (vllm): its responses, joined
+        done = {"ready": "READY", "request": "stream, sample" if streamed else "sample"}
         try:
-            outputs = client.infer(sample.model, sample.inputs)
+            outputs = exchanges.sample_outputs(sample) if streamed else client.infer(sample.model, sample.inputs)
         except ComposerError as exc:
             rows.append(SmokeRow(sample.backend, "FAIL", exc.message, sample.model, cases="0/1", **done))
             continue

@@ -73,3 +73,19 @@ def test_unwritable_path_is_a_usage_error(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="--junit .*(Not a directory|not a folder)"):
         write_junit([("x", REPORT)], tmp_path / "file" / "j.xml")
+
+
+def test_each_case_carries_the_request_and_cases_as_the_table_does(tmp_path):
+    report = SmokeReport(image="x", rows=(
+        SmokeRow("model", "PASS", "streamed", model="counter", request="stream, 2 cases", cases="2/2"),
+        SmokeRow("model", "FAIL", "step 2", model="running_sum", request="sequence (2 steps): X INT32 [1]"),
+        SmokeRow("model", "FAIL", "not loaded", model="broken", request="-"),
+    ))
+    path = tmp_path / "j.xml"
+    write_junit([("x", report)], path)
+    counter, running, broken = ET.parse(path).getroot().find("testsuite").findall("testcase")
+    assert {p.get("name"): p.get("value") for p in counter.findall("properties/property")} == {
+        "request": "stream, 2 cases", "cases": "2/2"}
+    assert [p.get("value") for p in running.findall("properties/property")] == ["sequence (2 steps): X INT32 [1]"]
+    assert running[0].tag == "properties" and running[1].tag == "failure"  # properties first, as JUnit readers expect
+    assert broken.find("properties") is None  # nothing was sent

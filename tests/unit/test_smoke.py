@@ -67,7 +67,7 @@ def test_tensorrt_is_skipped_with_the_next_step(client):
     assert rows["tensorrt"].detail.startswith("needs a GPU")
     assert rows["python"].status == "PASS"
     assert engine.removed == ["container-1"] and not engine.running
-    assert engine.starts[0]["shm_size"] and engine.starts[0]["ports"] == [8000]
+    assert engine.starts[0]["shm_size"] and engine.starts[0]["ports"] == [8000, 8001]  # HTTP, gRPC (streams)
 
 
 def test_wrong_answer_fails_and_keeps_the_log(client):
@@ -127,7 +127,7 @@ def test_auto_asks_for_all_gpus_where_the_engine_offers_the_nvidia_runtime(clien
     engine = serving(["python"], offered_runtimes=frozenset({"runc", "nvidia"}))
     report = smoke_test(engine, "img", SmokePlan(backends=("python",)))
     start = engine.starts[0]
-    assert start["gpus"] == "all" and start["ports"] == [8000, 8002]
+    assert start["gpus"] == "all" and start["ports"] == [8000, 8001, 8002]
     assert "--allow-gpu-metrics=true" in start["command"] and "--allow-metrics=false" not in start["command"]
     assert report.passed and report.gpus == "all" and "nvidia runtime" in report.gpus_reason
     rows = {r.subject: r for r in report.rows}
@@ -142,7 +142,7 @@ def test_auto_asks_for_none_without_the_nvidia_runtime(client, metrics):
     engine = serving(["python"])
     report = smoke_test(engine, "img", SmokePlan(backends=("python",)))
     start = engine.starts[0]
-    assert start["gpus"] == "none" and start["ports"] == [8000]
+    assert start["gpus"] == "none" and start["ports"] == [8000, 8001]
     assert "--allow-metrics=false" in start["command"]
     assert report.gpus == "none" and "no nvidia runtime" in report.gpus_reason
     assert "metrics" not in {r.subject for r in report.rows} and metrics["urls"] == []

@@ -31,6 +31,9 @@ class Sample:
     tolerance: float
     path: Path  # the model folder
     gpu: bool = False  # runs only on a GPU: without one, its refusal to load is a SKIP, not a FAIL
+    stream: bool = False  # decoupled: streamed over gRPC, its responses' outputs joined (composer.verify.protocols)
+    match: str = "exact"  # "prefix": a BYTES output need only start with the expected text (generated text follows)
+    plan_source: Path | None = None  # an ONNX model its TensorRT plan is built from on a GPU (composer.verify.plans)
 
     def check(self, outputs: dict[str, TensorData]) -> str | None:
         """None when `outputs` hold the expected answer, else a one-line description."""
@@ -45,12 +48,21 @@ class Sample:
             if len(got.data) != len(want.data):
                 return f"{self.model}: {want.name} has {len(got.data)} values, expected {len(want.data)}"
             for index, (g, w) in enumerate(zip(got.data, want.data)):
+                if self.match == "prefix" and want.datatype == "BYTES":
+                    if not str(g).startswith(str(w)):
+                        return f"{self.model}: {want.name}[{index}] is {_short(g)!r}, expected it to start with {w!r}"
+                    continue
                 if not close(g, w, self.tolerance if want.datatype in FLOAT_TYPES else 0.0):
                     return (
                         f"{self.model}: {want.name}[{index}] is {g!r}, expected {w!r}"
                         + (f" (tolerance {self.tolerance:g})" if want.datatype in FLOAT_TYPES else "")
                     )
         return None
+
+
+def _short(text: Any, limit: int = 60) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _tensor(raw: dict[str, Any]) -> TensorData:
@@ -60,6 +72,11 @@ def _tensor(raw: dict[str, Any]) -> TensorData:
         shape=tuple(int(d) for d in raw["shape"]),
         data=tuple(raw["data"]),
     )
+
+
+def _plan_source(entry: dict[str, Any]) -> Path | None:
+    source = entry.get("plan_source")
+    return Path(str(resources.files("composer.verify.samples").joinpath(str(source)))) if source else None
 
 
 def models_dir() -> Path:
@@ -81,6 +98,9 @@ def load_samples() -> list[Sample]:
             tolerance=float(entry.get("tolerance", 0.0)),
             path=root / str(entry["model"]),
             gpu=bool(entry.get("gpu", False)),
+            stream=bool(entry.get("stream", False)),
+            match=str(entry.get("match", "exact")),
+            plan_source=_plan_source(entry),
         )
         for entry in raw["samples"]
     ]
