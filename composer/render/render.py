@@ -156,6 +156,12 @@ def _owned(directory: Path) -> dict[str, str]:
         path = directory / name
         if not _inside(directory, path) or not isinstance(written, str):
             raise UsageError(f"{shown}: its {MARKER} names {printable(str(name))}, outside the folder")
+        if written == FOLDER_DIGEST:
+            if os.path.lexists(path) and (not _plain_path(directory, path) or not os.path.isdir(path)
+                                          or os.path.islink(path)):
+                raise UsageError(f"{shown}: {printable(name)} was replaced since composer render made it; "
+                                 "move it away (or give a new folder): render replaces only its own files")
+            continue
         if os.path.lexists(path) and (not _plain_path(directory, path) or digest(path) != written):
             raise UsageError(f"{shown}: {printable(name)} was changed or replaced since composer render wrote it; "
                              "move it away (or give a new folder): render replaces only its own files")
@@ -190,14 +196,21 @@ def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
                              "did not write it, or it is a link); move it away or give a new folder")
     try:
         make_folders(directory)
-        for name in sorted(set(owned) - set(files)):  # what the last render wrote and this one does not
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(directory / name)
+        for name in sorted(set(owned) - set(files), reverse=True):  # what the last render wrote, this one not
+            with contextlib.suppress(FileNotFoundError, OSError):
+                if owned[name] == FOLDER_DIGEST:
+                    os.rmdir(directory / name)  # only an empty one: a file of the user's in it stays
+                else:
+                    os.unlink(directory / name)
             del owned[name]
             _remove_empty_parents(directory, directory / name)
         for name, (data, mode) in sorted(files.items()):
             path = directory / name
             make_folders(path.parent)
+            if isinstance(data, Folder):
+                make_folders(path)
+                owned[name] = FOLDER_DIGEST
+                continue
             if isinstance(data, str):  # a link kept as a link (custom backends)
                 if os.path.lexists(path):
                     os.unlink(path)
@@ -240,7 +253,13 @@ def _remove_empty_parents(directory: Path, path: Path) -> None:
             return
 
 
-Content = tuple[Union[bytes, Path, str], int]  # bytes, a file to copy, or a link's target; mode
+class Folder:
+    """An empty folder of the context (a baked ensemble's version folder `1/`, which Triton needs)."""
+
+
+FOLDER = Folder()
+FOLDER_DIGEST = "folder"  # how the marker lists a folder render made
+Content = tuple[Union[bytes, Path, str, Folder], int]  # bytes, a file to copy, a link's target, a folder; mode
 
 
 def _context_files(plan: CompositionPlan) -> dict[str, Content]:
@@ -302,6 +321,8 @@ def _tree(source: Path, prefix: str, keep_links: bool) -> dict[str, Content]:
     files: dict[str, Content] = {}
     for folder, dirs, names in os.walk(source, followlinks=not keep_links):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__" or keep_links)
+        if not dirs and not names and Path(folder) != Path(source):  # an empty folder is kept as one
+            files[f"{prefix}/{Path(folder).relative_to(source).as_posix()}"] = (FOLDER, 0o755)
         for name in sorted(names + ([d for d in dirs if os.path.islink(Path(folder) / d)] if keep_links else [])):
             path = Path(folder) / name
             relative = f"{prefix}/{path.relative_to(source).as_posix()}"

@@ -14,7 +14,7 @@ import queue
 from typing import Any, Sequence
 
 from composer.core.errors import ComposerError
-from composer.spec.cases import TensorData
+from composer.config.cases import TensorData
 from composer.verify.protocols import RESPONSE_TIMEOUT, Event, SequenceFlags, StreamAnswer, read_stream
 from composer.verify.triton_client import InferenceError, _one_line
 

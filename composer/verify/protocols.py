@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 from composer.core.errors import ComposerError
-from composer.spec.cases import (
+from composer.config.cases import (
     Case, CaseError, ProtocolCase, Step, TensorData, check_against_config, default_request, describe_request,
 )
 

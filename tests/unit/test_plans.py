@@ -8,7 +8,7 @@ import base64
 from dataclasses import dataclass, field
 
 from composer.engine.engine import RunResult
-from composer.spec.cases import TensorData
+from composer.config.cases import TensorData
 from composer.verify import smoke
 from composer.verify.plans import read_plan
 from composer.verify.samples import load_samples

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from composer.spec.cases import Case, CaseError, Expected, TensorData, cases_from_text, parse_cases
-from composer.spec.cases import ProtocolCase, Step
+from composer.config.cases import Case, CaseError, Expected, TensorData, cases_from_text, parse_cases
+from composer.config.cases import ProtocolCase, Step
 
 OUT = {"name": "OUT", "datatype": "INT32", "shape": [1]}
 COUNT3 = [{"name": "COUNT", "datatype": "INT32", "shape": [1], "data": [3]}]

@@ -13,7 +13,7 @@ import pytest
 from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.utils import InferenceServerException
 
-from composer.spec.cases import TensorData, parse_cases
+from composer.config.cases import TensorData, parse_cases
 from composer.verify.grpc_client import event_of, infer_input, outputs_of, sequence_arguments
 from composer.verify.protocols import (
     RESPONSE_TIMEOUT, Event, ModelProtocol, SequenceFlags, SequenceIds, StreamAnswer, default_verdict, joined,

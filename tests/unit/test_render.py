@@ -216,6 +216,7 @@ def test_baked_models_are_the_last_layer_and_served_by_default(ngc_plan, tmp_pat
     assert "ENTRYPOINT" not in text  # the min image's (NGC's) entrypoint stays
     assert (context.directory / "models" / "affine" / "config.pbtxt").is_file()
     assert (context.directory / "models" / "affine" / "smoke_cases.json").is_file()
+    assert (context.directory / "models" / "affine" / "1").is_dir()  # an empty version folder is kept
     assert '"baked_models": "/models"' in (context.directory / "composition.json").read_text()
     again = write_context(ngc_plan("onnxruntime"), tmp_path / "ctx")  # rendering again without: gone
     assert not (again.directory / "models").exists() and "CMD" not in again.dockerfile.read_text()

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from composer.cli.output import smoke_table
-from composer.spec.cases import TensorData
+from composer.config.cases import TensorData
 from composer.verify import smoke
 from composer.verify.protocols import RESPONSE_TIMEOUT, StreamAnswer
 from composer.verify.smoke import SmokePlan, smoke_test
@@ -121,7 +121,7 @@ def test_a_failed_smoke_tests_rows_are_in_the_json_result():
     """--json of a build whose smoke test failed carries the rows (requests included), as --junit does."""
     from composer.core.errors import SmokeTestFailed
     from composer.pipeline import Outcome
-    from composer.spec.options import CompositionSpec
+    from composer.config.types import CompositionSpec
     from composer.verify.smoke import SmokeReport, SmokeRow
 
     report = SmokeReport("img", (SmokeRow("model", "FAIL", "no final flag within 30 s", "endless", request="stream"),))
