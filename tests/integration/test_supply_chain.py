@@ -135,8 +135,9 @@ def pushed(engines, target, keys):
     from a file, the second with the same key encrypted in a variable, its passphrase in another)."""
     registry = target["registry"]
     ref = f"{registry.host}/{TAG}"
+    # With a python package: its byte-code must be the same too (compiled by hash, not by time).
     base = ["build", "--registry", "localhost/standin", "--version", "24.09", "-b", "onnxruntime", "-b", "python",
-            "--push", ref, "--registry-auth", f"file:{target['auth']}", "--label", f"{TEST_LABEL_KEY}={TEST_RUN}",
+            "--pip", "six==1.16.0", "--push", ref, "--registry-auth", f"file:{target['auth']}", "--label", f"{TEST_LABEL_KEY}={TEST_RUN}",
             "--json"]
     runs = []
     for index, node in enumerate(engines):
@@ -222,7 +223,7 @@ def test_skopeo_accepts_the_signed_image_and_refuses_a_moved_tag_or_an_altered_s
 
 def pushed_command(pushed, target, keys) -> list[str]:
     return ["build", "--registry", "localhost/standin", "--version", "24.09", "-b", "onnxruntime", "-b", "python",
-            "--push", pushed["ref"], "--registry-auth", f"file:{target['auth']}", "--label",
+            "--pip", "six==1.16.0", "--push", pushed["ref"], "--registry-auth", f"file:{target['auth']}", "--label",
             f"{TEST_LABEL_KEY}={TEST_RUN}", "--no-smoke-test", "--sign-key", f"file:{keys['folder'] / 'key.pem'}"]
 
 
