@@ -353,7 +353,7 @@ def mirror(
         host = HostDockerConfig()
         result = mirror_release(release, source=source, dest=to, registries=Registries(host, auth, registry_ca),
                                 source_registries=Registries(host, src_auth, registry_ca), platform=platform,
-                                on_line=out.step)
+                                compression=spec.result.compression, on_line=out.step)
     out.result(result.to_dict(), "\n".join(_mirrored_line(i) for i in result.images))
 
 

@@ -156,7 +156,8 @@ OPTIONS: tuple[Option, ...] = (
            "signed and attested) or engine (the engine's own push, as docker push does).", commands=(BUILD,)),
     Option("result.compression", "--compression", "compression", Text(check_compression, "gzip, zstd or none"),
            "How the layers the composer pushes are compressed: gzip (default: every runtime pulls it), zstd "
-           "(faster to pull; containerd, Podman, Docker 23+) or none.", commands=(BUILD,)),
+           "(faster to pull; containerd, Podman, Docker 23+) or none; mirror: recompress every layer so on the way "
+           "(new digests; without it the source's blobs are copied as they are).", commands=(BUILD, MIRROR)),
     Option("result.sign_key", "--sign-key", "sign_key", Text(check_secret_source, "file:PATH or env:NAME"),
            "Sign the pushed image and its provenance (cosign's format) with this PEM ECDSA P-256 private key: "
            "file:PATH or env:NAME (a variable holding the PEM). Never written anywhere.", commands=(BUILD,),

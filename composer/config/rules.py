@@ -363,6 +363,12 @@ def signing_needs_a_push(spec: CompositionSpec, run: Invocation) -> Problem | No
 def compression_is_the_composers(spec: CompositionSpec, run: Invocation) -> Problem | None:
     """The layers' compression is chosen where the composer pushes them itself."""
     r = spec.result
+    if run.is_(MIRROR):
+        if r.compression and spec.mirror.to_engine:
+            return Problem("compression", "to_engine pushes as the engine compresses: leave out compression",
+                           f"--to-engine --compression {r.compression}: the engine pushes as it compresses (gzip); "
+                           "leave out --to-engine to recompress registry to registry")
+        return None
     if r.compression and not r.push:
         return Problem("compression", "compression applies to a push: add push: REF",
                        f"--compression {r.compression} is how --push sends the layers: add --push REF")

@@ -1,55 +1,20 @@
-"""Layer blobs as the composer pushes them: compressed one fixed way, so the same layer gives the same
-blob digest on any machine, and kept on this machine for the layers of bases that no registry holds
-(a pruned base, a base built here), so a second push compresses nothing again.
-
-gzip: Python's zlib at a fixed level, a header with no name and time 0. zstd: the zstandard library
-at a fixed level (issue 37 adds it as a choice). A blob's digest is stable for the same compressor
-build (zlib and zlib-ng, or two zstd versions, may write other bytes): the composer says which
-compressor it used in the provenance.
+"""Layer blobs as the composer pushes them (compressed as composer.registry.compression says), and
+kept on this machine for the layers of bases no registry holds (a pruned base, a base built here),
+so a second push compresses nothing again.
 """
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import os
 import tempfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from composer.core.errors import UsageError
-
-CHUNK = 1 << 20
-GZIP_LEVEL = 6  # zlib's own default: the bytes most tools write, at half of level 9's time
-ZSTD_LEVEL = 3
-ZSTD_THREADS = 2  # zstd's output in multi-threaded mode is the same whatever the count of threads
-
-MEDIA_TYPES = {
-    "gzip": "application/vnd.oci.image.layer.v1.tar+gzip",
-    "zstd": "application/vnd.oci.image.layer.v1.tar+zstd",
-    "none": "application/vnd.oci.image.layer.v1.tar",
-}
-COMPRESSIONS = tuple(MEDIA_TYPES)
-# What each media type a registry may hand us says of its compression (Docker's names included).
-COMPRESSION_OF = {
-    **{media: name for name, media in MEDIA_TYPES.items()},
-    "application/vnd.docker.image.rootfs.diff.tar.gzip": "gzip",
-    "application/vnd.docker.image.rootfs.diff.tar": "none",
-}
-
-
-def compressor_id(compression: str) -> str:
-    """Which compressor wrote a blob (the provenance names it): its library's version and level."""
-    if compression == "gzip":
-        return f"zlib {zlib.ZLIB_RUNTIME_VERSION} level {GZIP_LEVEL}"
-    if compression == "zstd":
-        import zstandard
-
-        return f"zstd {zstandard.ZSTD_VERSION if hasattr(zstandard, 'ZSTD_VERSION') else zstandard.__version__} " \
-               f"level {ZSTD_LEVEL}"
-    return "none"
+from composer.registry.compression import (  # noqa: F401 (the publishing side's names for them)
+    COMPRESSION_OF, COMPRESSIONS, MEDIA_TYPES, compress, compressor_id,
+)
 
 
 @dataclass(frozen=True)
@@ -60,51 +25,6 @@ class Blob:
     digest: str
     size: int
     media_type: str
-
-
-def compress(source: BinaryIO, out: Path, compression: str) -> tuple[str, int, str]:
-    """Write `source` compressed to `out`; (blob digest, blob size, digest of what was read)."""
-    raw = hashlib.sha256()
-    blob = hashlib.sha256()
-    size = 0
-
-    class _Out:
-        def __init__(self, fh):
-            self.fh = fh
-
-        def write(self, data) -> int:
-            nonlocal size
-            blob.update(data)
-            size += len(data)
-            self.fh.write(data)
-            return len(data)
-
-        def flush(self) -> None:
-            self.fh.flush()
-
-    with open(out, "wb") as fh:
-        sink = _Out(fh)
-        if compression == "gzip":
-            with gzip.GzipFile(filename="", mode="wb", compresslevel=GZIP_LEVEL, fileobj=sink, mtime=0) as packed:
-                while chunk := source.read(CHUNK):
-                    raw.update(chunk)
-                    packed.write(chunk)
-        elif compression == "zstd":
-            import zstandard
-
-            writer = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=ZSTD_THREADS).stream_writer(
-                sink, closefd=False)
-            with writer:
-                while chunk := source.read(CHUNK):
-                    raw.update(chunk)
-                    writer.write(chunk)
-        elif compression == "none":
-            while chunk := source.read(CHUNK):
-                raw.update(chunk)
-                sink.write(chunk)
-        else:
-            raise UsageError(f"'{compression}' is not a compression: give {', '.join(COMPRESSIONS)}")
-    return "sha256:" + blob.hexdigest(), size, "sha256:" + raw.hexdigest()
 
 
 class BlobCache:

@@ -13,8 +13,10 @@ import hashlib
 import ipaddress
 import json
 import os
+import queue
 import re
 import ssl
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
@@ -632,6 +634,73 @@ class RegistryApi:
             self._cancel(url.split("?", 1)[0] + _session_query(url), name, what)  # the open upload goes too
             raise
         self._check(done, what, 201, "write")
+
+    def upload_unknown(self, name: str, write_body) -> tuple[str, int]:
+        """Upload a blob whose digest is known only once it is written (a layer recompressed on the
+        way): one streamed PATCH, then the PUT that names the digest, which the registry checks.
+        `write_body(send)` calls send(bytes) for each piece and returns (digest, size)."""
+        what = f"{self.host}/{name} (a blob being written)"
+        started = self._request("POST", f"/v2/{name}/blobs/uploads/", name, what, {}, scope="pull,push")
+        self._check(started, what, 202, "write")
+        location = started.headers.get("Location", "")
+        url = location if "://" in location else self.base_url() + location
+        result: list[tuple[str, int]] = []
+        failure: list[BaseException] = []
+        pieces: "queue.Queue[bytes | None]" = queue.Queue(maxsize=8)
+        abandoned = threading.Event()  # the PATCH ended early: the writer must stop, not block
+
+        def send(data: bytes) -> None:
+            while data and not abandoned.is_set():
+                try:
+                    pieces.put(data, timeout=1)
+                    return
+                except queue.Full:
+                    continue
+            if abandoned.is_set():
+                raise RegistryError(f"{what}: the upload ended before the blob was written")
+
+        def produce() -> None:
+            try:
+                result.append(write_body(send))
+            except BaseException as exc:  # noqa: BLE001 (raised again below)
+                failure.append(exc)
+            finally:
+                while not abandoned.is_set():
+                    try:
+                        pieces.put(None, timeout=1)
+                        break
+                    except queue.Full:
+                        continue
+
+        def body():
+            while (piece := pieces.get()) is not None:
+                yield piece
+
+        producer = threading.Thread(target=produce, daemon=True, name="upload-writer")
+        producer.start()
+        try:
+            patched = self._request("PATCH", url, name, what, {"Content-Type": "application/octet-stream"},
+                                    data=body(), scope="pull,push", stream=True)
+        except BaseException:
+            abandoned.set()
+            producer.join(timeout=10)
+            self._cancel(location, name, what)
+            if failure and not isinstance(failure[0], RegistryError):
+                raise failure[0]
+            raise
+        producer.join()
+        if failure:
+            self._cancel(location, name, what)
+            raise failure[0]
+        self._check(patched, what, 202, "write")
+        digest, size = result[0]
+        location = patched.headers.get("Location", location)
+        url = location if "://" in location else self.base_url() + location
+        url += ("&" if "?" in url else "?") + f"digest={quote(digest)}"
+        done = self._request("PUT", url, name, f"{self.host}/{name}@{digest}", {"Content-Length": "0"}, data=b"",
+                             scope="pull,push")
+        self._check(done, f"{self.host}/{name}@{digest}", 201, "write")
+        return digest, size
 
     def _cancel(self, location: str, name: str, what: str) -> None:
         """Best effort: end an upload the registry opened (it would purge it in days otherwise)."""

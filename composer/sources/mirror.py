@@ -25,6 +25,7 @@ from composer.publish.artifacts import fallback_tag
 from composer.publish.push import push_image
 from composer.registry.client import Registries, RegistryApi, RegistryAuth
 from composer.registry.copy import CopyPlan, CopyStats, Meter, copy_image, plan_copy, same_registry
+from composer.registry.recompress import recompress
 from composer.verify.sbom import MEDIA_TYPE as SBOM_TYPE
 
 SUFFIXES = ("-py3", "-py3-min")  # a release's full and min images
@@ -86,6 +87,7 @@ def mirror_release(
     registries: Registries,
     source_registries: Registries | None = None,
     platform: Platform | None = None,
+    compression: str | None = None,
     on_line: LineSink = quiet,
 ) -> MirrorResult:
     """Copy a release's full and min images from registry `source` to `dest`, engine-free.
@@ -93,6 +95,8 @@ def mirror_release(
     Both images are planned first (read from the source only: a platform an index lacks is
     refused before anything moves); then each is copied, its tag put last. `registries` holds
     the destination's credentials, `source_registries` the source's (default: the same).
+    `compression` (gzip, zstd, none): each layer compressed otherwise is recompressed on the way
+    (composer.registry.recompress: new digests); None keeps the source's blobs as they are.
     """
     started = time.monotonic()
     name = getattr(release, "name", release)
@@ -111,7 +115,14 @@ def mirror_release(
     with Heartbeat(say, f"mirror {name}", measure=lambda: meter.moved,
                    describe=lambda done: f"{human_size(done)} moved") as beat:
         for plan in plans:
+            uploaded = 0
+            if compression is not None:
+                plan, uploaded = recompress(plan, compression, src_api, dst_api, on_line=beat.on_line)
+                meter.add(uploaded)
             stats = copy_image(plan, src_api, dst_api, meter=meter, on_line=beat.on_line)
+            if uploaded:
+                stats = dataclasses.replace(stats, bytes_moved=stats.bytes_moved + uploaded,
+                                            bytes_skipped=max(0, stats.bytes_skipped - uploaded))
             images.append(MirroredImage(
                 str(plan.source), str(plan.target), plan.top.digest, moved=stats.manifests_put > 0, stats=stats,
                 platforms=plan.platforms, referrers=tuple(r.manifest.digest for r in plan.referrers)))

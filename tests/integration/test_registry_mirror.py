@@ -228,6 +228,8 @@ def test_platform_choice_copies_one_image_and_refuses_a_missing_one(registry, ot
     (("--platform", "linux/amd65"), "--platform linux/amd65: unknown architecture 'amd65' (one of amd64, arm64"),
     (("--platform", "linux"), "--platform linux: not a platform: expected os/arch[/variant]"),
     (("--to-engine", "--platform", "linux/amd64"), "--to-engine --platform linux/amd64: the engine pulls"),
+    (("--to-engine", "--compression", "zstd"), "--to-engine --compression zstd: the engine pushes as it compresses"),
+    (("--compression", "lz4"), "--compression"),
 ])
 def test_bad_mirror_input_is_refused_before_any_work(args, says):
     done = composer("mirror", "--version", RELEASE, "--registry", "127.0.0.1:9/src", "--to", "127.0.0.1:9/nv",
