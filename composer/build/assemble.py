@@ -93,10 +93,10 @@ def find_stages(engine: Engine, names: Iterable[str], run: str) -> dict[str, str
     """The images of the build's stages the composer reads, by their label (this run's only)."""
     found = {}
     for name in names:
-        images = engine.images_labelled(f"{STAGE_LABEL}={name} {run}")
-        if not images:
-            raise BuildFailed(f"the build left no image of its stage {name}")
-        found[name] = images[0]
+        image = engine.first_labelled(f"{STAGE_LABEL}={name} {run}")
+        if image is None:
+            raise BuildFailed(f"the build left no image of its stage {name} (labelled {STAGE_LABEL}={name} {run})")
+        found[name] = image
     return found
 
 

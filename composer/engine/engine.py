@@ -200,6 +200,12 @@ class ContainerEngine(ABC):
         names (a multi-stage build's stage images, which label themselves only by inheritance)."""
 
     @abstractmethod
+    def first_labelled(self, label: str) -> str | None:
+        """The image a label first appears on: of the images carrying it (intermediate ones too),
+        the one built on an image that does not. A stage's last image, when its label is set there,
+        though the stages built FROM it inherit the label."""
+
+    @abstractmethod
     def image_names(self) -> list[str]:
         """Every local tag and digest reference."""
 
@@ -505,6 +511,17 @@ class DockerEngine(ContainerEngine):
         filters: dict = {"label": label, **({"dangling": True} if untagged else {})}
         with _translated("cannot list images", EngineError):
             return [img["Id"] for img in self._api.images(filters=filters)]
+
+    def first_labelled(self, label: str) -> str | None:
+        with _translated("cannot list images", EngineError):
+            found = self._api.images(filters={"label": label}, all=True)
+        ids = {img["Id"] for img in found}
+        roots = [img["Id"] for img in found if img.get("ParentId") not in ids]
+        if len(roots) == 1:
+            return roots[0]
+        # No parents known (an engine that keeps none): the top-level one, if alone.
+        top = self.images_labelled(label)
+        return top[0] if len(top) == 1 else None
 
     def image_names(self) -> list[str]:
         with _translated("cannot list images", EngineError):

@@ -406,7 +406,7 @@ class CompositionPlan:
         """(stage, folder) of each folder copied in: from the full image, or from the collect stage
         where it was trimmed there."""
         trimmed = {f"backends/{b}" for b in self.trimmed_backends}
-        return [("collect" if path in trimmed else "full", path) for path in self.component_paths()]
+        return [("collected" if path in trimmed else "full", path) for path in self.component_paths()]
 
     def layer_parts(self) -> tuple[tuple[LayerPart, ...], tuple[LayerPart, ...]]:
         """The composition's own layers, in order: those the system stage (the loader cache and the
@@ -423,9 +423,9 @@ class CompositionPlan:
                                    tuple(Copy(f"{ROOT}/{p}", f"{ROOT}/{p}") for p in self.core), own))
         if self.with_headers:
             first.append(LayerPart("server", "headers", FROM_FULL, (Copy(f"{ROOT}/include", f"{ROOT}/include"),), own))
-        first.append(LayerPart("libraries", "collected libraries", "collect", (Copy("/composer/rootfs", "/", True),)))
+        first.append(LayerPart("libraries", "collected libraries", "collected", (Copy("/composer/rootfs", "/", True),)))
         if self.python_runtime:
-            first.append(LayerPart("python", "python runtime", "collect", (Copy("/composer/python-rootfs", "/", True),)))
+            first.append(LayerPart("python", "python runtime", "collected", (Copy("/composer/python-rootfs", "/", True),)))
         kinds = {"backends": "backend", "repoagents": "repoagent", "caches": "cache"}
         for stage, path in self.component_sources():
             folder, _, name = path.partition("/")

@@ -107,6 +107,9 @@ class FakeEngine(ContainerEngine):
     def images_labelled(self, label: str, *, untagged: bool = False) -> list[str]:
         return []
 
+    def first_labelled(self, label: str) -> str | None:
+        return None
+
     def image_names(self) -> list[str]:
         return [n for n, i in self.images.items() if n != i]
 

@@ -68,7 +68,7 @@ def test_a_provider_left_out_leaves_the_folder_in_the_collect_stage(ngc_offer_pl
     assert text.index(step) < text.index('"/composer/collect.py"')
     base = render_pruned_base(plan)
     assert base.index(step) < base.index('"/composer/prune.py"')
-    assert "COPY --chown=1000:1000 --from=collect /opt/tritonserver/backends/onnxruntime" in text
+    assert "COPY --chown=1000:1000 --from=collected /opt/tritonserver/backends/onnxruntime" in text
     assert "COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/python" in text
     assert plan.tag.endswith(":24.09-onnxruntime-python-ort-cuda")
     assert dict(plan.labels)["org.triton-composer.ort-providers"] == "cpu,cuda"

@@ -85,7 +85,7 @@ def test_every_stage_no_image_keeps_labels_itself_first_and_the_image_needs_the_
                 assert lines[index + 1] == f'LABEL org.triton-composer.stage="{stage.group(1)}"', dockerfile
             else:
                 assert " AS " not in line or re.search(
-                    r" AS (full|min|collect|composed-files|system|composed|packages|model-envs)$", line), line
+                    r" AS (full|min|collect|collected|composed-files|system|composed|packages|model-envs)$", line), line
     final = (context.directory / "Dockerfile").read_text().rsplit("\nFROM ", 1)[1]
     assert final.startswith("composed\n") and "COPY --from=proof /composer-proof/proved.txt" in final
 

@@ -18,8 +18,6 @@ USER root
 COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
 COPY collect.py probe.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "--python-out", "/composer/python-rootfs", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="collect ${COMPOSER_RUN}"
 
 FROM collect AS decide
 LABEL org.triton-composer.stage="decide"

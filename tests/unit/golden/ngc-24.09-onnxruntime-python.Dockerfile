@@ -13,8 +13,12 @@ USER root
 COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
 COPY collect.py probe.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "--python-out", "/composer/python-rootfs", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
+
+# What the image copies of collect's work, marked for composer build to read (the mark is this
+# build's own: stages built FROM collect are not, so they stay shared in the build cache).
+FROM collect AS collected
 ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="collect ${COMPOSER_RUN}"
+LABEL org.triton-composer.stage-of="collected ${COMPOSER_RUN}"
 
 FROM min AS composed-files
 ARG COMPOSER_RUN=render
@@ -25,8 +29,8 @@ COPY --chown=1000:1000 --from=full /opt/tritonserver/lib /opt/tritonserver/lib
 COPY --chown=1000:1000 --from=full /opt/tritonserver/LICENSE /opt/tritonserver/LICENSE
 COPY --chown=1000:1000 --from=full /opt/tritonserver/TRITON_VERSION /opt/tritonserver/TRITON_VERSION
 COPY --chown=1000:1000 --from=full /opt/tritonserver/NVIDIA_Deep_Learning_Container_License.pdf /opt/tritonserver/NVIDIA_Deep_Learning_Container_License.pdf
-COPY --from=collect /composer/rootfs/ /
-COPY --from=collect /composer/python-rootfs/ /
+COPY --from=collected /composer/rootfs/ /
+COPY --from=collected /composer/python-rootfs/ /
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/python /opt/tritonserver/backends/python
 COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json

@@ -18,8 +18,6 @@ USER root
 COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
 COPY collect.py probe.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "backends/onnxruntime"]
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="collect ${COMPOSER_RUN}"
 
 
 FROM min AS decide

@@ -13,14 +13,18 @@ USER root
 COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
 COPY collect.py probe.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "backends/onnxruntime"]
+
+# What the image copies of collect's work, marked for composer build to read (the mark is this
+# build's own: stages built FROM collect are not, so they stay shared in the build cache).
+FROM collect AS collected
 ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="collect ${COMPOSER_RUN}"
+LABEL org.triton-composer.stage-of="collected ${COMPOSER_RUN}"
 
 FROM min AS composed-files
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.run="${COMPOSER_RUN}"
 USER root
-COPY --from=collect /composer/rootfs/ /
+COPY --from=collected /composer/rootfs/ /
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
 COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
 
