@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +64,36 @@ def test_build_onnxruntime_python_offline_and_smoke(engine, standin_images, test
     composed = engine.image(test_tag).size
     full = engine.image(standin_images.full_ref).size
     assert composed < full
+    assert _written_at_start(engine, test_tag) == []
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "composer" / "verify" / "samples" / "models"
+START = """touch /tmp/before-start; sleep 1
+tritonserver --model-repository=/tmp/models --log-verbose=0 >/tmp/server.log 2>&1 & server=$!
+python3 - <<'PY'
+import time, urllib.request
+for _ in range(600):
+    try:
+        if urllib.request.urlopen("http://127.0.0.1:8000/v2/health/ready", timeout=1).status == 200:
+            break
+    except Exception:
+        time.sleep(0.1)
+else:
+    raise SystemExit("not ready: " + open("/tmp/server.log").read()[-2000:])
+PY
+kill $server; wait $server
+find / -xdev -newer /tmp/before-start \( -name '*.pyc' -o -name 'ld.so.cache' \) -print
+"""
+
+
+def _written_at_start(engine, tag: str) -> list[str]:
+    """What the server's start wrote that the image should have held already: python byte-code
+    compiled at start (the stub imports numpy and the backend's utilities) or a loader cache."""
+    files = {f"/tmp/models/{name}/{path.relative_to(SAMPLES / name)}": path.read_bytes()
+             for name in ("add_sub", "onnx_affine") for path in (SAMPLES / name).rglob("*") if path.is_file()}
+    done = engine.run_once(tag, ["sh", "-c", START], entrypoint=[], files=files, labels=TEST_LABEL, timeout=300)
+    assert done.exit_code == 0, done.output
+    return done.output.split()
 
 
 def test_cli_build_python_only_json(engine, standin_images, test_tag):
