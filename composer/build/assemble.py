@@ -29,6 +29,7 @@ from composer.build.canonical import (
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.engine.engine import Engine, ImageInfo
+from composer.engine.archives import copy_saved_layers
 from composer.resolve.plan import FROM_CONTEXT, FROM_FULL, ROOT, RUN_LABEL, STAGE_LABEL, CompositionPlan, LayerPart
 
 # The runtime configuration an image restates (the rest of the engine's Config is a container's).
@@ -178,9 +179,10 @@ def _normal_time(text: str) -> str:
 
 
 def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tuple[LayerFile, ...],
-         what: str) -> str:
+         what: str, base_image: str | None = None) -> str:
     """Load the image into the engine: an archive of its configuration and its own layers only (the
-    engine holds the base's), streamed, never written whole to disk. Its id."""
+    engine holds the base's), streamed, never written whole to disk. Its id. An engine that loads
+    only whole archives (Podman) gets the base's layers too, read from its own save of `base_image`."""
     image_id = "sha256:" + hashlib.sha256(config).hexdigest()
     reader, writer = os.pipe()
     failure: list[BaseException] = []
@@ -189,9 +191,13 @@ def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tu
         try:
             with os.fdopen(writer, "wb") as out, tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                 _add(tar, f"{image_id[7:]}.json", io.BytesIO(config), len(config))
-                paths = []
-                for diff_id in base_layers:
-                    paths.append(f"{diff_id[7:]}/layer.tar")  # not in the archive: the engine has them
+                named = {diff_id: f"{diff_id[7:]}/layer.tar" for diff_id in base_layers}  # the engine has them
+                if not engine.loads_partial_archives and base_layers:
+                    named = copy_saved_layers(engine.save_stream(base_image or ""), tar, set(base_layers), "base-")
+                    missing = [d for d in base_layers if d not in named]
+                    if missing:
+                        raise BuildFailed(f"cannot load {what}: the engine's save of the base lacks layer {missing[0]}")
+                paths = [named[diff_id] for diff_id in base_layers]
                 for layer in layers:
                     name = f"{layer.diff_id[7:]}/layer.tar"
                     paths.append(name)
@@ -207,8 +213,14 @@ def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tu
     try:
         with os.fdopen(reader, "rb") as source:
             engine.load_stream(source, what)
-    finally:
+    except ComposerError:
         thread.join()
+        if failure and isinstance(failure[0], ComposerError):
+            raise failure[0] from None  # why the archive ended early, not the engine's word for it
+        raise
+    thread.join()
+    if failure and isinstance(failure[0], ComposerError):
+        raise failure[0]
     if failure and not isinstance(failure[0], BrokenPipeError):
         raise ComposerError(f"cannot load {what}: {failure[0]}")
     if engine.image(image_id) is None:
@@ -237,5 +249,5 @@ def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo,
         layers.append(file_layer(path, content, epoch, folder, f"layer-{index:02d}.tar", description))
         parts.append(LayerPart("record", description, FROM_CONTEXT, ()))
     config = image_config(base, engine.image_config(built), tuple(layers), epoch, labels)
-    image_id = load(engine, config, tuple(base.layers), tuple(layers), f"the composed image ({plan.tag})")
+    image_id = load(engine, config, tuple(base.layers), tuple(layers), f"the composed image ({plan.tag})", base.id)
     return Assembled(image_id, config, base.id, tuple(base.layers), tuple(layers), tuple(parts))

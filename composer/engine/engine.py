@@ -136,6 +136,8 @@ class ContainerEngine(ABC):
     never an exception, where the caller has nothing to do about it.
     """
 
+    loads_partial_archives = True  # whether a loaded archive may leave out layers the engine holds
+
     @staticmethod
     def connect(timeout: int = 600, host: str | None = None) -> "ContainerEngine":
         """The engine at `host` (a DOCKER_HOST value), else the one the docker CLI would use
@@ -827,6 +829,7 @@ class PodmanEngine(DockerEngine):
     off the network and keeps stage images); chosen by connect() from the endpoint's version."""
 
     is_podman = True
+    loads_partial_archives = False  # containers/image's docker-archive reader wants every layer
 
     def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
         """A build through Podman's own endpoint: its Docker-compatible one ignores network_mode

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import tempfile
 import tarfile
@@ -29,6 +28,7 @@ from composer.core.errors import RegistryError
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef
 from composer.core.units import human_size
+from composer.engine.archives import ChunkReader, may_be_layer
 from composer.engine.engine import Engine
 from composer.publish.blobs import COMPRESSION_OF, MEDIA_TYPES, Blob, BlobCache, compress
 from composer.registry.client import CHUNK, Registries, RegistryApi, VerifiedBlob
@@ -114,10 +114,10 @@ def base_from_the_engine(engine: Engine, assembled: Assembled, compression: str,
     if missing:
         on_line(f"compressing {len(missing)} layer(s) of the base {assembled.base[:19]} ({compression}), once: "
                 "later pushes take them from this machine's cache")
-        stream = _Stream(engine.save_stream(assembled.base))
+        stream = ChunkReader(engine.save_stream(assembled.base))
         with tarfile.open(fileobj=stream, mode="r|") as tar:
             for member in tar:
-                if not member.name.endswith("/layer.tar") or not missing:
+                if not may_be_layer(member) or not missing:
                     continue
                 data = tar.extractfile(member)
                 diff = _diff_of_member(member, missing)
@@ -161,27 +161,6 @@ def _compress_unknown(data, missing: set[str], compression: str, cache: BlobCach
             return diff, cache.add(fh, diff, compression)
     finally:
         path.unlink(missing_ok=True)
-
-
-class _Stream(io.RawIOBase):
-    """A file over an iterator of byte chunks (the engine's streamed export), for tarfile's stream mode."""
-
-    def __init__(self, chunks: Iterator[bytes]):
-        self.chunks, self.left = iter(chunks), b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        while not self.left:
-            try:
-                self.left = next(self.chunks)
-            except StopIteration:
-                return 0
-        n = min(len(buffer), len(self.left))
-        buffer[:n] = self.left[:n]
-        self.left = self.left[n:]
-        return n
 
 
 def own_layers(assembled: Assembled, compression: str, folder: Path) -> list[Blob]:
