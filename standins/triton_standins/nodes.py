@@ -321,12 +321,13 @@ class _Pacer:
         self.free_at = time.monotonic()
 
     def take(self, n: int) -> None:
+        """Wait until the link would have carried these `n` bytes (after every chunk before them)."""
         with self.lock:
             now = time.monotonic()
-            start = max(now, self.free_at)
-            self.free_at = start + n / self.rate
-        if start > now:
-            time.sleep(start - now)
+            self.free_at = max(now, self.free_at) + n / self.rate
+            done = self.free_at
+        if done > now:
+            time.sleep(done - now)
 
 
 PIPE_SIZE = 1 << 20
