@@ -48,6 +48,7 @@ from benchmarks.fleet_images import _start_registry_on, _stop
 from benchmarks.ngc_scale import compose_py_dockerfile
 from composer.catalog.catalog import Catalog
 from composer.config.types import CompositionSpec
+from composer.core.errors import ComposerError
 from composer.core.units import human_size
 from composer.engine.engine import Engine
 from composer.pipeline import build_image
@@ -56,6 +57,7 @@ from composer.publish.image_push import push_assembled
 from composer.registry.client import Registries
 from composer.resolve.resolve import resolve
 from composer.verify.samples import load_samples
+from triton_standins import NUMPY_REQUIREMENT, host
 from triton_standins.engines import Dockerd
 from triton_standins.nodes import (
     ContainerdNode, BandwidthProxy, DiskPeak, TRITONSERVER, first_answer, free_port, parse_bandwidth, server_args,
@@ -67,6 +69,11 @@ VERSION = "24.09"
 FIRST = ("onnxruntime", "python")
 SECOND = ("pytorch", "python")
 SAMPLE_ORDER = ("onnx_affine", "torchscript_affine", "identity_int32", "add_sub")  # the first one the image serves
+# compose.py installs numpy<2 from PyPI for the python backend (benchmarks/ngc_scale.py leaves it out:
+# containers here cannot reach PyPI); the small stand-ins' ONNX backend is Python-based and needs it,
+# so the compose.py-style image here installs the same wheel, downloaded on the host.
+COMPOSE_PY_NUMPY = ("COPY wheels /tmp/wheels\n"
+                    "RUN pip3 install --no-index --no-deps --break-system-packages /tmp/wheels/*.whl && rm -rf /tmp/wheels\n")
 BENCH_KEY = "org.triton-composer.bench"
 LABELS = {BENCH_KEY: "coldstart"}
 GROUPS = ("composepy", "min", "pruned")
@@ -227,11 +234,10 @@ class Bench:
         layers.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         result = build_image(self.engine, plan, labels=LABELS, layers_dir=layers)
-        self.made.append(tag)
-        if result.pruned_base is not None and result.pruned_base.made:
-            self.made.append(result.pruned_base.tag)
+        made = [tag] + ([result.pruned_base.tag] if result.pruned_base is not None and result.pruned_base.made else [])
+        self.made += made
         say(f"built {'+'.join(selection)} --base {base}: {human_size(result.size)} in {time.monotonic() - started:.0f} s")
-        return result, tag
+        return result, made
 
     def push(self, result, selection, build: str, compression: str) -> Image:
         repository = f"coldstart/{'-'.join(selection)}"
@@ -255,8 +261,11 @@ class Bench:
         minimal = self.engine.require_image(release.min_ref(self.source))
         tag = f"coldstart/{'-'.join(selection)}:composepy-{uuid.uuid4().hex[:8]}"
         started = time.monotonic()
+        wheels = host.wheels("numpy", (NUMPY_REQUIREMENT,), say)
         with tempfile.TemporaryDirectory(prefix="compose-py-", dir=self.scratch) as tmp:
-            (Path(tmp) / "Dockerfile").write_text(compose_py_dockerfile(full.id, minimal.id, selection, release))
+            shutil.copytree(wheels, Path(tmp) / "wheels")
+            (Path(tmp) / "Dockerfile").write_text(compose_py_dockerfile(full.id, minimal.id, selection, release)
+                                                  + COMPOSE_PY_NUMPY)
             self.engine.build(Path(tmp), tag=tag, labels=LABELS, network_mode="host")
         self.made.append(tag)
         size = self.engine.require_image(tag).size
@@ -274,6 +283,13 @@ class Bench:
         say(f"pushed {image.name} (gzip, by the engine): {human_size(sum(l['size'] for l in image.layers))} "
             f"in {time.monotonic() - started:.0f} s")
         return image
+
+    def forget(self, made: list[str]) -> None:
+        """Images of one build (its image, then its base when the build made it)."""
+        for tag in made:
+            self.engine.remove_image(tag, force=True)
+            if tag in self.made:
+                self.made.remove(tag)
 
     def forget_built(self) -> None:
         """The images this run built, once pushed (their bases last), and any other image with the
@@ -465,23 +481,23 @@ class Bench:
                 image = self.composepy(FIRST)
                 self.forget_built()
                 self.nodes([image])
-            else:
-                first, _ = self.build(FIRST, name, layers / "first")
-                second, _ = self.build(SECOND, name, layers / "second")
-                images = [self.push(first, FIRST, name, "gzip"), self.push(second, SECOND, name, "gzip")]
-                shutil.rmtree(layers / "second", ignore_errors=True)
-                if name == "pruned":
-                    self.nodes(images)
-                    for compression in ("zstd", "none"):
-                        self.registry.empty()
-                        image = self.push(first, FIRST, name, compression)
-                        self.nodes([image])
-                        if compression == "none" and "containerd" in self.runtimes:
-                            self.floor_row(image)
-                    self.forget_built()
-                else:
-                    self.forget_built()
-                    self.nodes(images)
+                return
+            first, first_made = self.build(FIRST, name, layers / "first")
+            second, second_made = self.build(SECOND, name, layers / "second")
+            images = [self.push(first, FIRST, name, "gzip"), self.push(second, SECOND, name, "gzip")]
+            self.forget(second_made)  # pushed: the disk goes to the nodes
+            shutil.rmtree(layers / "second", ignore_errors=True)
+            if name != "pruned":
+                self.forget(first_made)
+                shutil.rmtree(layers / "first", ignore_errors=True)
+            self.nodes(images)
+            if name == "pruned":  # the same image with zstd, then uncompressed (and the floor)
+                for compression in ("zstd", "none"):
+                    self.registry.empty()
+                    image = self.push(first, FIRST, name, compression)
+                    self.nodes([image])
+                    if compression == "none" and "containerd" in self.runtimes:
+                        self.floor_row(image)
         finally:
             self.forget_built()
             shutil.rmtree(layers, ignore_errors=True)
@@ -706,12 +722,26 @@ def main() -> int:
         return 1
     registry = Registry(scratch / "registry", memory_need if memory else None)
     bench = None
+    skipped: list[str] = []
+    failed: list[str] = []
     try:
         registry.start()
         bench = Bench(engine, args.source, scratch, registry, bandwidths, runtimes)
+        needs = NEEDS_NGC if args.source == NGC_SOURCE else NEEDS_SMALL
         for group in groups:
             say(f"== {group}")
-            bench.group(group)
+            need = needs[group][0] + (0 if memory else needs[group][1])
+            free = shutil.disk_usage(scratch).free
+            if free < need:  # the disk went to something else since the start
+                say(f"  left out: this group needs about {human_size(need)} of disk, {human_size(free)} is free")
+                skipped.append(group)
+                continue
+            try:
+                bench.group(group)
+            except (ComposerError, RuntimeError, OSError, subprocess.SubprocessError) as error:
+                message = error.message if isinstance(error, ComposerError) else str(error)
+                say(f"  error: {' '.join(message.split())[:400]}")
+                failed.append(group)
     finally:
         if bench is not None:
             bench.forget_built()
@@ -725,7 +755,11 @@ def main() -> int:
         print(line)
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
-    return 0 if all(r.served for r in rows) else 1
+    if skipped:
+        print(f"groups left out for want of disk: {', '.join(skipped)}", file=sys.stderr)
+    if failed:
+        print(f"groups that failed: {', '.join(failed)}", file=sys.stderr)
+    return 0 if all(r.served for r in rows) and not skipped and not failed else 1
 
 
 if __name__ == "__main__":
