@@ -102,5 +102,17 @@ class Dockerd:
         exec_root = getattr(self, "_exec_root", None)
         for path in (self.data_root, exec_root):
             if path is not None and Path(path).exists():
-                subprocess.run(["umount", "-R", "-l", str(path)], capture_output=True)  # overlay mounts left over
+                unmount_under(Path(path))  # overlay mounts left over, and the network namespace's (netns/default)
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def unmount_under(*paths: Path) -> None:
+    """Lazily unmount whatever is mounted at or under `paths`, deepest first (`umount -R` refuses a
+    folder that is not itself a mount point, and so left the exec root's netns/default behind)."""
+    roots = [str(p.resolve()) for p in paths if p.exists()]
+    if not roots:
+        return
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    inside = [m for m in mounts if any(m == r or m.startswith(r + "/") for r in roots)]
+    for target in sorted(set(inside), key=len, reverse=True):
+        subprocess.run(["umount", "-l", target], capture_output=True)
