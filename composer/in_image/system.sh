@@ -1,11 +1,14 @@
 #!/bin/sh
 # Runs in the system stage of a composition (the base with every part copied in): what the image's
 # own tools write over the copied files, as NGC's final stage does it. POSIX sh and the base's own
-# tools (ldconfig, shadow's useradd, coreutils, findutils, tar): no python, no network.
+# tools (ldconfig, shadow's useradd, coreutils, findutils, tar; python3 for byte-code only): no network.
 #
-# Usage: system.sh TREE [--cuda-compat]
+# Usage: system.sh TREE [--cuda-compat] [--byte-code DIR]
 #
 #   - ldconfig: the loader's cache of the copied libraries;
+#   - --byte-code DIR: python's byte-code of the python files under DIR (the backends'), made by the
+#     image's python3 where there is one, checked by the source's hash (valid whatever times the
+#     layers carry), so the server's start compiles nothing (NGC's images compile them at start);
 #   - the server's user triton-server (uid and gid 1000), after removing the users that would hold
 #     that uid (tensorrt-server, and from 24.11 Ubuntu's `ubuntu`);
 #   - --cuda-compat: the CUDA forward-compatibility libraries wired where the image has them.
@@ -16,8 +19,17 @@
 # file's "last changed" day), so the same inputs give the same bytes.
 set -eu
 tree=$1
+shift
 compat=0
-[ "${2:-}" = "--cuda-compat" ] && compat=1
+byte_code=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --cuda-compat) compat=1 ;;
+    --byte-code) byte_code=$2; shift ;;
+    *) echo "system.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
 epoch=${SOURCE_DATE_EPOCH:-0}
 work=/composer-system
 marker=$work/marker
@@ -39,6 +51,10 @@ if [ "$compat" = 1 ] && [ -n "${_CUDA_COMPAT_PATH:-}" ] && [ -d "${_CUDA_COMPAT_
   echo "${_CUDA_COMPAT_PATH}/lib" > /etc/ld.so.conf.d/00-cuda-compat.conf
   ldconfig
   rm -f "${_CUDA_COMPAT_PATH}/lib"
+fi
+if [ -n "$byte_code" ] && [ -d "$byte_code" ] && command -v python3 >/dev/null 2>&1; then
+  # A file python cannot compile is one it would not import either: compileall's exit is not the build's.
+  python3 -m compileall -q -r 64 --invalidation-mode checked-hash "$byte_code" >/dev/null || true
 fi
 
 # What the steps wrote, with every folder above it (so the layer restates them as they are, never

@@ -460,7 +460,7 @@ class CompositionPlan:
     def system_part(self) -> LayerPart:
         """What the system stage wrote over the copied files: the loader's cache, the server's user
         (and, on a GPU image, the CUDA compat wiring)."""
-        return LayerPart("system", "loader cache and user", "system", (Copy(SYSTEM_TREE, "/", True),))
+        return LayerPart("system", "loader cache, user, byte-code", "system", (Copy(SYSTEM_TREE, "/", True),))
 
     @property
     def proof_part(self) -> LayerPart | None:

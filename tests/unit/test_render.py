@@ -70,7 +70,8 @@ def test_golden_renders_follow_ngc_final_stage(release, name):
     # The user: remove tensorrt-server, and from 24.11 `ubuntu` (uid 1000 on Ubuntu 24.04), then
     # triton-server with uid and gid 1000 (the system stage's script, copied into every context).
     system = (Path(__file__).parents[2] / "composer" / "in_image" / "system.sh").read_text()
-    assert 'RUN ["/bin/sh", "/composer-system/system.sh", "/composer-system/tree", "--cuda-compat"]' in lines
+    assert ('RUN ["/bin/sh", "/composer-system/system.sh", "/composer-system/tree", "--cuda-compat", "--byte-code", '
+            '"/opt/tritonserver/backends"]') in lines
     assert "userdel tensorrt-server" in system and "userdel ubuntu" in system
     assert "useradd --uid 1000 --gid 1000" in system
     # Python's PEP 668 marker from 24.11: PIP_BREAK_SYSTEM_PACKAGES where python is in the image.

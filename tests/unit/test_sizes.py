@@ -19,7 +19,7 @@ def test_parts_add_up_to_the_image(ngc_plan, tmp_path):
     plan = ngc_plan("onnxruntime", "python", repoagents=("checksum",), bake_models=tmp_path)
     added = _layers(plan, {"server core": 24_002_000, "collected libraries": 7_000_000, "python runtime": 30_000_000,
                            "onnxruntime": 60_000_000, "python": 3_000_000, "checksum": 500_000,
-                           "composition record": 1_000, "loader cache and user": 40_000, "baked models": 9_000_000})
+                           "composition record": 1_000, "loader cache, user, byte-code": 40_000, "baked models": 9_000_000})
     engine = FakeEngine(histories={"built": MIN_LAYERS + added, plan.min.id: MIN_LAYERS})
     report = measure(engine, "built", plan, plan.all_parts())
     parts = {(p.kind, p.name): p.size for p in report.parts}

@@ -41,12 +41,13 @@ COPY --from=full /opt/nvidia/entrypoint.d/ /opt/nvidia/entrypoint.d/
 # What the image's own tools write over the copied files: the loader's cache of the copied
 # libraries, the server's user as NGC images have it (from 24.11 NGC first removes the user
 # `ubuntu`, which holds uid 1000 on Ubuntu 24.04), the CUDA forward-compatibility
-# libraries wired as NGC's GPU images do. system.sh also gathers what these steps wrote
+# libraries wired as NGC's GPU images do, the backends' python byte-code (NGC's images
+# compile it at each start). system.sh also gathers what these steps wrote
 # into /composer-system/tree, which the image copies as one layer; times come from SOURCE_DATE_EPOCH.
 FROM composed-files AS system
 ARG SOURCE_DATE_EPOCH=0
 COPY system.sh /composer-system/
-RUN ["/bin/sh", "/composer-system/system.sh", "/composer-system/tree", "--cuda-compat"]
+RUN ["/bin/sh", "/composer-system/system.sh", "/composer-system/tree", "--cuda-compat", "--byte-code", "/opt/tritonserver/backends"]
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage-of="system ${COMPOSER_RUN}"
 
