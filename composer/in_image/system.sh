@@ -54,7 +54,8 @@ if [ "$compat" = 1 ] && [ -n "${_CUDA_COMPAT_PATH:-}" ] && [ -d "${_CUDA_COMPAT_
 fi
 if [ -n "$byte_code" ] && [ -d "$byte_code" ] && command -v python3 >/dev/null 2>&1; then
   # A file python cannot compile is one it would not import either: compileall's exit is not the build's.
-  python3 -m compileall -q -r 64 --invalidation-mode checked-hash "$byte_code" >/dev/null || true
+  # PYTHONHASHSEED=0: a set constant is marshalled in hash order, which would differ run to run.
+  PYTHONHASHSEED=0 python3 -m compileall -q -r 64 --invalidation-mode checked-hash "$byte_code" >/dev/null || true
 fi
 
 # What the steps wrote, with every folder above it (so the layer restates them as they are, never

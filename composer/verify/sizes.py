@@ -2,10 +2,10 @@
 
 The composer writes the image one layer a part (composer.build.assemble: the server core, each
 backend, repo agent and cache, the collected libraries, the python runtime, added packages, each
-model environment, baked models), so the layers, read through the engine, say exactly what each
-part weighs: the base is the layers below the composition's, a part is its layer, and whatever
-else the composition writes (the loader cache and the server's user, the records, the SBOM) is the
-overhead over the lower bound.
+model environment, baked models, the system layer: loader cache, user, byte-code), so the layers,
+read through the engine, say exactly what each part weighs: the base is the layers below the
+composition's, a part is its layer, and whatever else the composition writes (the records, the
+SBOM) is the overhead over the lower bound.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ LIBRARIES = ("libraries", "collected libraries")
 PYTHON = ("python", "python runtime")
 PACKAGES = ("packages", "added packages")
 MODELS = ("models", "baked models")
+SYSTEM = ("system", "loader cache, user, byte-code")  # what the image's own tools write (system.sh)
 PRUNED_BASE = ("base", "pruned base")  # the base's family layers, as one part (each listed under it)
 
 
@@ -142,11 +143,14 @@ def report_from(layers: list[Layer], base_count: int, plan: CompositionPlan,
 
 
 def _part_of(part: LayerPart) -> tuple[str, str] | None:
-    """The report's row of a layer; None for what is overhead (the records, the loader's cache and
-    the server's user, the SBOM)."""
+    """The report's row of a layer; None for what is overhead (the records, the SBOM). The system
+    layer is a row: its byte-code weighs what the backends' python weighs (tens of MB where a backend
+    carries its own site-packages)."""
     if part.kind == "server":
         return SERVER  # the core, its headers, the entrypoint's scripts and SageMaker's serve, as NGC's
-    if part.kind in ("record", "system"):
+    if part.kind == "record":
         return None
+    if part.kind == "system":
+        return SYSTEM
     return {"libraries": LIBRARIES, "python": PYTHON, "packages": PACKAGES, "models": MODELS}.get(
         part.kind, (part.kind, part.name))
