@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -22,13 +23,18 @@ from typing import Any, Mapping, Sequence
 
 from composer.catalog.catalog import Catalog
 from composer.engine.engine import Engine
-from composer.core.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
+from composer.core.errors import BuildFailed, ComposerError, Invalid, NoSpace, SmokeTestFailed, UsageError
 from composer.core.files import check_output_file, write_file
 from composer.resolve.packages import explain_pip_failure, redactor, secrets_of
 from composer.resolve.plan import RUN_LABEL, STAGE_LABEL, CompositionPlan
 from composer.core.progress import LineSink, quiet
 from composer.build.assemble import Assembled, Sources, assemble, find_stages
-from composer.build.pruning import PrunedBase, PruningReport, proof_failure, pruned_base
+from composer.build import space
+from composer.build.cache import remove_dead_runs
+from composer.build.pruning import (PrunedBase, PruningReport, proof_failure, pruned_base, pruned_base_made,
+                                    remove_run_stages)
+from composer.engine import locks
+from composer.resolve.contents import FullImageContents
 from composer.core.redaction import redact
 from composer.render.render import BuildContext, write_context
 from composer.resolve.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
@@ -102,6 +108,8 @@ def build_image(
     on_smoke_line: LineSink | None = None,
     layers_dir: Path | None = None,
     tag: bool = True,
+    contents: FullImageContents | None = None,
+    check_space: bool = True,
 ) -> BuildResult:
     """Build the plan; tag the image only once its smoke test (with plan.smoke's settings) passed.
 
@@ -110,61 +118,93 @@ def build_image(
     image id. A failed build or smoke test leaves the tag where it was: the new image is untagged
     and discarded if it does not serve. `labels` mark what the build and smoke test leave on the
     engine (tests use them to sweep); `layers_dir` keeps the image's own layers for a push after;
-    `tag` False leaves every tag alone (a rebuild that only compares).
+    `tag` False leaves every tag alone (a rebuild that only compares). `contents` (the probe's) sizes
+    the parts for the disk check (composer.build.space), which `check_space` False skips.
     """
+    run = uuid.uuid4().hex[:16]  # this build's own stage images carry it, and only they are removed
+    with contextlib.ExitStack() as held:
+        # While it works, the run is on record (a run that dies leaves a record naming what it left,
+        # which the next run removes), and it holds its pruned base's use lock.
+        held.enter_context(locks.run_record(run, engine.identity()))
+        remove_dead_runs(engine, on_line)
+        assembled, sbom, base = _build_and_assemble(engine, plan, context_dir, layers_dir, labels, on_line, run,
+                                                    held, contents, check_space)
+        image_id = assembled.image_id
+        on_line(f"composed {image_id[:19]} ({len(assembled.layers)} layers of its own on {assembled.base[:19]})")
+        try:
+            sizes = measure(engine, image_id, plan, assembled.parts)
+        except ComposerError as error:  # the image is fine; only its report is missing
+            on_line(f"note: no size report: {error.message}")
+            sizes = None
+        pruning = None
+        if plan.pruning:
+            try:
+                pruning = PruningReport.read(engine, image_id)
+            except ComposerError as error:
+                on_line(f"note: no pruning report: {error.message}")
+
+        report = None
+        if plan.smoke is not None:
+            try:
+                smoke = SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke, device=plan.device)
+                report = smoke_test(engine, image_id, smoke, on_line=on_smoke_line or on_line,
+                                    labels={**dict(labels or {}), RUN_LABEL: run})
+            except BaseException:  # Ctrl-C or a lost engine: the untagged new image goes, every tag stays
+                engine.discard_untagged(image_id)
+                raise
+            if not report.passed:
+                engine.discard_untagged(image_id)
+                failed = ", ".join(f"{r.subject}{'/' + r.model if r.model else ''}" for r in report.failures())
+                raise SmokeTestFailed(
+                    f"smoke test failed ({failed}); {plan.tag} was not moved", report=report, log_tail=report.log_tail
+                )
+        if tag:
+            engine.tag(image_id, plan.tag)
+        info = engine.image(image_id)
+        return BuildResult(plan, image_id, plan.tag if tag else None, info.size if info else 0, report, sizes, pruning,
+                           sbom, base, assembled)
+
+
+def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path | None, layers_dir: Path | None,
+                        labels, on_line: LineSink, run: str, held: contextlib.ExitStack,
+                        contents: FullImageContents | None, check_space: bool) -> tuple[Assembled, str, PrunedBase | None]:
+    """The engine's build (the pruned base first, when the plan has one), then the composer's image
+    of it; whatever way it ends, the run's own stage images go. A build the engine's disk cannot
+    hold is refused first; one that fills it anyway ends in one line naming the disk."""
     workdir = Path(tempfile.mkdtemp(prefix="triton-composer-")) if context_dir is None else context_dir
     layers = Path(tempfile.mkdtemp(prefix="triton-composer-layers-")) if layers_dir is None else layers_dir
-    run = uuid.uuid4().hex[:16]  # this build's own stage images carry it, and only they are removed
     redact = redactor(secrets_of(plan.packages))
+    containers = {**dict(labels or {}), RUN_LABEL: run}  # what the run's containers carry
     base = None
     try:
         context: BuildContext = write_context(plan, workdir)
         on_line(f"build context: {context.directory}")
+        if check_space:
+            to_make = context.pruned_base is not None and not pruned_base_made(engine, plan, context.pruned_base)
+            on_line(space.check(engine, space.estimate(engine, plan, contents, context.directory, to_make)))
         # A pruned base is a build of its own, made first (or found); its failure says so itself.
         if context.pruned_base:
-            base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line)
+            base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held)
         built = _build_composition(engine, plan, context, base, labels, redact, on_line, run)
         on_line(f"built {built[:19]}; writing the image's own layers")
-        assembled, sbom = _assemble(engine, plan, built, base, context, layers, run, labels, on_line)
+        assembled, sbom = _assemble(engine, plan, built, base, context, layers, run, containers, on_line)
+    except ComposerError as error:
+        if space.no_space(error.message, getattr(error, "log_tail", "") or ""):
+            raise space.disk_full(engine, plan.tag) from error
+        raise
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise NoSpace(f"no space left on device writing {error.filename or tempfile.gettempdir()} on this "
+                          f"machine; {plan.tag} was not moved: free some space and run again") from error
+        raise
     finally:
         _remove_run_images(engine, run)
+        remove_run_stages(engine, run)
         if context_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
         if layers_dir is None:
             shutil.rmtree(layers, ignore_errors=True)
-    image_id = assembled.image_id
-    on_line(f"composed {image_id[:19]} ({len(assembled.layers)} layers of its own on {assembled.base[:19]})")
-    try:
-        sizes = measure(engine, image_id, plan, assembled.parts)
-    except ComposerError as error:  # the image is fine; only its report is missing
-        on_line(f"note: no size report: {error.message}")
-        sizes = None
-    pruning = None
-    if plan.pruning:
-        try:
-            pruning = PruningReport.read(engine, image_id)
-        except ComposerError as error:
-            on_line(f"note: no pruning report: {error.message}")
-
-    report = None
-    if plan.smoke is not None:
-        try:
-            smoke = SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke, device=plan.device)
-            report = smoke_test(engine, image_id, smoke, on_line=on_smoke_line or on_line, labels=labels)
-        except BaseException:  # Ctrl-C or a lost engine: the untagged new image goes, every tag stays
-            engine.discard_untagged(image_id)
-            raise
-        if not report.passed:
-            engine.discard_untagged(image_id)
-            failed = ", ".join(f"{r.subject}{'/' + r.model if r.model else ''}" for r in report.failures())
-            raise SmokeTestFailed(
-                f"smoke test failed ({failed}); {plan.tag} was not moved", report=report, log_tail=report.log_tail
-            )
-    if tag:
-        engine.tag(image_id, plan.tag)
-    info = engine.image(image_id)
-    return BuildResult(plan, image_id, plan.tag if tag else None, info.size if info else 0, report, sizes, pruning,
-                       sbom, base, assembled)
+    return assembled, sbom, base
 
 
 def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBase | None, context: BuildContext,
@@ -321,7 +361,7 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
         # The image's own layers stay on this machine until the composer pushed them.
         layers = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-composer-layers-"))) if mine else None
         built = build_image(engine, plan, labels=dict(run.labels or {}), on_line=run.on_build_line or run.on_line,
-                            on_smoke_line=run.on_line, layers_dir=layers)
+                            on_smoke_line=run.on_line, layers_dir=layers, contents=resolved.contents)
         if result.sbom and built.sbom:
             try:  # checked before any work; checked again, as something may have taken the name since
                 write_file(check_output_file(result.sbom, "--sbom", is_sbom), built.sbom.encode())
@@ -460,6 +500,7 @@ def rebuild(engine: Engine, registries: Registries, ref: str, catalog: Catalog, 
             with tempfile.TemporaryDirectory(prefix="triton-composer-layers-") as layers, \
                     tempfile.TemporaryDirectory(prefix="triton-composer-blobs-") as blobs:
                 built = build_image(engine, resolved.plan, labels=dict(run.labels or {}), layers_dir=Path(layers),
+                                    contents=resolved.contents,
                                     on_line=run.on_build_line or run.on_line, tag=False)
                 try:
                     return _compare(registries, ref, digest, built.assembled, internal["compression"], Path(blobs))

@@ -11,6 +11,7 @@ into one line and reads the report the decision left in the image ({ROOT}/pruned
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,12 +19,14 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
+from composer.engine import locks
 from composer.engine.engine import Engine
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.units import human_size
-from composer.resolve.plan import ROOT, CompositionPlan
+from composer.resolve.plan import ROOT, CompositionPlan, RUN_LABEL
+from composer.resolve.plan import STAGE_LABEL as PLAN_STAGE_LABEL
 from composer.core.progress import LineSink, quiet
 
 REPORT = f"{ROOT}/pruned.json"
@@ -79,27 +82,52 @@ def base_key(plan: CompositionPlan, context: Path) -> str:
 
 def pruned_base(
     engine: Engine, plan: CompositionPlan, context: Path, *,
-    labels: Mapping[str, str] | None = None, on_line: LineSink = quiet,
+    labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, run: str = "render",
+    hold: contextlib.ExitStack | None = None,
 ) -> PrunedBase:
     """The pruned base of `plan`: the image made before from the same inputs (its tag names their
     key, its label holds it whole), or one made now from `context` and tagged, so that later builds
-    find it and `docker image prune` keeps it."""
+    find it and `docker image prune` keeps it.
+
+    Made once per engine however many runs want it at once: the base's make lock (host-wide,
+    composer.engine.locks) is held while it is looked for and made, so a second run waits, then
+    finds it. `hold` (the build's) keeps the base's use lock until the build ends, so `composer
+    cache clear` leaves it alone. Its stages carry `run` (their label "<stage> <run>"), so the run
+    removes its own stages and no other run's (remove_run_stages)."""
     key = base_key(plan, context)
-    tag = f"{BASE_REPOSITORY}:{plan.release.name}-{key[:16]}"
-    found = engine.image(tag)  # by its tag: images built on it inherit its label
-    if found is not None and found.labels.get(BASE_LABEL) == key:
-        on_line(f"pruned base: reusing {tag}, made before from the same min image for the same selection")
-        return PrunedBase(found.id, tag, key, made=False, seconds=0.0)
-    on_line(f"pruned base: making {tag} (once for this min image and selection; later builds reuse it)")
-    started = time.monotonic()
-    try:
-        image = engine.build(context, tag=tag, labels={**(labels or {}), BASE_LABEL: key},
-                             network_mode="none", on_line=on_line)
-    except BuildFailed as failure:
-        raise BuildFailed(f"making the pruned base failed: {failure.message}", log_tail=failure.log_tail) from failure
+    tag = base_tag(plan, key)
+    engine_id = engine.identity()
+    if hold is not None:
+        hold.enter_context(locks.using(engine_id, tag))
+    waiting = lambda: on_line(f"pruned base: waiting for another run making {tag}")  # noqa: E731
+    with locks.making(engine_id, tag, on_wait=waiting):
+        found = engine.image(tag)  # by its tag: images built on it inherit its label
+        if found is not None and found.labels.get(BASE_LABEL) == key:
+            locks.mark_used(engine_id, tag)
+            on_line(f"pruned base: reusing {tag}, made before from the same min image for the same selection")
+            return PrunedBase(found.id, tag, key, made=False, seconds=0.0)
+        on_line(f"pruned base: making {tag} (once for this min image and selection; later builds reuse it)")
+        started = time.monotonic()
+        try:
+            image = engine.build(context, tag=tag, labels={**(labels or {}), BASE_LABEL: key},
+                                 network_mode="none", buildargs={"COMPOSER_RUN": run}, on_line=on_line)
+        except BuildFailed as failure:
+            raise BuildFailed(f"making the pruned base failed: {failure.message}", log_tail=failure.log_tail) from failure
     seconds = time.monotonic() - started
+    locks.mark_used(engine_id, tag)
     on_line(f"pruned base: made {tag} in {seconds:.0f} s")
     return PrunedBase(image, tag, key, made=True, seconds=seconds)
+
+
+def base_tag(plan: CompositionPlan, key: str) -> str:
+    return f"{BASE_REPOSITORY}:{plan.release.name}-{key[:16]}"
+
+
+def pruned_base_made(engine: Engine, plan: CompositionPlan, context: Path) -> bool:
+    """Whether the pruned base of `plan` is on the engine already (a build then reuses it)."""
+    key = base_key(plan, context)
+    found = engine.image(base_tag(plan, key))
+    return found is not None and found.labels.get(BASE_LABEL) == key
 
 
 def proof_failure(log_tail: str) -> str | None:
@@ -209,13 +237,57 @@ def _layers(decoder: json.JSONDecoder, text: str) -> list:
 
 
 STAGE_LABEL = "org.triton-composer.stage"  # on the stages no image keeps: decide, pruned, layers, split, layer, proof
+# Its value is "<stage> <run>" (the run that built it; "render" by hand); a proof stage names its
+# run in RUN_LABEL, which it inherits; a value of one word is from a version that named no run.
 
 
-def sweep_stages(engine: Engine) -> None:
+def run_of(labels: Mapping[str, str]) -> str | None:
+    """The run a stage image was built by, as its labels say; None when they name none."""
+    words = str(labels.get(STAGE_LABEL, "")).split()
+    if len(words) == 2:
+        return words[1]
+    run = labels.get(RUN_LABEL) or str(labels.get(PLAN_STAGE_LABEL, "")).partition(" ")[2]
+    return run or None
+
+
+def remove_stages(engine: Engine, wanted: Callable[[str | None], bool]) -> int:
+    """Remove the untagged stage images (STAGE_LABEL) whose run `wanted` accepts; how many went.
+    Leaves first, one by one (prune off): an image goes only once nothing is built on it, and the
+    unlabelled stages they stand on (collect, shared by every run of the same images) stay as
+    build cache."""
+    removed: set[str] = set()
+    for _ in range(256):  # each pass removes the leaves; a stage is tens of images deep at most
+        chosen = []
+        for image in engine.images_labelled(STAGE_LABEL, untagged=True):
+            if image in removed:
+                continue
+            info = engine.image(image)
+            if info is not None and not info.tags and wanted(run_of(info.labels)):
+                chosen.append(image)
+        if not chosen:
+            break
+        for image in chosen:
+            removed.add(image)
+            try:
+                engine.remove_image(image, prune=False)
+            except ComposerError:
+                pass  # in use by a container, or a parent still: a later pass or run takes it
+    return len(removed)
+
+
+def remove_run_stages(engine: Engine, run: str) -> int:
+    """Remove the stages `run` built (its pruned base's and decide stage), no other run's."""
+    return remove_stages(engine, lambda owner: owner == run)
+
+
+def sweep_stages(engine: Engine, run: str | None = None) -> None:
     """Remove the images of the pruned base's own stages (decide, pruned, layers, split, each layer's,
-    proof) that no tag names.
-    Each such stage labels itself first thing, so every image of it carries the label, a failed
-    step's last one included; they stay in the build cache otherwise, as every stage of a
-    multi-stage build does. Found by label, whatever builder made them."""
-    for image in engine.images_labelled(STAGE_LABEL, untagged=True):
-        engine.discard_untagged(image)
+    proof) that no tag names: `run`'s, or (without it) those of every run that is not at work on
+    this host (composer.engine.locks' run records), so a build running beside the sweep keeps its
+    stages. Each such stage labels itself first thing, so every image of it carries the label, a
+    failed step's last one included. Found by label, whatever builder made them."""
+    if run is not None:
+        remove_run_stages(engine, run)
+        return
+    live = locks.live_runs()
+    remove_stages(engine, lambda owner: owner not in live)

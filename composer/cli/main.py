@@ -601,6 +601,42 @@ def wheels(
     )
 
 
+# -- composer cache: what the composer keeps on the engine (composer.build.cache) ---------------
+
+cache_app = typer.Typer(help="What the composer keeps on the engine: pruned bases, and what runs left.",
+                        no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("list")
+@reports_errors
+def cache_list(as_json: bool = JsonOpt) -> None:
+    """List the pruned bases (sizes, last use, the tagged images using them) and what runs left."""
+    from composer.build.cache import listing
+
+    entries = listing(_engine())
+    text = "\n".join(e.line() for e in entries) or "nothing: no pruned base and no leftover on the engine"
+    Printer(as_json).result({"entries": [e.to_dict() for e in entries]}, text)
+
+
+@cache_app.command("clear")
+@reports_errors
+def cache_clear(
+    older_than: Optional[float] = typer.Option(None, "--older-than", metavar="DAYS", min=0,
+                                               help="Also remove pruned bases unused for DAYS days."),
+    everything: bool = typer.Option(False, "--all", help="Also remove every pruned base no tagged image uses."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Remove what runs that ended left on the engine (and, when asked, pruned bases): never an image
+    a tag uses, nor anything a build at work holds."""
+    from composer.build.cache import clear
+
+    out = Printer(as_json)
+    done = clear(_engine(), older_than_days=older_than, everything=everything, on_line=out.step)
+    out.result(done.to_dict(), f"removed {len(done.removed)} images and {done.containers} containers, "
+                               f"freed {human_size(done.freed)}; kept {len(done.kept)}")
+
+
 @app.command("version")
 @reports_errors
 def version_command() -> None:

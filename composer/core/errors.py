@@ -62,3 +62,7 @@ class SmokeTestFailed(ComposerError):
         super().__init__(message)
         self.report = report
         self.log_tail = log_tail
+
+
+class NoSpace(ComposerError):
+    """A build that does not fit (or did not) on the disk it writes to: the line names the disk."""

@@ -196,6 +196,20 @@ class ContainerEngine(ABC):
         except ComposerError:
             pass  # still used by a container or as a parent: leave it
 
+    def identity(self) -> str:
+        """What tells this engine from another on the host (locks on what runs make are per engine)."""
+        endpoint = getattr(self, "endpoint", None)
+        return str(getattr(endpoint, "url", "") or "engine")
+
+    def storage(self) -> tuple[str, "shutil._ntuple_diskusage"] | None:
+        """Where the engine stores images and that disk's usage; None when this machine cannot see it."""
+        return None
+
+    def disk_usage(self) -> dict[str, dict]:
+        """Per image id: its bytes ("size"), those it shares with other images ("shared") and the
+        containers using it, as the engine counts them (docker system df); {} when it cannot say."""
+        return {}
+
     @abstractmethod
     def images_labelled(self, label: str, *, untagged: bool = False) -> list[str]:
         """Ids of images carrying `label` (key or key=value); with `untagged`, only those no tag
@@ -572,6 +586,24 @@ class DockerEngine(ContainerEngine):
     ) -> str:
         with Heartbeat(on_line, f"building {tag or context.name}", self._bytes_stored) as beat:
             return self._build(context, dockerfile, tag, labels, network_mode, buildargs, nocache, redact, beat.on_line)
+
+    def identity(self) -> str:
+        """The engine's own ID (docker info), so two sockets to one engine share its locks."""
+        if getattr(self, "_identity", None) is None:
+            try:
+                self._identity = str(self._api.info().get("ID") or "") or self.endpoint.url
+            except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
+                self._identity = self.endpoint.url
+        return self._identity
+
+    def disk_usage(self) -> dict[str, dict]:
+        try:
+            found = self._api.df()
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
+            return {}
+        return {img["Id"]: {"size": int(img.get("Size") or 0), "shared": max(int(img.get("SharedSize") or 0), 0),
+                            "containers": max(int(img.get("Containers") or 0), 0), "created": int(img.get("Created") or 0)}
+                for img in found.get("Images") or []}
 
     def _bytes_stored(self) -> int | None:
         """Bytes used on the disk of a local engine's storage (what a pull or build has written

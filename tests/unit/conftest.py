@@ -14,6 +14,12 @@ MIN_CONFIG = BaseConfig(env=(("PATH", "/usr/local/cuda/bin:/usr/bin:/bin"), ("NV
                         entrypoint=("/opt/nvidia/nvidia_entrypoint.sh",), workdir="/opt/tritonserver")
 
 
+@pytest.fixture(autouse=True)
+def own_state_dir(tmp_path_factory, monkeypatch):
+    """Locks and run records of the code under test go to a folder of the test's own."""
+    monkeypatch.setenv("COMPOSER_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture(scope="session")
 def catalog():
     return Catalog.load()

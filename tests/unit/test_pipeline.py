@@ -153,3 +153,42 @@ def test_a_full_image_of_another_release_fails_before_anything_slow():
     with pytest.raises(UsageError, match="--version 24.09 does not match the full image, which is release 24.08"):
         resolving.inspect_images(engine, targets)
     assert engine.runs == []  # no probe ran
+
+
+def test_a_build_that_fills_the_disk_ends_in_one_line_naming_it_and_moves_no_tag(engine, ngc_plan, monkeypatch):
+    from composer.core.errors import BuildFailed, NoSpace
+
+    engine.images["team/triton:1"] = OLD
+
+    def full(context, **kwargs):
+        raise BuildFailed("the build failed", log_tail="write /var/lib/docker/overlay2/x: no space left on device")
+
+    engine.build = full
+    engine.storage = lambda: ("/var/lib/docker", None)
+    with pytest.raises(NoSpace) as stopped:
+        build_image(engine, ngc_plan("python", tag="team/triton:1"), check_space=False)
+    assert stopped.value.message.startswith("no space left on device at /var/lib/docker")
+    assert "team/triton:1 was not moved" in stopped.value.message and "\n" not in stopped.value.message
+    assert engine.images == {"team/triton:1": OLD}
+
+
+def test_a_run_is_on_record_while_it_builds_and_removes_what_a_dead_run_left(engine, ngc_plan, monkeypatch):
+    import json
+    import subprocess
+    import sys
+
+    from composer.engine import locks
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    dead = locks.RunRecord("deadrun", child.pid, "1", 0.0, engine.identity())
+    (locks.state_dir() / "runs").mkdir(parents=True, exist_ok=True)
+    (locks.state_dir() / "runs" / "deadrun.json").write_text(json.dumps(dead.to_dict()))
+    asked, during = [], []
+    engine.containers_labelled = lambda label: asked.append(label) or []
+    monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: during.append(locks.live_runs()) or _report(True))
+    lines = []
+    build_image(engine, ngc_plan("python", tag="team/triton:1"), on_line=lines.append)
+    assert "org.triton-composer.run=deadrun" in asked and locks.run_records() == []
+    assert any(line.startswith("removed what run deadrun left") for line in lines)
+    assert len(during) == 1 and len(during[0]) == 1  # this run, at work during its smoke test

@@ -60,16 +60,37 @@ def test_the_proofs_line_is_the_error():
     assert proof_failure("Step 3/9 : RUN false") is None
 
 
-def test_stage_images_are_swept_by_their_label_not_the_build_log():
+def test_stage_images_are_swept_by_their_label_and_run_never_a_live_runs():
+    """Stages name their run ("<stage> <run>"): a sweep with a run removes only that run's; one
+    without removes those of runs not at work (and stages of a version that named none), leaves first."""
     from composer.build.pruning import STAGE_LABEL, sweep_stages
+    from composer.engine import locks
     from tests.unit.fake_engine import FakeEngine
 
-    asked, discarded = [], []
-    engine = FakeEngine()
-    engine.images_labelled = lambda label, untagged=False: asked.append((label, untagged)) or ["sha256:1", "sha256:2"]
-    engine.discard_untagged = discarded.append
+    def info(image_id, value):
+        return ImageInfo(id=image_id, ref=image_id, tags=(), repo_digests=(), env={}, labels={STAGE_LABEL: value}, size=1)
+
+    stages = {"sha256:1": info("sha256:1", "decide aaaa"), "sha256:2": info("sha256:2", "layer aaaa"),
+              "sha256:3": info("sha256:3", "decide bbbb"), "sha256:4": info("sha256:4", "decide"),
+              "sha256:5": info("sha256:5", "split mine")}
+    parents = {"sha256:2": "sha256:5"}  # sha256:5 lists only once its child is gone
+    removed = []
+    engine = FakeEngine(infos=stages)
+
+    def listed(label, untagged=False):
+        assert label == STAGE_LABEL and untagged
+        gone = set(removed)
+        return [i for i in stages if i not in gone and not any(p == i and c not in gone for c, p in parents.items())]
+
+    engine.images_labelled = listed
+    engine.remove_image = lambda image, force=False, prune=True: removed.append(image) if not prune else None
+    sweep_stages(engine, run="aaaa")
+    assert removed == ["sha256:1", "sha256:2"]
+    with locks.run_record("mine", "engine"):  # a run at work keeps its stages
+        sweep_stages(engine)
+    assert removed == ["sha256:1", "sha256:2", "sha256:3", "sha256:4"]
     sweep_stages(engine)
-    assert asked == [(STAGE_LABEL, True)] and discarded == ["sha256:1", "sha256:2"]
+    assert removed[-1] == "sha256:5"
 
 
 def test_every_stage_no_image_keeps_labels_itself_first_and_the_image_needs_the_proof(ngc_plan, tmp_path):
@@ -81,8 +102,12 @@ def test_every_stage_no_image_keeps_labels_itself_first_and_the_image_needs_the_
         lines = dockerfile.read_text().splitlines()
         for index, line in enumerate(lines):
             stage = re.match(r"FROM \S+ AS (decide|pruned|layers|split|layer|proof)(-[0-9]{2}-[a-z0-9-]+)?$", line)
-            if stage:
+            if stage and stage.group(1) == "proof":  # the composition's: its run is in RUN_LABEL, inherited
                 assert lines[index + 1] == f'LABEL org.triton-composer.stage="{stage.group(1)}"', dockerfile
+            elif stage:  # the run that builds it (an ARG makes no image: the label is still the first step)
+                assert lines[index + 1:index + 3] == [
+                    "ARG COMPOSER_RUN=render",
+                    f'LABEL org.triton-composer.stage="{stage.group(1)} ${{COMPOSER_RUN}}"'], dockerfile
             else:
                 assert " AS " not in line or re.search(
                     r" AS (full|min|collect|collected|composed-files|system|composed|packages|model-envs)$", line), line
@@ -140,7 +165,8 @@ def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(
     made = pruned_base(engine, plan, folder, labels={"test": "1"})
     assert made.made and made.tag == f"triton-composer/pruned-base:24.09-{key[:16]}"
     assert engine.builds == [{"context": folder, "tag": made.tag, "labels": {"test": "1", BASE_LABEL: key},
-                              "network_mode": "none", "on_line": engine.builds[0]["on_line"]}]
+                              "network_mode": "none", "buildargs": {"COMPOSER_RUN": "render"},
+                              "on_line": engine.builds[0]["on_line"]}]
     base = ImageInfo(id="sha256:" + "7" * 64, ref=made.tag, tags=(made.tag,), repo_digests=(), env={},
                      labels={BASE_LABEL: key}, size=1)
     engine = FakeEngine(builds=[], infos={made.tag: base})

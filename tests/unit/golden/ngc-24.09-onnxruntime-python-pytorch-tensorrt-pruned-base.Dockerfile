@@ -20,7 +20,8 @@ COPY collect.py probe.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "--python-out", "/composer/python-rootfs", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python", "backends/pytorch", "backends/tensorrt"]
 
 FROM collect AS decide
-LABEL org.triton-composer.stage="decide"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="decide ${COMPOSER_RUN}"
 COPY --from=min /var/lib/dpkg /composer/min-dpkg
 COPY prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python", "backends/pytorch", "backends/tensorrt"]
@@ -31,7 +32,8 @@ LABEL org.triton-composer.stage-of="decide ${COMPOSER_RUN}"
 # exactly the packages kept, with their files (written at a fixed time). The files left are listed
 # for the layers stage.
 FROM min AS pruned
-LABEL org.triton-composer.stage="pruned"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="pruned ${COMPOSER_RUN}"
 USER root
 COPY --from=decide /composer/prune/ /composer/prune/
 RUN cd / && xargs --no-run-if-empty --delimiter='\n' rm -f -- < /composer/prune/drop.txt \
@@ -45,70 +47,86 @@ RUN cd / && xargs --no-run-if-empty --delimiter='\n' rm -f -- < /composer/prune/
 # Which layer each file goes to (layers.py, by the families of layers.json), each family split
 # under 2 GB where it is bigger.
 FROM decide AS layers
-LABEL org.triton-composer.stage="layers"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layers ${COMPOSER_RUN}"
 COPY --from=pruned /composer-files.tsv /composer/files.tsv
 COPY layers.py layers.json /composer/
 RUN ["python3", "/composer/layers.py", "--files", "/composer/files.tsv", "--min-dpkg", "/composer/min-dpkg", "--kept", "/composer/prune/dpkg/status", "--table", "/composer/layers.json", "--out", "/composer/layers"]
 
 FROM pruned AS split
-LABEL org.triton-composer.stage="split"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="split ${COMPOSER_RUN}"
 COPY --from=layers /composer/layers/ /composer-layers/
 COPY keep_layer.sh /composer-layers/
 
 FROM split AS layer-00-core
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "--all-folders", "00-core"]
 
 FROM split AS layer-01-python
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "01-python"]
 
 FROM split AS layer-02-cuda-runtime
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "02-cuda-runtime"]
 
 FROM split AS layer-03-cublas
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "03-cublas"]
 
 FROM split AS layer-04-cudnn
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "04-cudnn"]
 
 FROM split AS layer-05-cuda-fft-rand
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "05-cuda-fft-rand"]
 
 FROM split AS layer-06-cuda-sparse-solver
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "06-cuda-sparse-solver"]
 
 FROM split AS layer-07-nccl
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "07-nccl"]
 
 FROM split AS layer-08-hpcx
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "08-hpcx"]
 
 FROM split AS layer-09-cuda-profiling
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "09-cuda-profiling"]
 
 FROM split AS layer-10-tensorrt-1
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "10-tensorrt-1"]
 
 FROM split AS layer-11-tensorrt-2
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "11-tensorrt-2"]
 
 FROM split AS layer-12-rest
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "12-rest"]
 
 FROM split AS layer-13-dpkg
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "13-dpkg", "layers.json"]
 
 FROM scratch

@@ -29,7 +29,8 @@ LABEL org.triton-composer.stage-of="collected ${COMPOSER_RUN}"
 # only those, is built by pruned-base/Dockerfile and passed in as PRUNED_BASE (composer build makes
 # it once per min image and selection, and reuses it); its decide stage is this one.
 FROM collect AS decide
-LABEL org.triton-composer.stage="decide"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="decide ${COMPOSER_RUN}"
 COPY --from=min /var/lib/dpkg /composer/min-dpkg
 COPY prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python", "backends/pytorch", "backends/tensorrt"]

@@ -1,0 +1,307 @@
+"""What the composer keeps on an engine between builds, and what runs left: `composer cache`.
+
+Kept on purpose: pruned bases (tagged triton-composer/pruned-base:..., each made once per min
+image and selection; their family layers are shared by the images built on them). Left over: the
+stage images and containers of a run that did not end its own way (an engine restart, a killed
+process), found by the run id they carry (RUN_LABEL, the stages' labels) and the run records of
+composer.engine.locks: a run whose process is gone is dead, and what it left is removed by the
+next build on the engine or by `composer cache clear`.
+
+Nothing here removes an image a tag uses: a pruned base goes only when no tagged image holds its
+layers and no build holds its use lock; a leftover is an untagged image of a dead run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+from datetime import datetime, timezone
+
+from composer.build.pruning import BASE_LABEL, BASE_REPOSITORY, STAGE_LABEL, remove_stages, run_of
+from composer.core.errors import ComposerError
+from composer.core.progress import LineSink, quiet
+from composer.core.units import human_size
+from composer.engine import locks
+from composer.resolve.plan import RUN_LABEL
+from composer.resolve.plan import STAGE_LABEL as PLAN_STAGE_LABEL
+
+DAY = 24 * 3600
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One thing `composer cache list` shows."""
+
+    kind: str  # "pruned base", "stage" (a leftover stage image), "run image" (a run's leftover image)
+    image: str
+    tags: tuple[str, ...]
+    size: int  # bytes the image holds (its own and those shared with others)
+    unique: int  # bytes only it holds (what removing it frees), when the engine says; else -1
+    created: float  # time.time() seconds
+    last_used: float | None
+    used_by: tuple[str, ...] = ()  # tagged images holding its layers (pruned bases)
+    run: str | None = None  # the run that made it (leftovers)
+    run_alive: bool = False
+    layers: int = 0
+    shares_layers_with: tuple[str, ...] = field(default=())  # other pruned bases with a family layer in common
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "image": self.image, "tags": list(self.tags), "size": self.size,
+                "unique_size": None if self.unique < 0 else self.unique,
+                "created": _iso(self.created), "last_used": _iso(self.last_used) if self.last_used else None,
+                "used_by": list(self.used_by), "run": self.run, "run_alive": self.run_alive,
+                "layers": self.layers, "shares_layers_with": list(self.shares_layers_with)}
+
+    def line(self) -> str:
+        name = self.tags[0] if self.tags else self.image[:19]
+        size = human_size(self.size) + ("" if self.unique < 0 else f" ({human_size(self.unique)} its own)")
+        used = f"last used {_iso(self.last_used)}" if self.last_used else f"made {_iso(self.created)}"
+        if self.kind == "pruned base":
+            whose = f"used by {', '.join(self.used_by)}" if self.used_by else "used by no tagged image"
+            shares = f"; shares family layers with {', '.join(self.shares_layers_with)}" if self.shares_layers_with else ""
+            return f"pruned base  {name}  {size}  {self.layers} layers  {used}  {whose}{shares}"
+        state = "at work" if self.run_alive else "dead or unknown"
+        return f"{self.kind:<11}  {name}  {size}  {used}  run {self.run or '?'} ({state})"
+
+
+def _iso(seconds: float | None) -> str:
+    if not seconds:
+        return ""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _created(text: str) -> float:
+    """An engine's Created (RFC 3339, nanoseconds) as seconds."""
+    try:
+        return datetime.fromisoformat(text[:19]).replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _tagged(engine) -> dict[str, object]:
+    """Each tagged image (by id) with its info."""
+    found: dict[str, object] = {}
+    for name in engine.image_names():
+        if "@" in name:
+            continue
+        info = engine.image(name)
+        if info is not None:
+            found.setdefault(info.id, info)
+    return found
+
+
+def _users(base, tagged: dict) -> tuple[str, ...]:
+    """The tags of images other than `base` whose layers start with the base's."""
+    users = []
+    for info in tagged.values():
+        if info.id == base.id or not base.layers:
+            continue
+        if tuple(info.layers[:len(base.layers)]) == tuple(base.layers):
+            users += list(info.tags)
+    return tuple(sorted(users))
+
+
+def listing(engine) -> list[Entry]:
+    """The pruned bases, leftover stage images and leftover run images on the engine."""
+    engine_id = engine.identity()
+    usage = engine.disk_usage()
+    live = locks.live_runs()
+    tagged = _tagged(engine)
+    entries: list[Entry] = []
+
+    def unique(image_id: str) -> int:
+        row = usage.get(image_id)
+        return -1 if row is None else max(row["size"] - row["shared"], 0)
+
+    bases = [info for info in tagged.values()
+             if any(t.startswith(BASE_REPOSITORY + ":") for t in info.tags) and BASE_LABEL in info.labels]
+    for base in sorted(bases, key=lambda b: b.tags):
+        tag = next(t for t in base.tags if t.startswith(BASE_REPOSITORY + ":"))
+        created = _created(base.created)
+        shares = tuple(sorted(t for other in bases if other.id != base.id and set(other.layers) & set(base.layers)
+                              for t in other.tags if t.startswith(BASE_REPOSITORY + ":")))
+        entries.append(Entry("pruned base", base.id, base.tags, base.size, unique(base.id), created,
+                             locks.last_used(engine_id, tag) or created, _users(base, tagged),
+                             layers=len(base.layers), shares_layers_with=shares))
+    seen = set()
+    for kind, label in (("stage", STAGE_LABEL), ("stage", PLAN_STAGE_LABEL), ("run image", RUN_LABEL)):
+        for image in engine.images_labelled(label, untagged=True):
+            if image in seen:
+                continue
+            seen.add(image)
+            info = engine.image(image)
+            if info is None:
+                continue
+            run = run_of(info.labels)
+            entries.append(Entry(kind, info.id, (), info.size, unique(info.id), _created(info.created), None,
+                                 run=run, run_alive=run in live))
+    return entries
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """What `composer cache clear` removed, and what it kept and why."""
+
+    removed: tuple[Entry, ...]
+    kept: tuple[tuple[Entry, str], ...]
+    containers: int
+
+    @property
+    def freed(self) -> int:
+        return sum(max(e.unique, 0) for e in self.removed)
+
+    def to_dict(self) -> dict:
+        return {"removed": [e.to_dict() for e in self.removed], "containers_removed": self.containers,
+                "kept": [{**e.to_dict(), "why": why} for e, why in self.kept], "freed": self.freed}
+
+
+def select(entries: list[Entry], *, older_than_days: float | None, everything: bool,
+           now: float | None = None) -> tuple[list[Entry], list[tuple[Entry, str]]]:
+    """Which entries `composer cache clear` removes, and which it keeps (with why). A leftover of a
+    run at work, and a pruned base a tagged image uses, always stay. (Leftovers of runs recorded
+    dead are gone before this: remove_dead_runs.) A leftover no record here names (a run of another
+    host, or of a composer before run records) may be a build at work: it goes with `everything`,
+    or once older than `older_than_days` (1 day without it). A pruned base goes with `everything`,
+    or when unused for `older_than_days`."""
+    now = time.time() if now is None else now
+    chosen, kept = [], []
+    for entry in entries:
+        if entry.kind != "pruned base":
+            days = 1.0 if older_than_days is None else older_than_days
+            if entry.run_alive:
+                kept.append((entry, f"run {entry.run} is at work"))
+            elif everything or (now - entry.created) > days * DAY:
+                chosen.append(entry)
+            else:
+                kept.append((entry, f"made within {days:g} days by a run not recorded here (it may be at work)"))
+            continue
+        if entry.used_by:
+            kept.append((entry, f"used by {', '.join(entry.used_by)}"))
+        elif everything:
+            chosen.append(entry)
+        elif older_than_days is not None and (now - (entry.last_used or entry.created)) > older_than_days * DAY:
+            chosen.append(entry)
+        else:
+            why = f"used within {older_than_days:g} days" if older_than_days is not None else \
+                "kept without --older-than DAYS or --all"
+            kept.append((entry, why))
+    return chosen, kept
+
+
+def clear(engine, *, older_than_days: float | None = None, everything: bool = False,
+          on_line: LineSink = quiet, only: Callable[[Entry], bool] = lambda entry: True) -> Cleared:
+    """Remove what select() chooses (of the entries `only` accepts): leftovers of runs not at work
+    (and their containers), and pruned bases no tag uses, each only while no build holds it."""
+    containers = remove_dead_runs(engine, on_line)
+    entries = [entry for entry in listing(engine) if only(entry)]
+    chosen, kept = select(entries, older_than_days=older_than_days, everything=everything)
+    engine_id = engine.identity()
+    live = locks.live_runs()
+    removed: list[Entry] = []
+    leftovers = [e for e in chosen if e.kind != "pruned base"]
+    for entry in leftovers:
+        if entry.run and entry.run not in live:
+            containers += _remove_containers(engine, entry.run)
+    gone = {e.image for e in leftovers}
+    for _ in range(256):  # leaves first: a stage's image goes once nothing is built on it
+        left = [e for e in leftovers if e.image in gone and engine.image(e.image) is not None]
+        if not left:
+            break
+        for entry in left:
+            _remove_untagged(engine, entry.image)
+        if all(engine.image(e.image) is not None for e in left):
+            break  # none went: in use, or parents of images kept
+        # removing a leaf makes its (labelled) parent a leaf: list again
+        fresh = {e.image: e for e in listing(engine) if e.kind != "pruned base" and only(e)}
+        again, _ = select(list(fresh.values()), older_than_days=older_than_days, everything=everything)
+        for entry in again:
+            if entry.image not in gone:
+                gone.add(entry.image)
+                leftovers.append(entry)
+    removed += [e for e in leftovers if engine.image(e.image) is None]
+    for entry in [e for e in chosen if e.kind == "pruned base"]:
+        tag = next(t for t in entry.tags if t.startswith(BASE_REPOSITORY + ":"))
+        with locks.removable(engine_id, tag) as free:
+            if not free:
+                kept.append((entry, "a build is using it"))
+                continue
+            info = engine.image(tag)
+            if info is None or info.id != entry.image or _users(info, _tagged(engine)):
+                kept.append((entry, "changed while clearing: used by a tagged image"))
+                continue
+            try:
+                engine.remove_image(tag)  # its name; the image goes with it when no other tag names it
+            except ComposerError as error:
+                kept.append((entry, error.message))
+                continue
+            removed.append(entry)
+            on_line(f"removed {tag}")
+    return Cleared(tuple(removed), tuple(kept), containers)
+
+
+def _remove_untagged(engine, image: str) -> None:
+    info = engine.image(image)
+    if info is None or info.tags:
+        return
+    try:
+        engine.remove_image(image, prune=False)
+    except ComposerError:
+        pass  # a parent of another leftover, or in use: it goes with that one
+
+
+def _remove_containers(engine, run: str) -> int:
+    count = 0
+    for container in engine.containers_labelled(f"{RUN_LABEL}={run}"):
+        try:
+            engine.remove_container(container)
+            count += 1
+        except ComposerError:
+            pass
+    return count
+
+
+def remove_run(engine, run: str) -> tuple[int, int]:
+    """Remove what `run` left on the engine: its containers, its untagged images (run-labelled,
+    leaves first) and its stage images. (images, containers) removed."""
+    containers = _remove_containers(engine, run)
+    images = remove_stages(engine, lambda owner: owner == run)
+    tried: set[str] = set()
+    for _ in range(16):  # leaves first: an image with a child of its own goes on a later pass
+        left = [image for image in engine.images_labelled(f"{RUN_LABEL}={run}", untagged=True)]
+        left += [image for image in engine.images_labelled(PLAN_STAGE_LABEL, untagged=True)
+                 if run_of((engine.image(image) or _NO_INFO).labels) == run]
+        left = [image for image in left if image not in tried]
+        if not left:
+            break
+        for image in left:
+            tried.add(image)
+            _remove_untagged(engine, image)
+    return images + len(tried), containers
+
+
+class _NoInfo:
+    labels: dict = {}
+
+
+_NO_INFO = _NoInfo()
+
+
+def remove_dead_runs(engine, on_line: LineSink = quiet) -> int:
+    """Remove what runs recorded on this host for this engine left when their process died (an
+    engine restart or a killed build), and their records; the containers removed."""
+    engine_id = engine.identity()
+    containers = 0
+    for record in locks.run_records():
+        if record.engine != engine_id or record.alive:
+            continue
+        try:
+            images, removed = remove_run(engine, record.run)
+        except ComposerError as error:
+            on_line(f"note: cannot remove what run {record.run} left: {error.message}")
+            continue
+        containers += removed
+        on_line(f"removed what run {record.run} left (its process {record.pid} ended): "
+                f"{images} images, {removed} containers")
+        locks.forget(record.run)
+    return containers

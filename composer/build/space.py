@@ -1,0 +1,119 @@
+"""Disk space: what a build will write on the engine's disk, against what is free there.
+
+The estimate is deliberately high (a build refused with room to spare costs a flag or a clean-up;
+a build that fills the disk halfway costs the whole build and can stall every other user of the
+engine). What it counts:
+
+- the selected parts: the server core (and its headers when kept), each selected backend,
+  repository agent and cache, and the python runtime when the image gets one, as the probe of the
+  full image measured them; without a probe (a plan made offline), the full image's size less the
+  min image's;
+- the build context (wheels, custom backends, models), three times over: wheels unpack to about
+  that;
+- all of that three times: the engine's stages copy the parts, the engine's image holds them
+  again, and the composer loads its own image of the same files;
+- the pruned base, when it must be made: twice the min image (its pruned stage and its layers);
+- a margin of 512 MiB for the engine's own bookkeeping.
+
+Free space is that of the filesystem holding the engine's data root (docker info DockerRootDir),
+read with statvfs: only when the engine is on this machine (a unix socket). Otherwise nothing is
+checked and a note says so.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from composer.core.errors import NoSpace
+from composer.core.units import human_size
+
+MARGIN = 512 * 1024 * 1024
+NO_SPACE = "no space left on device"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a build will write on the engine's disk, and of what."""
+
+    parts: int  # the selected parts, as the image holds them
+    context: int  # the build context's files
+    base: int  # the pruned base, when it must be made (0 otherwise)
+
+    @property
+    def needed(self) -> int:
+        return 3 * (self.parts + 3 * self.context) + 2 * self.base + MARGIN
+
+    def to_dict(self) -> dict:
+        return {"parts": self.parts, "context": self.context, "base": self.base, "margin": MARGIN,
+                "needed": self.needed}
+
+
+def selected_bytes(plan, contents) -> int | None:
+    """The bytes of the parts `plan` copies from the full image, as the probe measured them; None
+    without a probe."""
+    if contents is None:
+        return None
+    total = contents.core_size + (contents.include_size if plan.with_headers else 0)
+    wanted = {("backend", b) for b in plan.backends} | {("repoagent", r) for r in plan.repoagents} | \
+        {("cache", c) for c in plan.caches}
+    total += sum(c.size for c in contents.components if (c.kind, c.name) in wanted)
+    if plan.python_runtime and contents.python is not None:
+        total += contents.python.size
+    return total
+
+
+def folder_bytes(folder: Path | None) -> int:
+    """The bytes of the files under `folder` (links not followed)."""
+    if folder is None:
+        return 0
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def estimate(engine, plan, contents, context: Path | None, base_to_make: bool) -> Estimate:
+    """What building `plan` writes on the engine's disk (see the module's docstring)."""
+    parts = selected_bytes(plan, contents)
+    full = engine.image(plan.full.id or plan.full.ref)
+    small = engine.image(plan.min.id or plan.min.ref)
+    if parts is None:
+        parts = max((full.size if full else 0) - (small.size if small else 0), 0)
+    base = (small.size if small else 0) if base_to_make else 0
+    return Estimate(parts, folder_bytes(context), base)
+
+
+def check(engine, estimate: Estimate) -> str:
+    """Refuse (NoSpace, one line) a build that does not fit on the engine's disk; the line to show
+    when it fits, or why nothing was checked."""
+    found = engine.storage()
+    name = engine.identity() if hasattr(engine, "identity") else "engine"
+    where = getattr(getattr(engine, "endpoint", None), "url", "") or name
+    if found is None:
+        return (f"note: free space not checked: the disk of engine {where} is not on this machine "
+                f"(this build writes about {human_size(estimate.needed)})")
+    root, usage = found
+    if usage.free < estimate.needed:
+        raise NoSpace(f"{human_size(estimate.needed)} needed, {human_size(usage.free)} free at {root} "
+                      f"(engine {where}): free some space (composer cache list) and run again")
+    return f"disk: about {human_size(estimate.needed)} needed, {human_size(usage.free)} free at {root}"
+
+
+def no_space(message: str, log_tail: str = "") -> bool:
+    """Whether an engine's error says its disk is full."""
+    return NO_SPACE in f"{message}\n{log_tail}".lower()
+
+
+def disk_full(engine, tag: str) -> NoSpace:
+    """The one line of a build that ran out of space on the engine's disk."""
+    found = engine.storage()
+    where = getattr(getattr(engine, "endpoint", None), "url", "") or "engine"
+    disk = found[0] if found else "the engine's data root"
+    return NoSpace(f"no space left on device at {disk} (engine {where}) during the build; {tag} was not moved: "
+                   "free some space (composer cache list) and run again")

@@ -1,0 +1,202 @@
+"""What runs on this host share about an engine: locks on what they make once, and who is working.
+
+Two `composer build` runs on one engine may need the same pruned base at once. The base is made
+once: the first run holds the base's *make* lock (an exclusive fcntl lock on a file) while it
+finds or makes it; the second waits for that lock and then finds the base made. Every run that
+builds on the base holds its *use* lock shared until it is done, so `composer cache clear` (which
+takes it exclusively, without waiting) never removes a base a build is standing on.
+
+A run also leaves a record (its id, pid and start) while it works, so a later run, or `composer
+cache clear`, can tell the leftovers of a run that died (an engine restart, a killed process) from
+the images of one still working. Locks are fcntl locks: the kernel drops them when the process
+dies, so a crash leaves no stale lock, only a file.
+
+All of it lives under the state folder: $XDG_STATE_HOME/triton-composer (else
+~/.local/state/triton-composer), or $COMPOSER_STATE_DIR when set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from composer.core.errors import ComposerError
+
+RECORD_FORMAT = 1
+
+
+def state_dir() -> Path:
+    """Where the composer keeps what runs on this host share (locks, run records)."""
+    given = os.environ.get("COMPOSER_STATE_DIR")
+    if given:
+        return Path(given)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "triton-composer"
+
+
+def _folder(name: str) -> Path:
+    folder = state_dir() / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as error:
+        raise ComposerError(f"cannot make the composer's state folder {folder}: {error.strerror} "
+                            "(set COMPOSER_STATE_DIR to a writable folder)") from None
+    return folder
+
+
+def lock_path(engine_id: str, key: str, kind: str) -> Path:
+    """The lock file of `key` (e.g. a pruned base's tag) on one engine; `kind` is make or use."""
+    name = hashlib.sha256(f"{engine_id}\n{key}".encode()).hexdigest()[:32]
+    return _folder("locks") / f"{name}.{kind}.lock"
+
+
+@contextlib.contextmanager
+def _flock(path: Path, mode: int, *, wait: bool, on_wait: Callable[[], None] | None = None) -> Iterator[bool]:
+    """Hold an fcntl lock on `path` (LOCK_EX or LOCK_SH): yields True when held; with `wait`
+    False, yields False at once when another process holds it otherwise."""
+    handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+            if not wait:
+                yield False
+                return
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, mode)
+        yield True
+    finally:
+        os.close(handle)  # closing drops the lock
+
+
+def making(engine_id: str, key: str, on_wait: Callable[[], None] | None = None):
+    """Held while one run finds or makes `key`; a second run waits here (on_wait says so once)."""
+    return _flock(lock_path(engine_id, key, "make"), fcntl.LOCK_EX, wait=True, on_wait=on_wait)
+
+
+def using(engine_id: str, key: str):
+    """Held (shared) while a run builds on `key`: many runs at once, and no remover."""
+    return _flock(lock_path(engine_id, key, "use"), fcntl.LOCK_SH, wait=True)
+
+
+def removable(engine_id: str, key: str):
+    """Yields True when no run uses `key` (and none can start to while it is held), False at once
+    otherwise: what `composer cache clear` holds while it removes a pruned base."""
+    return _flock(lock_path(engine_id, key, "use"), fcntl.LOCK_EX, wait=False)
+
+
+def mark_used(engine_id: str, key: str) -> None:
+    """Note that a run used `key` now (`composer cache list` shows it; `clear --older-than` reads it)."""
+    name = hashlib.sha256(f"{engine_id}\n{key}".encode()).hexdigest()[:32]
+    path = _folder("used") / f"{name}.json"
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps({"engine": engine_id, "key": key, "used": time.time()}))
+    os.replace(temporary, path)
+
+
+def last_used(engine_id: str, key: str) -> float | None:
+    """When a run last used `key` on this host (time.time()), or None."""
+    name = hashlib.sha256(f"{engine_id}\n{key}".encode()).hexdigest()[:32]
+    try:
+        return float(json.loads((_folder("used") / f"{name}.json").read_text())["used"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# -- run records --------------------------------------------------------------------------
+
+
+def _process_start(pid: int) -> str | None:
+    """The start of process `pid` in clock ticks since boot (/proc/PID/stat field 22), which tells
+    a live run from a new process that took a dead run's pid; None when there is no such process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        try:
+            os.kill(pid, 0)  # no /proc (not Linux): only whether the pid lives
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return ""
+        return ""
+    return text.rsplit(")", 1)[1].split()[19]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run at work: its id (the RUN_LABEL / stage labels' value), process and engine."""
+
+    run: str
+    pid: int
+    process_start: str
+    started: float  # time.time()
+    engine: str
+
+    def to_dict(self) -> dict:
+        return {"format": RECORD_FORMAT, "run": self.run, "pid": self.pid, "process_start": self.process_start,
+                "started": self.started, "engine": self.engine}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "RunRecord":
+        return cls(str(raw["run"]), int(raw["pid"]), str(raw.get("process_start") or ""), float(raw["started"]),
+                   str(raw.get("engine") or ""))
+
+    @property
+    def alive(self) -> bool:
+        """Whether its process still works (the same process, not one that took its pid)."""
+        now = _process_start(self.pid)
+        return now is not None and (not self.process_start or not now or now == self.process_start)
+
+
+def _record_path(run: str) -> Path:
+    return _folder("runs") / f"{run}.json"
+
+
+@contextlib.contextmanager
+def run_record(run: str, engine_id: str) -> Iterator[RunRecord]:
+    """Record `run` as at work while the block runs; the record goes at the end, whatever happens
+    (a record left by a killed process names a dead run)."""
+    pid = os.getpid()
+    record = RunRecord(run, pid, _process_start(pid) or "", time.time(), engine_id)
+    path = _record_path(run)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(record.to_dict()))
+    os.replace(temporary, path)
+    try:
+        yield record
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def run_records() -> list[RunRecord]:
+    """Every run record on this host (live and dead); unreadable ones are skipped."""
+    records = []
+    for path in sorted(_folder("runs").glob("*.json")):
+        try:
+            records.append(RunRecord.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return records
+
+
+def live_runs() -> set[str]:
+    """The ids of runs whose process still works."""
+    return {record.run for record in run_records() if record.alive}
+
+
+def forget(run: str) -> None:
+    """Drop a dead run's record, once what it left is removed (only a record this module wrote)."""
+    with contextlib.suppress(OSError):
+        _record_path(run).unlink()
