@@ -361,7 +361,8 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
         # The image's own layers stay on this machine until the composer pushed them.
         layers = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-composer-layers-"))) if mine else None
         built = build_image(engine, plan, labels=dict(run.labels or {}), on_line=run.on_build_line or run.on_line,
-                            on_smoke_line=run.on_line, layers_dir=layers, contents=resolved.contents)
+                            on_smoke_line=run.on_line, layers_dir=layers, contents=resolved.contents,
+                            check_space=result.space_check)
         if result.sbom and built.sbom:
             try:  # checked before any work; checked again, as something may have taken the name since
                 write_file(check_output_file(result.sbom, "--sbom", is_sbom), built.sbom.encode())

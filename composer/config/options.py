@@ -141,6 +141,9 @@ OPTIONS: tuple[Option, ...] = (
            "KEY=VALUE"), "A label on the composed image: KEY=VALUE (repeatable).", commands=(BUILD, RENDER, BUNDLE)),
     Option("result.smoke_test", "--no-smoke-test", "smoke_test", Flag(inverted=True),
            "Tag without serving the samples first.", commands=(BUILD, BUNDLE)),
+    Option("result.space_check", "--no-space-check", "space_check", Flag(inverted=True),
+           "Build even when the estimate of what the build writes exceeds the free space at the engine's "
+           "data root (see docs/guides/shared-engines-and-cache.md).", commands=(BUILD,), portable=False),
     Option("result.model_repository", "--model-repository", "model_repository", ModelRepository(),
            "Smoke-test these models too (beside the samples): each must load and answer its cases, or a "
            "request built from its configuration.", commands=(BUILD, SMOKE), portable=False),

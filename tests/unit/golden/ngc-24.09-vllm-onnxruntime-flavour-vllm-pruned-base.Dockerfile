@@ -21,7 +21,8 @@ RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld
 
 
 FROM min AS decide
-LABEL org.triton-composer.stage="decide"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="decide ${COMPOSER_RUN}"
 USER root
 COPY --from=collect /composer/rootfs/ /
 COPY --from=collect /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
@@ -35,7 +36,8 @@ LABEL org.triton-composer.stage-of="decide ${COMPOSER_RUN}"
 # exactly the packages kept, with their files (written at a fixed time). The files left are listed
 # for the layers stage.
 FROM min AS pruned
-LABEL org.triton-composer.stage="pruned"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="pruned ${COMPOSER_RUN}"
 USER root
 COPY --from=decide /composer/prune/ /composer/prune/
 RUN cd / && xargs --no-run-if-empty --delimiter='\n' rm -f -- < /composer/prune/drop.txt \
@@ -49,94 +51,116 @@ RUN cd / && xargs --no-run-if-empty --delimiter='\n' rm -f -- < /composer/prune/
 # Which layer each file goes to (layers.py, by the families of layers.json), each family split
 # under 2 GB where it is bigger.
 FROM decide AS layers
-LABEL org.triton-composer.stage="layers"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layers ${COMPOSER_RUN}"
 COPY --from=pruned /composer-files.tsv /composer/files.tsv
 COPY layers.py layers.json /composer/
 RUN ["python3", "/composer/layers.py", "--files", "/composer/files.tsv", "--min-dpkg", "/composer/min-dpkg", "--kept", "/composer/prune/dpkg/status", "--table", "/composer/layers.json", "--out", "/composer/layers"]
 
 FROM pruned AS split
-LABEL org.triton-composer.stage="split"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="split ${COMPOSER_RUN}"
 COPY --from=layers /composer/layers/ /composer-layers/
 COPY keep_layer.sh /composer-layers/
 
 FROM split AS layer-00-core
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "--all-folders", "00-core"]
 
 FROM split AS layer-01-py-nvidia-1
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "01-py-nvidia-1"]
 
 FROM split AS layer-02-py-nvidia-2
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "02-py-nvidia-2"]
 
 FROM split AS layer-03-py-torch-1
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "03-py-torch-1"]
 
 FROM split AS layer-04-py-torch-2
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "04-py-torch-2"]
 
 FROM split AS layer-05-py-dists-1
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "05-py-dists-1"]
 
 FROM split AS layer-06-py-dists-2
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "06-py-dists-2"]
 
 FROM split AS layer-07-python
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "07-python"]
 
 FROM split AS layer-08-cuda-runtime
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "08-cuda-runtime"]
 
 FROM split AS layer-09-cublas
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "09-cublas"]
 
 FROM split AS layer-10-cudnn
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "10-cudnn"]
 
 FROM split AS layer-11-cuda-fft-rand
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "11-cuda-fft-rand"]
 
 FROM split AS layer-12-cuda-sparse-solver
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "12-cuda-sparse-solver"]
 
 FROM split AS layer-13-nccl
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "13-nccl"]
 
 FROM split AS layer-14-hpcx
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "14-hpcx"]
 
 FROM split AS layer-15-cuda-profiling
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "15-cuda-profiling"]
 
 FROM split AS layer-16-tensorrt-1
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "16-tensorrt-1"]
 
 FROM split AS layer-17-tensorrt-2
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "17-tensorrt-2"]
 
 FROM split AS layer-18-rest
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "18-rest"]
 
 FROM split AS layer-19-dpkg
-LABEL org.triton-composer.stage="layer"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "19-dpkg", "layers.json"]
 
 FROM scratch

@@ -30,7 +30,8 @@ LABEL org.triton-composer.stage-of="collected ${COMPOSER_RUN}"
 # it once per min image and selection, and reuses it); its decide stage is this one.
 
 FROM min AS decide
-LABEL org.triton-composer.stage="decide"
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="decide ${COMPOSER_RUN}"
 USER root
 COPY --from=collect /composer/rootfs/ /
 COPY --from=collect /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
