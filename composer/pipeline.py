@@ -26,11 +26,11 @@ from composer.engine.engine import Engine
 from composer.core.errors import BuildFailed, ComposerError, Invalid, NoSpace, SmokeTestFailed, UsageError
 from composer.core.files import check_output_file, write_file
 from composer.resolve.packages import explain_pip_failure, redactor, secrets_of
-from composer.resolve.plan import RUN_LABEL, STAGE_LABEL, CompositionPlan
+from composer.resolve.plan import RUN_LABEL, CompositionPlan
 from composer.core.progress import LineSink, quiet
 from composer.build.assemble import Assembled, Sources, assemble, find_stages
 from composer.build import space
-from composer.build.cache import remove_dead_runs
+from composer.build.cache import remove_dead_runs, remove_run
 from composer.build.pruning import (PrunedBase, PruningReport, proof_failure, pruned_base, pruned_base_made,
                                     remove_run_stages)
 from composer.engine import locks
@@ -235,26 +235,11 @@ def _remove_run_images(engine: Engine, run: str) -> None:
     """What this build made that is its alone: the images marking the stages it read (their stages
     stay as build cache, shared with other builds), and every image of its run-labelled stages (its
     composed-files and what was built FROM it: the system and proof stages, the engine's own image
-    of the composition), so no other build's cache is touched, even one running at the same time."""
-    for image in engine.images_labelled(STAGE_LABEL, untagged=True):
-        info = engine.image(image)
-        if info is not None and info.labels.get(STAGE_LABEL, "").endswith(f" {run}") and \
-                info.labels.get(RUN_LABEL) != run:
-            _quietly(engine.remove_image, image, prune=False)
-    for _ in range(8):  # leaves first: an image with a child of its own goes on the next pass
-        left = engine.images_labelled(f"{RUN_LABEL}={run}", untagged=True)
-        if not left:
-            return
-        for image in left:
-            _quietly(engine.remove_image, image)
+    of the composition), so no other build's cache is touched, even one running at the same time.
+    One image at a time, leaves first, never pruning parents: the untagged steps below the run's
+    own are build cache another build may be standing on at this moment."""
+    remove_run(engine, run)
     # What is left (one in use by a container) is swept by `composer cache clear`.
-
-
-def _quietly(remove, image: str, **kwargs) -> None:
-    try:
-        remove(image, **kwargs)
-    except ComposerError:
-        pass  # in use, or a parent of another image: it goes with that one
 
 
 def _build_composition(engine: Engine, plan: CompositionPlan, context: BuildContext, base: PrunedBase | None,

@@ -267,7 +267,8 @@ def remove_run(engine, run: str) -> tuple[int, int]:
     containers = _remove_containers(engine, run)
     images = remove_stages(engine, lambda owner: owner == run)
     tried: set[str] = set()
-    for _ in range(16):  # leaves first: an image with a child of its own goes on a later pass
+    for _ in range(256):  # leaves first, one at a time (prune off): a parent goes on a later pass, once
+        # nothing is built on it; the unlabelled steps below the run's (shared build cache) stay
         left = [image for image in engine.images_labelled(f"{RUN_LABEL}={run}", untagged=True)]
         left += [image for image in engine.images_labelled(PLAN_STAGE_LABEL, untagged=True)
                  if run_of((engine.image(image) or _NO_INFO).labels) == run]
