@@ -70,9 +70,15 @@ def _stage_images(engine: Engine) -> list[str]:
 def _remove_stage_images(engine: Engine, before: set[str]) -> None:
     """The stage images that appeared during the session (GBs over a run), not those it found. Only
     build cache: a run sharing the engine may lose some of its own, never a tagged image."""
+    from composer.build.pruning import run_of
     from composer.core.errors import ComposerError
+    from composer.engine.locks import live_runs
 
+    live = live_runs()  # a build at work on this host (another session's) keeps its stages
     for image_id in _stage_images(engine):
+        info = engine.image(image_id)
+        if info is not None and run_of(info.labels) in live:
+            continue
         if image_id not in before:
             try:
                 engine.remove_image(image_id)
