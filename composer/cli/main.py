@@ -18,7 +18,8 @@ from typing import Any, List, Optional
 import typer
 
 from composer import __version__
-from composer.cli.output import Printer, smoke_table
+from composer.cli.output import PHASES, Printer, smoke_table
+from composer.core import interrupts
 from composer.core.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
 from composer.core.files import check_output_file, printable
 from composer.core.platforms import Platform
@@ -87,8 +88,12 @@ def reports_errors(command):
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        PHASES.set("starting")
         try:
-            return command(*args, **kwargs)
+            with interrupts.handling(PHASES):  # SIGINT, SIGTERM: the cleanup runs, then one line
+                return command(*args, **kwargs)
+        except interrupts.Interrupted as stop:
+            _interrupted(stop, kwargs.get("as_json"))
         except ComposerError as error:
             if isinstance(error, BuildFailed) and error.log_tail:  # the output first: the error is the last line
                 typer.echo("--- build output (tail) ---\n" + redact(error.log_tail.rstrip()), err=True)
@@ -113,6 +118,17 @@ def reports_errors(command):
             raise typer.Exit(70)
 
     return wrapper
+
+
+def _interrupted(stop: "interrupts.Interrupted", as_json: bool) -> None:
+    """One line for a command a signal stopped, once its cleanup ran: what it was doing, and that
+    no tag moved (a push's tag is put last, so an interrupted push moved none either)."""
+    where = "the registry's tag was not moved" if stop.phase in ("pushing", "copying blobs") else "no tag moved"
+    message = f"{stop.message}: {where}"
+    if as_json:
+        typer.echo(json.dumps({"error": message, "exit_code": stop.exit_code}, indent=2, sort_keys=True))
+    typer.echo(message, err=True)
+    raise typer.Exit(stop.exit_code)
 
 
 def _json_error(error: ComposerError) -> None:

@@ -598,6 +598,7 @@ class DockerEngine(ContainerEngine):
         tail: list[str] = []
         image_id = None
         progress = _Progress(on_line)
+        stream = None
         try:
             stream = self._build_events(context, dockerfile, tag, labels, network_mode, buildargs, nocache)
             for event in stream:
@@ -619,6 +620,9 @@ class DockerEngine(ContainerEngine):
             raise BuildFailed(f"image build failed: {redact(_explain(exc))}", log_tail="\n".join(tail)) from exc
         except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
             raise EngineUnavailable(f"lost the Docker engine during the build: {redact(_one_line(str(exc)))}") from exc
+        finally:
+            if stream is not None:  # an interrupt or a failure: the answer's connection closes, so the
+                stream.close()  # engine cancels the build (and removes its step's container)
         if image_id is None:
             # Podman's service ends a build with the image id (or "Successfully built ID"), no aux event.
             image_id = _built_id(tail, tag, self)
@@ -627,10 +631,30 @@ class DockerEngine(ContainerEngine):
         return image_id
 
     def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
-        """The build's progress events, from the Docker API's build endpoint."""
-        return self._api.build(path=str(context), dockerfile=dockerfile, tag=tag, labels=dict(labels or {}),
+        """The build's progress events, from the Docker API's build endpoint. The SDK keeps the
+        streaming answer to itself; it is caught on its way to the SDK's reader so that closing this
+        generator (an interrupt, a failure) closes the connection, which is what makes the engine
+        cancel a build: the SDK's own generator would leave it open and the build running."""
+        api = self._api
+        answers: list = []
+        reader = api._stream_helper
+
+        def keep(response, decode=False):
+            answers.append(response)
+            return reader(response, decode)
+
+        api._stream_helper = keep  # this engine's client builds one image at a time
+        try:
+            events = api.build(path=str(context), dockerfile=dockerfile, tag=tag, labels=dict(labels or {}),
                                network_mode=network_mode, buildargs=dict(buildargs or {}), nocache=nocache,
                                rm=True, forcerm=True, decode=True)
+        finally:
+            del api._stream_helper
+        try:
+            yield from events
+        finally:
+            for answer in answers:
+                answer.close()
 
     # -- containers ---------------------------------------------------------
 
@@ -848,6 +872,7 @@ class PodmanEngine(DockerEngine):
         if network_mode == "none":
             params["networkmode"] = "1"  # buildah's NetworkDisabled
         archive = docker.utils.tar(str(context))
+        response = None
         try:
             response = api.post(f"{api.base_url}/v4.0.0/libpod/build", params=params, data=archive, stream=True,
                                 headers={"Content-Type": "application/x-tar"}, timeout=api.timeout)
@@ -860,6 +885,8 @@ class PodmanEngine(DockerEngine):
                         event["error"] = str(event["error"])
                     yield event
         finally:
+            if response is not None:  # closed: the service stops the build
+                response.close()
             archive.close()
 
 
