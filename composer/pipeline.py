@@ -40,7 +40,7 @@ from composer.verify.smoke import SmokePlan, SmokeReport, smoke_test
 from composer.config.types import CompositionSpec, Providers
 from composer.sources.bundle import ReadBundle, open_bundle
 from composer.sources.lock import verify_lock
-from composer.registry.client import Registries
+from composer.registry.client import Registries, retry_policy
 from composer.publish.image_push import image_manifest, own_layers, push_assembled
 from composer.publish.blobs import compressor_id
 from composer.publish.provenance import SLSA_PROVENANCE, Made, now, statement, wheel_dependencies
@@ -308,7 +308,7 @@ def compose(
         return _build_and_push(engine, resolve_recorded(spec, catalog, inspection, run.on_line), run)
     targets = resolve_targets(spec, catalog, engine)
     if run.locked:
-        registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
+        registries = Registries(engine, run.registry_auth, spec.images.registry_ca, retry_policy(spec.images))
         targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)
     with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
         resolved = resolve(engine, spec, catalog, wheels=Path(wheels), on_line=run.on_line, targets=targets)
@@ -337,7 +337,7 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
             run.on_line(f"SBOM written to {result.sbom}")
         if not result.push:
             return Outcome(spec, built)
-        registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
+        registries = Registries(engine, run.registry_auth, spec.images.registry_ca, retry_policy(spec.images))
         try:
             if mine:
                 folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-composer-blobs-")))
@@ -345,7 +345,8 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
                                         compression=result.layer_compression, folder=folder, on_line=run.on_line).digest
             else:
                 run.on_line(f"pushing {result.push} through the engine")
-                digest = push_image(engine, built.tag, result.push, auth=run.registry_auth, on_line=run.on_line)
+                digest = push_image(engine, built.tag, result.push, auth=run.registry_auth, on_line=run.on_line,
+                                    retries=spec.images.registry_tries - 1, backoff=spec.images.registry_backoff)
         except ComposerError as error:  # the image was built, tagged and smoke-tested: keep that in the outcome
             return Outcome(spec, built, None, error)
     run.on_line(f"pushed {result.push}@{digest}")

@@ -35,7 +35,7 @@ from composer.publish.inspect import Difference, inspect as inspect_image
 from composer.publish.junit import check_junit_output, outcome_entries, write_junit
 from composer.sources.lock import check_lock_output, check_locked, lock_spec
 from composer.sources.mirror import mirror_release, mirror_through_engine
-from composer.registry.client import load_auth, Registries
+from composer.registry.client import load_auth, Registries, retry_policy
 from composer.render.render import check_output, write_context
 from composer.resolve.packages import python_target
 from composer.resolve.resolve import (
@@ -367,8 +367,9 @@ def mirror(
                                        registry_ca=registry_ca, on_line=out.step)
     else:  # registry to registry: this machine's trust settings and logins, read from their files; no engine
         host = HostDockerConfig()
-        result = mirror_release(release, source=source, dest=to, registries=Registries(host, auth, registry_ca),
-                                source_registries=Registries(host, src_auth, registry_ca), platform=platform,
+        retry = retry_policy(images)
+        result = mirror_release(release, source=source, dest=to, registries=Registries(host, auth, registry_ca, retry),
+                                source_registries=Registries(host, src_auth, registry_ca, retry), platform=platform,
                                 compression=spec.result.compression, on_line=out.step)
     out.result(result.to_dict(), "\n".join(_mirrored_line(i) for i in result.images))
 
