@@ -120,7 +120,7 @@ def build_image(
     base = assembled = None
     try:
         context: BuildContext = write_context(plan, workdir)
-        on_line(f"build context: {context.directory}")
+        on_line(f"build context: {context.directory} (run {run}: its stages carry {RUN_LABEL}={run})")
         # A pruned base is a build of its own, made first (or found); its failure says so itself.
         if context.pruned_base:
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line)
