@@ -308,7 +308,8 @@ def compose(
         return _build_and_push(engine, resolve_recorded(spec, catalog, inspection, run.on_line), run)
     targets = resolve_targets(spec, catalog, engine)
     if run.locked:
-        registries = Registries(engine, run.registry_auth, spec.images.registry_ca, retry_policy(spec.images))
+        registries = Registries(engine, run.registry_auth, spec.images.registry_ca,
+                                retry_policy(spec.images, run.on_line))
         targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)
     with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
         resolved = resolve(engine, spec, catalog, wheels=Path(wheels), on_line=run.on_line, targets=targets)
@@ -337,7 +338,8 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
             run.on_line(f"SBOM written to {result.sbom}")
         if not result.push:
             return Outcome(spec, built)
-        registries = Registries(engine, run.registry_auth, spec.images.registry_ca, retry_policy(spec.images))
+        registries = Registries(engine, run.registry_auth, spec.images.registry_ca,
+                                retry_policy(spec.images, run.on_line))
         try:
             if mine:
                 folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-composer-blobs-")))

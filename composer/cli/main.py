@@ -367,7 +367,7 @@ def mirror(
                                        registry_ca=registry_ca, on_line=out.step)
     else:  # registry to registry: this machine's trust settings and logins, read from their files; no engine
         host = HostDockerConfig()
-        retry = retry_policy(images)
+        retry = retry_policy(images, out.step)
         result = mirror_release(release, source=source, dest=to, registries=Registries(host, auth, registry_ca, retry),
                                 source_registries=Registries(host, src_auth, registry_ca, retry), platform=platform,
                                 compression=spec.result.compression, on_line=out.step)

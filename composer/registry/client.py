@@ -71,13 +71,15 @@ class RetryPolicy:
     tries: int = 1
     backoff: float = 1.0
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
+    say: Callable[[str], None] = field(default=lambda line: None, compare=False, repr=False)  # each retry, a line
 
     def delay(self, attempt: int) -> float:
         return min(MAX_DELAY, self.backoff * (2 ** attempt))
 
-    def run(self, host: str, step: Callable[[], object], on_retry: Callable[[str], None] = lambda line: None):
+    def run(self, host: str, step: Callable[[], object], on_retry: Callable[[str], None] | None = None):
         """`step()` until it does not fail with RegistryUnavailable, `tries` times at most; then the
         one line: "<host>: unreachable after N tries (<the last failure>)"."""
+        on_retry = on_retry or self.say
         last: RegistryUnavailable | None = None
         for attempt in range(max(1, self.tries)):
             if attempt:
@@ -97,9 +99,10 @@ class RetryPolicy:
         return RegistryError(f"{host}: unreachable after {self.tries} tries ({last})")
 
 
-def retry_policy(images) -> RetryPolicy:
-    """The policy a spec's images options give (--registry-tries, --registry-backoff)."""
-    return RetryPolicy(images.registry_tries, images.registry_backoff)
+def retry_policy(images, say: Callable[[str], None] = lambda line: None) -> RetryPolicy:
+    """The policy a spec's images options give (--registry-tries, --registry-backoff); `say` hears
+    of each retry."""
+    return RetryPolicy(images.registry_tries, images.registry_backoff, say=say)
 
 
 # -- credentials --------------------------------------------------------------
