@@ -64,7 +64,8 @@ _STARTS = (
     ("saving ", "writing the bundle"),
     ("writing ", "writing the bundle"),
     ("loading base images", "loading the bundle"),
-    ("mirroring ", "mirroring"),
+    ("mirror ", "mirroring"),
+    ("pulling ", "pulling"),
 )
 _HOLDS = (  # the engine's build output: which stage runs
     ("/composer/collect.py", "collecting the backends' files"),
