@@ -18,6 +18,14 @@ import threading
 from typing import Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Set once a signal came: worker threads (a push's uploads) end their waits and retries on it, so
+# the main thread's cleanup does not wait for a retry's back-off.
+STOPPING = threading.Event()
+
+
+def pause(seconds: float) -> None:
+    """time.sleep that ends early when the command is being interrupted."""
+    STOPPING.wait(seconds)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -116,6 +124,7 @@ def handling(phases: Phases | None = None) -> Iterator[list[int]]:
 
     def on_signal(signum, _frame) -> None:
         received.append(signum)
+        STOPPING.set()
         if len(received) > 1:
             return  # a second signal while cleaning up: ignored, so the cleanup is not cut short
         stop = Interrupted(signum, phases.now if phases else "")
@@ -124,6 +133,7 @@ def handling(phases: Phases | None = None) -> Iterator[list[int]]:
             return
         raise stop
 
+    STOPPING.clear()
     previous = {signum: signal.signal(signum, on_signal) for signum in SIGNALS}
     try:
         yield received

@@ -17,7 +17,6 @@ import queue
 import re
 import ssl
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ from urllib.parse import quote, urlsplit
 import requests
 import requests.adapters
 
+from composer.core import interrupts
 from composer.core.docker_config import HostDockerConfig
 from composer.engine.engine import Engine, ImageInfo
 from composer.core.errors import Invalid, RegistryError, RegistryUnavailable, UsageError
@@ -70,7 +70,7 @@ class RetryPolicy:
 
     tries: int = 1
     backoff: float = 1.0
-    sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
+    sleep: Callable[[float], None] = field(default=interrupts.pause, compare=False, repr=False)
     say: Callable[[str], None] = field(default=lambda line: None, compare=False, repr=False)  # each retry, a line
 
     def delay(self, attempt: int) -> float:
@@ -83,6 +83,8 @@ class RetryPolicy:
         last: RegistryUnavailable | None = None
         for attempt in range(max(1, self.tries)):
             if attempt:
+                if interrupts.STOPPING.is_set():  # the command is being interrupted: no more tries
+                    raise last
                 delay = self.delay(attempt - 1)
                 on_retry(f"{host}: {last.message}; try {attempt + 1} of {self.tries} in {delay:g} s")
                 self.sleep(delay)

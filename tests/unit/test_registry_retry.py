@@ -185,3 +185,22 @@ def test_no_manifest_while_the_registry_lacks_a_blob_it_took():
     with pytest.raises(RegistryError, match="lacks 3 blob"):
         copy_image(plan, source, target)
     assert not [c for c in target.calls if c[0] == "put_manifest"]
+
+
+def test_no_more_tries_once_the_command_is_interrupted():
+    from composer.core import interrupts
+
+    policy, slept = _policy(6)
+    calls = []
+
+    def down():
+        calls.append(1)
+        raise RegistryUnavailable("cannot read r/x: registry r does not answer")
+
+    interrupts.STOPPING.set()
+    try:
+        with pytest.raises(RegistryUnavailable):
+            policy.run("r", down)
+    finally:
+        interrupts.STOPPING.clear()
+    assert calls == [1] and slept == []  # the cleanup does not wait for a back-off
