@@ -32,6 +32,7 @@ import docker.types
 import docker.utils
 import requests.exceptions
 
+from composer.core import interrupts
 from composer.core.docker_config import login_for
 from composer.engine import tunnels
 from composer.core.errors import BuildFailed, ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError, UsageError
@@ -670,19 +671,20 @@ class DockerEngine(ContainerEngine):
         timeout: float = 300,
     ) -> RunResult:
         api = self._api
-        with _translated(f"cannot run {command[0] if command else 'a command'} in {_short(image)}", EngineError,
-                         absent_is_error=True):
-            created = api.create_container(
-                image,
-                command=command,
-                entrypoint=entrypoint,
-                user=user,
-                labels=dict(labels or {}),
-                network_disabled=True,
-                host_config=api.create_host_config(network_mode="none"),
-            )
-        cid = created["Id"]
+        cid = None
         try:
+            # An interrupt waits until the container is known to the `finally` that removes it.
+            with interrupts.holding(), _translated(f"cannot run {command[0] if command else 'a command'} in "
+                                                   f"{_short(image)}", EngineError, absent_is_error=True):
+                cid = api.create_container(
+                    image,
+                    command=command,
+                    entrypoint=entrypoint,
+                    user=user,
+                    labels=dict(labels or {}),
+                    network_disabled=True,
+                    host_config=api.create_host_config(network_mode="none"),
+                )["Id"]
             with _translated(f"cannot run {command[0] if command else 'a command'} in {_short(image)}", EngineError,
                              absent_is_error=True):
                 if files:
@@ -699,7 +701,8 @@ class DockerEngine(ContainerEngine):
             code = int(status.get("StatusCode", 1))
             return RunResult(code, stdout if code == 0 else (stdout + stderr))
         finally:
-            self.remove_container(cid)
+            if cid is not None:
+                self.remove_container(cid)
 
     def start(
         self,

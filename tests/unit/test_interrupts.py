@@ -17,6 +17,16 @@ from composer.core.errors import ComposerError
 from composer.core.interrupts import Interrupted, Phases, handling, holding
 
 
+@pytest.fixture(autouse=True)
+def _restored():
+    """A handled signal leaves its handlers installed and STOPPING set (the process is ending):
+    put both back for the tests after."""
+    yield
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    interrupts.STOPPING.clear()
+
+
 def _kill(signum: int) -> None:
     os.kill(os.getpid(), signum)
     time.sleep(0.05)  # the handler runs at the next bytecode of the main thread
@@ -45,9 +55,7 @@ def test_cleanup_runs_and_a_second_signal_does_not_cut_it_short():
                 _kill(signal.SIGTERM)  # while cleaning up: ignored
                 cleaned.append(True)
     assert cleaned == [True]
-    # The handlers stay installed (ignoring) after a signal came: restore for the other tests.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    assert interrupts.STOPPING.is_set()
 
 
 def test_handlers_come_back_when_no_signal_came():
@@ -67,8 +75,6 @@ def test_a_held_step_ends_before_the_interrupt():
             steps.append("after")  # never: the interrupt is raised as the step ends
     assert steps == ["finished"]
     assert interrupts._held.pending is None
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("line, phase", [
