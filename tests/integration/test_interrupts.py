@@ -37,8 +37,9 @@ class Build:
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        self._stdout = open(tmp.parent / f"{tmp.name}.stdout", "w+")  # beside the folder: it must stay empty
         self.process = subprocess.Popen([sys.executable, "-m", "composer", *args], cwd=ROOT, env=env,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                        stdout=self._stdout, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self._queue: "queue.Queue[str | None]" = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -65,7 +66,10 @@ class Build:
         raise AssertionError(f"no {pattern!r} in {timeout} s:\n" + "\n".join(self.lines[-30:]))
 
     def finish(self, timeout: float = 600) -> int:
-        self.stdout, _ = self.process.communicate(timeout=timeout)
+        self.process.wait(timeout=timeout)
+        self._stdout.seek(0)
+        self.stdout = self._stdout.read()
+        self._stdout.close()
         while True:
             line = self._queue.get(timeout=10)
             if line is None:
