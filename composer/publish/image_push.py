@@ -13,6 +13,7 @@ tag never names a manifest whose blobs are missing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import tempfile
@@ -31,7 +32,7 @@ from composer.core.units import human_size
 from composer.engine.archives import ChunkReader, may_be_layer
 from composer.engine.engine import Engine
 from composer.publish.blobs import COMPRESSION_OF, MEDIA_TYPES, Blob, BlobCache, compress
-from composer.registry.client import CHUNK, Registries, RegistryApi, VerifiedBlob
+from composer.registry.client import CHUNK, Registries, RegistryApi, RetryPolicy, VerifiedBlob
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -82,7 +83,8 @@ def base_in_a_registry(engine: Engine, registries: Registries, assembled: Assemb
     for reference in info.repo_digests if info else ():
         try:
             ref = ImageRef.parse(reference)
-            api = registries.client(ref.host)
+            # One try: a registry the base once came from is a shortcut, not a need (it may be long gone).
+            api = dataclasses.replace(registries.client(ref.host), retry=RetryPolicy())
             found = api.raw_manifest(ref.repository, ref.digest)
             if found is None:
                 continue

@@ -30,6 +30,18 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD = ["build", "--registry", "localhost/standin", "--version", "24.09", "-b", "python"]
 
 
+STARTED: list[subprocess.Popen] = []  # every build this module started: killed (by PID) if a test left one
+
+
+@pytest.fixture(autouse=True)
+def _no_build_left():
+    yield
+    for process in STARTED:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 class Build:
     """`composer build` in a subprocess; its stderr lines read as they come."""
 
@@ -40,6 +52,7 @@ class Build:
         self._stdout = open(tmp.parent / f"{tmp.name}.stdout", "w+")  # beside the folder: it must stay empty
         self.process = subprocess.Popen([sys.executable, "-m", "composer", *args], cwd=ROOT, env=env,
                                         stdout=self._stdout, stderr=subprocess.PIPE, text=True)
+        STARTED.append(self.process)
         self.lines: list[str] = []
         self._queue: "queue.Queue[str | None]" = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

@@ -14,7 +14,7 @@ from pathlib import Path
 import requests
 
 from tests.conftest import TEST_RUN
-from tests.integration.test_interrupts import BUILD, Build
+from tests.integration.test_interrupts import BUILD, Build, _no_build_left  # noqa: F401 (a fixture)
 
 REPOSITORY = "composer-test/loss"
 
