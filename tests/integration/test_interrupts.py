@@ -109,7 +109,7 @@ class Build:
 
 def _left_by(engine, build: Build) -> list[str]:
     """What of the run the engine still holds: its stage images, the images marking its stages, the
-    smoke test's container of its image."""
+    containers of its build steps, the smoke test's container of its image."""
     left = []
     run = build.run_id
     if run:
@@ -118,6 +118,10 @@ def _left_by(engine, build: Build) -> list[str]:
             info = engine.image(image)
             if info is not None and info.labels.get(STAGE_LABEL, "").endswith(f" {run}"):
                 left.append(f"image {image[:19]} ({STAGE_LABEL} of run {run})")
+    for line in build.lines:  # a build step's container: the engine removes it when it cancels the build
+        found = re.search(r"---> Running in ([0-9a-f]{12})", line)
+        if found and engine._api.containers(all=True, filters={"id": found.group(1)}):
+            left.append(f"build container {found.group(1)}")
     composed = build.composed
     if composed:
         for cid in engine.containers_labelled(SMOKE_LABEL):
@@ -203,7 +207,7 @@ def test_sigint_in_each_phase_moves_no_tag_and_leaves_nothing(engine, standin_im
 
 def test_sigterm_is_143(engine, standin_images, tag, tmp_path):
     build = Build([*BUILD, "--tag", tag], tmp_path / "tmp")
-    build.wait_for(r"^\s*Step \d+/\d+ : ")
+    build.wait_for(r"---> Running in [0-9a-f]{12}")  # a step's container is running: it must go
     build.process.send_signal(signal.SIGTERM)
     assert build.finish() == 143
     assert re.fullmatch(r"interrupted \(SIGTERM\) while (building the image|collecting the backends' files): "
