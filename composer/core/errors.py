@@ -62,3 +62,9 @@ class SmokeTestFailed(ComposerError):
         super().__init__(message)
         self.report = report
         self.log_tail = log_tail
+
+
+class RegistryUnavailable(RegistryError):
+    """One try at a registry failed in a way a later try may not: the connection refused or lost,
+    no answer in time, HTTP 5xx or 429. composer.registry.client.RetryPolicy tries again; once its
+    tries are spent the failure is a plain RegistryError ("unreachable after N tries")."""
