@@ -10,7 +10,8 @@ registry and /tmp:
   exit       the composer's exit code (130 SIGINT, 143 SIGTERM, 1 a registry that stays away, 0 a
              registry back in time) and whether it ended with one line (no traceback)
   tag moved  the target tag is set to a sentinel image before the row: a failed run must leave it
-             there; a row that recovers must move it to an image that serves
+             there; a row that recovers must move it to an image that serves; a push row: the
+             registry's tag (the local one moves when the smoke test passed, before the push)
   leftovers  images the composer labels (stages, run images, pruned-base stages) and containers
              that were not there before the row, and triton-composer-* folders in the temp folder
   re-run     the same command again with no fault: exit 0 (a push row also checks every blob the
@@ -206,12 +207,14 @@ def fault_row(client, fault: str, phase: str, command: list[str], tag: str, sent
             missing = registry.missing_blobs(repository, "1")
             if missing:
                 row.tag_moved += f"; the registry's tag names {len(missing)} missing blob(s)"
+    elif registry is not None:
+        # A push starts once the image passed its smoke test and was tagged here: the tag that must
+        # not move is the registry's.
+        missing = registry.missing_blobs(repository, "1")
+        row.tag_moved = "no" if missing is None else \
+            "MOVED: the registry's tag exists" + (f" naming {len(missing)} missing blob(s)" if missing else "")
     else:
         row.tag_moved = "no" if after_id == before_id else f"MOVED to {after_id}"
-        if registry is not None:
-            missing = registry.missing_blobs(repository, "1")
-            if missing is not None:
-                row.tag_moved += "; the registry's tag exists" + (f" naming {len(missing)} missing blob(s)" if missing else "")
     time.sleep(1)
     row.leftovers = sorted(_snapshot(client) - before)
     if registry is not None and registry.pid is None:
