@@ -44,6 +44,10 @@ from pathlib import Path
 
 import requests
 
+
+if __package__ in (None, ""):  # run as a script (python benchmarks/X.py): the project root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from benchmarks.fleet_images import _start_registry_on, _stop
 from benchmarks.ngc_scale import compose_py_dockerfile
 from composer.catalog.catalog import Catalog

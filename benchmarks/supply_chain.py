@@ -26,6 +26,10 @@ import time
 import uuid
 from pathlib import Path
 
+
+if __package__ in (None, ""):  # run as a script (python benchmarks/X.py): the project root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from benchmarks.fleet_images import _start_registry, _stop
 from composer.catalog.catalog import Catalog
 from composer.config.types import CompositionSpec

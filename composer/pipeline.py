@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from composer.catalog.catalog import Catalog
 from composer.engine.engine import Engine
+from composer.core import interrupts
 from composer.core.errors import BuildFailed, ComposerError, Invalid, NoSpace, SmokeTestFailed, UsageError
 from composer.core.files import check_output_file, write_file
 from composer.resolve.packages import explain_pip_failure, redactor, secrets_of
@@ -45,7 +46,7 @@ from composer.verify.smoke import SmokePlan, SmokeReport, smoke_test
 from composer.config.types import CompositionSpec, Providers
 from composer.sources.bundle import ReadBundle, open_bundle
 from composer.sources.lock import verify_lock
-from composer.registry.client import Registries
+from composer.registry.client import Registries, retry_policy
 from composer.publish.image_push import image_manifest, own_layers, push_assembled
 from composer.publish.blobs import compressor_id
 from composer.publish.provenance import SLSA_PROVENANCE, Made, now, statement, wheel_dependencies
@@ -130,34 +131,33 @@ def build_image(
         assembled, sbom, base = _build_and_assemble(engine, plan, context_dir, layers_dir, labels, on_line, run,
                                                     held, contents, check_space)
         image_id = assembled.image_id
-        on_line(f"composed {image_id[:19]} ({len(assembled.layers)} layers of its own on {assembled.base[:19]})")
-        try:
-            sizes = measure(engine, image_id, plan, assembled.parts)
-        except ComposerError as error:  # the image is fine; only its report is missing
-            on_line(f"note: no size report: {error.message}")
-            sizes = None
-        pruning = None
-        if plan.pruning:
+        try:  # until it is tagged, an interrupt (or a lost engine) takes the untagged new image away: every tag stays
+            on_line(f"composed {image_id[:19]} ({len(assembled.layers)} layers of its own on {assembled.base[:19]})")
             try:
-                pruning = PruningReport.read(engine, image_id)
-            except ComposerError as error:
-                on_line(f"note: no pruning report: {error.message}")
+                sizes = measure(engine, image_id, plan, assembled.parts)
+            except ComposerError as error:  # the image is fine; only its report is missing
+                on_line(f"note: no size report: {error.message}")
+                sizes = None
+            pruning = None
+            if plan.pruning:
+                try:
+                    pruning = PruningReport.read(engine, image_id)
+                except ComposerError as error:
+                    on_line(f"note: no pruning report: {error.message}")
 
-        report = None
-        if plan.smoke is not None:
-            try:
+            report = None
+            if plan.smoke is not None:
                 smoke = SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke, device=plan.device)
                 report = smoke_test(engine, image_id, smoke, on_line=on_smoke_line or on_line,
                                     labels={**dict(labels or {}), RUN_LABEL: run})
-            except BaseException:  # Ctrl-C or a lost engine: the untagged new image goes, every tag stays
-                engine.discard_untagged(image_id)
-                raise
-            if not report.passed:
-                engine.discard_untagged(image_id)
-                failed = ", ".join(f"{r.subject}{'/' + r.model if r.model else ''}" for r in report.failures())
-                raise SmokeTestFailed(
-                    f"smoke test failed ({failed}); {plan.tag} was not moved", report=report, log_tail=report.log_tail
-                )
+                if not report.passed:
+                    failed = ", ".join(f"{r.subject}{'/' + r.model if r.model else ''}" for r in report.failures())
+                    raise SmokeTestFailed(
+                        f"smoke test failed ({failed}); {plan.tag} was not moved", report=report,
+                        log_tail=report.log_tail)
+        except BaseException:
+            engine.discard_untagged(image_id)
+            raise
         if tag:
             engine.tag(image_id, plan.tag)
         info = engine.image(image_id)
@@ -175,10 +175,10 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
     layers = Path(tempfile.mkdtemp(prefix="triton-composer-layers-")) if layers_dir is None else layers_dir
     redact = redactor(secrets_of(plan.packages))
     containers = {**dict(labels or {}), RUN_LABEL: run}  # what the run's containers carry
-    base = None
+    base = assembled = None
     try:
         context: BuildContext = write_context(plan, workdir)
-        on_line(f"build context: {context.directory}")
+        on_line(f"build context: {context.directory} (run {run}: its stages carry {RUN_LABEL}={run})")
         if check_space:
             to_make = context.pruned_base is not None and not pruned_base_made(engine, plan, context.pruned_base)
             on_line(space.check(engine, space.estimate(engine, plan, contents, context.directory, to_make)))
@@ -187,7 +187,7 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held)
         built = _build_composition(engine, plan, context, base, labels, redact, on_line, run)
         on_line(f"built {built[:19]}; writing the image's own layers")
-        assembled, sbom = _assemble(engine, plan, built, base, context, layers, run, containers, on_line)
+        assembled = _assemble(engine, plan, built, base, context, layers, run, containers, on_line)
     except ComposerError as error:
         if space.no_space(error.message, getattr(error, "log_tail", "") or ""):
             raise space.disk_full(engine, plan.tag) from error
@@ -198,12 +198,19 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
                           f"machine; {plan.tag} was not moved: free some space and run again") from error
         raise
     finally:
-        _remove_run_images(engine, run)
-        remove_run_stages(engine, run)
-        if context_dir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-        if layers_dir is None:
-            shutil.rmtree(layers, ignore_errors=True)
+        try:
+            with interrupts.holding():  # an interrupt that comes now waits for the cleanup to end
+                _remove_run_images(engine, run)
+                remove_run_stages(engine, run)
+                if context_dir is None:
+                    shutil.rmtree(workdir, ignore_errors=True)
+                if layers_dir is None:
+                    shutil.rmtree(layers, ignore_errors=True)
+        except BaseException:  # then the new image goes too
+            if assembled is not None:
+                engine.discard_untagged(assembled[0].image_id)
+            raise
+    assembled, sbom = assembled
     return assembled, sbom, base
 
 
@@ -326,7 +333,8 @@ def compose(
         return _build_and_push(engine, resolve_recorded(spec, catalog, inspection, run.on_line), run)
     targets = resolve_targets(spec, catalog, engine)
     if run.locked:
-        registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
+        registries = Registries(engine, run.registry_auth, spec.images.registry_ca,
+                                retry_policy(spec.images, run.on_line))
         targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)
     with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
         resolved = resolve(engine, spec, catalog, wheels=Path(wheels), on_line=run.on_line, targets=targets)
@@ -356,7 +364,8 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
             run.on_line(f"SBOM written to {result.sbom}")
         if not result.push:
             return Outcome(spec, built)
-        registries = Registries(engine, run.registry_auth, spec.images.registry_ca)
+        registries = Registries(engine, run.registry_auth, spec.images.registry_ca,
+                                retry_policy(spec.images, run.on_line))
         try:
             if mine:
                 folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-composer-blobs-")))
@@ -364,7 +373,8 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
                                         compression=result.layer_compression, folder=folder, on_line=run.on_line).digest
             else:
                 run.on_line(f"pushing {result.push} through the engine")
-                digest = push_image(engine, built.tag, result.push, auth=run.registry_auth, on_line=run.on_line)
+                digest = push_image(engine, built.tag, result.push, auth=run.registry_auth, on_line=run.on_line,
+                                    retries=spec.images.registry_tries - 1, backoff=spec.images.registry_backoff)
         except ComposerError as error:  # the image was built, tagged and smoke-tested: keep that in the outcome
             return Outcome(spec, built, None, error)
     run.on_line(f"pushed {result.push}@{digest}")

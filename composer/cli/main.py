@@ -18,7 +18,8 @@ from typing import Any, List, Optional
 import typer
 
 from composer import __version__
-from composer.cli.output import Printer, smoke_table
+from composer.cli.output import PHASES, Printer, smoke_table
+from composer.core import interrupts
 from composer.core.errors import BuildFailed, ComposerError, Invalid, SmokeTestFailed, UsageError
 from composer.core.files import check_output_file, printable
 from composer.core.platforms import Platform
@@ -34,7 +35,7 @@ from composer.publish.inspect import Difference, inspect as inspect_image
 from composer.publish.junit import check_junit_output, outcome_entries, write_junit
 from composer.sources.lock import check_lock_output, check_locked, lock_spec
 from composer.sources.mirror import mirror_release, mirror_through_engine
-from composer.registry.client import load_auth, Registries
+from composer.registry.client import load_auth, Registries, retry_policy
 from composer.render.render import check_output, write_context
 from composer.resolve.packages import python_target
 from composer.resolve.resolve import (
@@ -87,8 +88,12 @@ def reports_errors(command):
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        PHASES.set("starting")
         try:
-            return command(*args, **kwargs)
+            with interrupts.handling(PHASES):  # SIGINT, SIGTERM: the cleanup runs, then one line
+                return command(*args, **kwargs)
+        except interrupts.Interrupted as stop:
+            _interrupted(stop, kwargs.get("as_json"))
         except ComposerError as error:
             if isinstance(error, BuildFailed) and error.log_tail:  # the output first: the error is the last line
                 typer.echo("--- build output (tail) ---\n" + redact(error.log_tail.rstrip()), err=True)
@@ -113,6 +118,17 @@ def reports_errors(command):
             raise typer.Exit(70)
 
     return wrapper
+
+
+def _interrupted(stop: "interrupts.Interrupted", as_json: bool) -> None:
+    """One line for a command a signal stopped, once its cleanup ran: what it was doing, and that
+    no tag moved (a push's tag is put last, so an interrupted push moved none either)."""
+    where = "the registry's tag was not moved" if stop.phase in ("pushing", "copying blobs") else "no tag moved"
+    message = f"{stop.message}: {where}"
+    if as_json:
+        typer.echo(json.dumps({"error": message, "exit_code": stop.exit_code}, indent=2, sort_keys=True))
+    typer.echo(message, err=True)
+    raise typer.Exit(stop.exit_code)
 
 
 def _json_error(error: ComposerError) -> None:
@@ -351,8 +367,9 @@ def mirror(
                                        registry_ca=registry_ca, on_line=out.step)
     else:  # registry to registry: this machine's trust settings and logins, read from their files; no engine
         host = HostDockerConfig()
-        result = mirror_release(release, source=source, dest=to, registries=Registries(host, auth, registry_ca),
-                                source_registries=Registries(host, src_auth, registry_ca), platform=platform,
+        retry = retry_policy(images, out.step)
+        result = mirror_release(release, source=source, dest=to, registries=Registries(host, auth, registry_ca, retry),
+                                source_registries=Registries(host, src_auth, registry_ca, retry), platform=platform,
                                 compression=spec.result.compression, on_line=out.step)
     out.result(result.to_dict(), "\n".join(_mirrored_line(i) for i in result.images))
 

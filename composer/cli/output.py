@@ -8,10 +8,15 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from composer.core.interrupts import Phases
 from composer.core.redaction import redact
 
 if TYPE_CHECKING:
     from composer.verify.smoke import SmokeReport
+
+
+# What the running command is doing, as its progress says: an interrupt names it.
+PHASES = Phases()
 
 
 class Printer:
@@ -22,11 +27,13 @@ class Printer:
         self.quiet = quiet
 
     def step(self, line: str) -> None:
+        PHASES.see(line)
         if not self.quiet:
             typer.echo(redact(line), err=True)
 
     def build_line(self, line: str) -> None:
         """A line of build output: steps stand out, the rest is indented under them."""
+        PHASES.see(line)
         if self.quiet:
             return
         line = redact(line)

@@ -20,7 +20,7 @@ from composer.catalog.catalog import Flavour
 from composer.config.requirements import check_requirement
 from composer.config.types import DEFAULT_REGISTRY, Base, CompositionSpec, Device
 from composer.config.values import (
-    CasesFile, Flag, FromEnvironment, LocalPath, ModelRepository, Named, OutputFile, RequirementFiles,
+    CasesFile, Flag, FromEnvironment, LocalPath, ModelRepository, Named, Number, OutputFile, RequirementFiles,
     RequirementsFile, Strings, Text, Tree, check_base, check_device, check_flavour, check_gpus, check_host,
     check_compression, check_label_key, check_label_value, check_name, check_prefix, check_provider,
     check_push_via, check_reference, check_release_name, check_secret_source, check_tag_reference, check_url,
@@ -86,6 +86,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("images.registry_ca", "--registry-ca", "registry_ca", LocalPath("file"),
            "CA certificate for registries with their own CA (beyond /etc/docker/certs.d), used by the composer's "
            "registry client.", commands=(BUILD, BUNDLE, MIRROR, INSPECT, VERIFY), portable=False),
+    Option("images.registry_tries", "--registry-tries", "registry_tries", Number(1, 100, whole=True),
+           "Tries at a registry that drops the connection, does not answer or says 5xx/429, before the command "
+           "gives up with one line (default 6; a blob's upload is tried again whole, skipping the blobs the "
+           "registry holds already).", commands=(BUILD, MIRROR), portable=False),
+    Option("images.registry_backoff", "--registry-backoff", "registry_backoff", Number(0, 60),
+           "Seconds before the second try at a registry, doubled for each try after, at most 30 (default 1).",
+           commands=(BUILD, MIRROR), portable=False),
     Option("mirror.to", "--to", None, Text(check_prefix, "a registry prefix"),
            "Registry prefix to copy into, e.g. harbor.example/nvidia.", commands=(MIRROR,), portable=False),
     Option("mirror.platform", "--platform", None, Text(platform_problem, "a platform os/arch[/variant]"),

@@ -257,6 +257,8 @@ class _Reader:
                 except Invalid as problem:  # at the line of the item at fault
                     raise self.fail(items[problem.item][0] if problem.item is not None else node, key,
                                     str(problem)) from None
+            if kind.yaml_shape == "number" and isinstance(node, ScalarNode) and node.tag in (_INT, _FLOAT):
+                return kind.read_set(node.value, self.folder, self.environ)
             if isinstance(node, ScalarNode) and node.tag in (_INT, _FLOAT):
                 raise self.fail(node, key, f"quote it, as in {key}: \"{node.value}\" (unquoted, YAML reads a "
                                            "number, and 24.10 would become 24.1)")

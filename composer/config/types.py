@@ -128,6 +128,8 @@ class Images:
     full: str | None = None
     min: str | None = None
     registry_ca: Path | None = None  # a CA the composer's registry client trusts, beyond the engine's
+    registry_tries: int = 6  # tries at a registry that does not answer (or says 5xx/429) before giving up
+    registry_backoff: float = 1.0  # seconds before the second try, doubled for each one after
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,32 @@ class Text(Kind):
         return None if value is None else str(value)
 
 
+class Number(Kind):
+    """A number between `low` and `high` (a whole one when `whole`): on the command line as text,
+    in a set as a YAML number or a quoted one."""
+
+    yaml_shape = "number"
+
+    def __init__(self, low: float, high: float, whole: bool = False):
+        self.low, self.high, self.whole = low, high, whole
+        self.what = f"a {'whole ' if whole else ''}number from {low:g} to {high:g}"
+
+    def read(self, raw: Any, base: Path) -> Any:
+        if isinstance(raw, bool) or not isinstance(raw, (str, Path, int, float)):
+            raise Invalid(f"expected {self.what}, got {type(raw).__name__}")
+        text = _text(str(raw), self.what)
+        try:
+            value = int(text) if self.whole else float(text)
+        except ValueError:
+            raise Invalid(f"expected {self.what}, got {printable(text[:40])}") from None
+        if not self.low <= value <= self.high:
+            raise Invalid(f"expected {self.what}, got {text}")
+        return value
+
+    def plain(self, value: Any) -> Any:
+        return value
+
+
 class Flag(Kind):
     cli_type = bool
     yaml_shape = "boolean"

@@ -66,3 +66,9 @@ class SmokeTestFailed(ComposerError):
 
 class NoSpace(ComposerError):
     """A build that does not fit (or did not) on the disk it writes to: the line names the disk."""
+
+
+class RegistryUnavailable(RegistryError):
+    """One try at a registry failed in a way a later try may not: the connection refused or lost,
+    no answer in time, HTTP 5xx or 429. composer.registry.client.RetryPolicy tries again; once its
+    tries are spent the failure is a plain RegistryError ("unreachable after N tries")."""

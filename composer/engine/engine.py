@@ -32,6 +32,7 @@ import docker.types
 import docker.utils
 import requests.exceptions
 
+from composer.core import interrupts
 from composer.core.docker_config import login_for
 from composer.engine import tunnels
 from composer.core.errors import BuildFailed, ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError, UsageError
@@ -630,6 +631,7 @@ class DockerEngine(ContainerEngine):
         tail: list[str] = []
         image_id = None
         progress = _Progress(on_line)
+        stream = None
         try:
             stream = self._build_events(context, dockerfile, tag, labels, network_mode, buildargs, nocache)
             for event in stream:
@@ -651,6 +653,9 @@ class DockerEngine(ContainerEngine):
             raise BuildFailed(f"image build failed: {redact(_explain(exc))}", log_tail="\n".join(tail)) from exc
         except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
             raise EngineUnavailable(f"lost the Docker engine during the build: {redact(_one_line(str(exc)))}") from exc
+        finally:
+            if stream is not None:  # an interrupt or a failure: the answer's connection closes, so the
+                stream.close()  # engine cancels the build (and removes its step's container)
         if image_id is None:
             # Podman's service ends a build with the image id (or "Successfully built ID"), no aux event.
             image_id = _built_id(tail, tag, self)
@@ -659,10 +664,30 @@ class DockerEngine(ContainerEngine):
         return image_id
 
     def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
-        """The build's progress events, from the Docker API's build endpoint."""
-        return self._api.build(path=str(context), dockerfile=dockerfile, tag=tag, labels=dict(labels or {}),
+        """The build's progress events, from the Docker API's build endpoint. The SDK keeps the
+        streaming answer to itself; it is caught on its way to the SDK's reader so that closing this
+        generator (an interrupt, a failure) closes the connection, which is what makes the engine
+        cancel a build: the SDK's own generator would leave it open and the build running."""
+        api = self._api
+        answers: list = []
+        reader = api._stream_helper
+
+        def keep(response, decode=False):
+            answers.append(response)
+            return reader(response, decode)
+
+        api._stream_helper = keep  # this engine's client builds one image at a time
+        try:
+            events = api.build(path=str(context), dockerfile=dockerfile, tag=tag, labels=dict(labels or {}),
                                network_mode=network_mode, buildargs=dict(buildargs or {}), nocache=nocache,
                                rm=True, forcerm=True, decode=True)
+        finally:
+            del api._stream_helper
+        try:
+            yield from events
+        finally:
+            for answer in answers:
+                answer.close()
 
     # -- containers ---------------------------------------------------------
 
@@ -678,19 +703,20 @@ class DockerEngine(ContainerEngine):
         timeout: float = 300,
     ) -> RunResult:
         api = self._api
-        with _translated(f"cannot run {command[0] if command else 'a command'} in {_short(image)}", EngineError,
-                         absent_is_error=True):
-            created = api.create_container(
-                image,
-                command=command,
-                entrypoint=entrypoint,
-                user=user,
-                labels=dict(labels or {}),
-                network_disabled=True,
-                host_config=api.create_host_config(network_mode="none"),
-            )
-        cid = created["Id"]
+        cid = None
         try:
+            # An interrupt waits until the container is known to the `finally` that removes it.
+            with interrupts.holding(), _translated(f"cannot run {command[0] if command else 'a command'} in "
+                                                   f"{_short(image)}", EngineError, absent_is_error=True):
+                cid = api.create_container(
+                    image,
+                    command=command,
+                    entrypoint=entrypoint,
+                    user=user,
+                    labels=dict(labels or {}),
+                    network_disabled=True,
+                    host_config=api.create_host_config(network_mode="none"),
+                )["Id"]
             with _translated(f"cannot run {command[0] if command else 'a command'} in {_short(image)}", EngineError,
                              absent_is_error=True):
                 if files:
@@ -707,7 +733,8 @@ class DockerEngine(ContainerEngine):
             code = int(status.get("StatusCode", 1))
             return RunResult(code, stdout if code == 0 else (stdout + stderr))
         finally:
-            self.remove_container(cid)
+            if cid is not None:
+                self.remove_container(cid)
 
     def start(
         self,
@@ -880,6 +907,7 @@ class PodmanEngine(DockerEngine):
         if network_mode == "none":
             params["networkmode"] = "1"  # buildah's NetworkDisabled
         archive = docker.utils.tar(str(context))
+        response = None
         try:
             response = api.post(f"{api.base_url}/v4.0.0/libpod/build", params=params, data=archive, stream=True,
                                 headers={"Content-Type": "application/x-tar"}, timeout=api.timeout)
@@ -892,6 +920,8 @@ class PodmanEngine(DockerEngine):
                         event["error"] = str(event["error"])
                     yield event
         finally:
+            if response is not None:  # closed: the service stops the build
+                response.close()
             archive.close()
 
 

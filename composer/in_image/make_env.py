@@ -26,11 +26,16 @@ def main(env_path, stub_python, folder, pip):
                  f"python {stub_python}")
     subprocess.run(
         [python, *pip, "install", "--no-cache-dir", "--disable-pip-version-check", "--no-warn-script-location",
-         "--no-index", "--find-links", os.path.join(folder, "wheelhouse"),
+         "--no-compile", "--no-index", "--find-links", os.path.join(folder, "wheelhouse"),
          "--requirement", os.path.join(folder, "requirements.txt"),
          "--constraint", os.path.join(folder, "constraints.txt")],
         check=True,
     )
+    # Byte-code after pip, by the source's hash, with a fixed hash seed (a set constant is written in
+    # hash order): the same wheels give the same files. A file python cannot compile is not an error.
+    site = os.path.join(env_path, "lib", "python" + found, "site-packages")
+    subprocess.run([python, "-m", "compileall", "-q", "-r", "64", "--invalidation-mode", "checked-hash", site],
+                   env={**os.environ, "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL, check=False)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ tag never names a manifest whose blobs are missing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import tempfile
@@ -31,7 +32,7 @@ from composer.core.units import human_size
 from composer.engine.archives import ChunkReader, may_be_layer
 from composer.engine.engine import Engine
 from composer.publish.blobs import COMPRESSION_OF, MEDIA_TYPES, Blob, BlobCache, compress
-from composer.registry.client import CHUNK, Registries, RegistryApi, VerifiedBlob
+from composer.registry.client import CHUNK, Registries, RegistryApi, RetryPolicy, VerifiedBlob
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -82,7 +83,8 @@ def base_in_a_registry(engine: Engine, registries: Registries, assembled: Assemb
     for reference in info.repo_digests if info else ():
         try:
             ref = ImageRef.parse(reference)
-            api = registries.client(ref.host)
+            # One try: a registry the base once came from is a shortcut, not a need (it may be long gone).
+            api = dataclasses.replace(registries.client(ref.host), retry=RetryPolicy())
             found = api.raw_manifest(ref.repository, ref.digest)
             if found is None:
                 continue
@@ -196,8 +198,19 @@ def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: R
     mine = own_layers(assembled, compression, folder)
     layers: list[Blob | RemoteLayer] = [*base, *mine]
     stats = _upload(api, repository, layers, on_line)
-    if api.blob_size(repository, "sha256:" + hashlib.sha256(assembled.config).hexdigest()) is None:
-        api.upload_blob(repository, assembled.config)
+    config = "sha256:" + hashlib.sha256(assembled.config).hexdigest()
+
+    def put_config() -> None:
+        if api.blob_size(repository, config) is None:
+            api.upload_blob(repository, assembled.config)
+
+    api.retry.run(api.host, put_config, on_line)
+    # The tag last, and only once the registry says it holds every blob the manifest names (a
+    # registry that lost what it took while it restarted is caught here, not by a pull).
+    missing = [digest for digest in [config, *(b.digest for b in layers)] if api.blob_size(repository, digest) is None]
+    if missing:
+        raise RegistryError(f"{api.host}/{repository} lacks {len(missing)} blob(s) it took ({missing[0][:19]}...): "
+                            f"{target.tag_or_latest} was not moved")
     manifest = image_manifest(assembled.config, [(b.digest, b.size, b.media_type) for b in layers])
     stored = api.put_manifest(repository, target.tag_or_latest, manifest, OCI_MANIFEST)
     digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
@@ -217,6 +230,10 @@ def _upload(api: RegistryApi, repository: str, layers: list, on_line: LineSink) 
     lock = threading.Lock()
 
     def one(layer) -> None:
+        if not stop.is_set():  # a blob whose try failed is tried again whole (the registry may hold it now)
+            api.retry.run(api.host, lambda: one_try(layer), on_line)
+
+    def one_try(layer) -> None:
         if stop.is_set():
             return
         short = layer.digest[:19]

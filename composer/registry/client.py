@@ -25,9 +25,10 @@ from urllib.parse import quote, urlsplit
 import requests
 import requests.adapters
 
+from composer.core import interrupts
 from composer.core.docker_config import HostDockerConfig
 from composer.engine.engine import Engine, ImageInfo
-from composer.core.errors import Invalid, RegistryError, UsageError
+from composer.core.errors import Invalid, RegistryError, RegistryUnavailable, UsageError
 from composer.core.files import read_text
 from composer.core.refs import DOCKER_HUB, ImageRef, digest_for
 MANIFEST_TYPES = (
@@ -51,6 +52,59 @@ REGISTRY_TIMEOUT = 5.0
 STREAM_TIMEOUT = 120.0
 CHUNK = 1 << 20  # bytes read and sent at a time: a layer is never held whole in memory
 MAX_MANIFEST = 4 << 20  # OCI's recommended limit for a manifest
+
+
+# -- retries: a registry that drops a connection, restarts or says 5xx/429 -------------------
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+MAX_DELAY = 30.0  # seconds between two tries at most, however many tries are allowed
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often the composer tries a registry again, and how long it waits between tries (`backoff`
+    seconds, doubled each time, at most MAX_DELAY). A request whose body can be sent again is
+    retried as it is; a blob's upload (streamed: sent once) is retried whole by `run`, which first
+    asks whether the registry holds the blob already. One try (the default of a bare client) is no
+    retry; the command's clients take --registry-tries and --registry-backoff."""
+
+    tries: int = 1
+    backoff: float = 1.0
+    sleep: Callable[[float], None] = field(default=interrupts.pause, compare=False, repr=False)
+    say: Callable[[str], None] = field(default=lambda line: None, compare=False, repr=False)  # each retry, a line
+
+    def delay(self, attempt: int) -> float:
+        return min(MAX_DELAY, self.backoff * (2 ** attempt))
+
+    def run(self, host: str, step: Callable[[], object], on_retry: Callable[[str], None] | None = None):
+        """`step()` until it does not fail with RegistryUnavailable, `tries` times at most; then the
+        one line: "<host>: unreachable after N tries (<the last failure>)"."""
+        on_retry = on_retry or self.say
+        last: RegistryUnavailable | None = None
+        for attempt in range(max(1, self.tries)):
+            if attempt:
+                if interrupts.STOPPING.is_set():  # the command is being interrupted: no more tries
+                    raise last
+                delay = self.delay(attempt - 1)
+                on_retry(f"{host}: {last.message}; try {attempt + 1} of {self.tries} in {delay:g} s")
+                self.sleep(delay)
+            try:
+                return step()
+            except RegistryUnavailable as failure:
+                last = failure
+        assert last is not None
+        raise self.spent(host, last.message)
+
+    def spent(self, host: str, last: str) -> RegistryError:
+        if self.tries <= 1:
+            return RegistryUnavailable(last)
+        return RegistryError(f"{host}: unreachable after {self.tries} tries ({last})")
+
+
+def retry_policy(images, say: Callable[[str], None] = lambda line: None) -> RetryPolicy:
+    """The policy a spec's images options give (--registry-tries, --registry-backoff); `say` hears
+    of each retry."""
+    return RetryPolicy(images.registry_tries, images.registry_backoff, say=say)
 
 
 # -- credentials --------------------------------------------------------------
@@ -345,6 +399,7 @@ class RegistryApi:
     ca_files: tuple[Path, ...] = ()
     timeout: float = field(default_factory=lambda: REGISTRY_TIMEOUT)
     session: requests.Session = field(default_factory=requests.Session)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     _token: str | None = field(default=None, repr=False)
     _base: str | None = field(default=None, repr=False)
     _withheld: str | None = field(default=None, repr=False)  # a realm that got no credentials
@@ -441,10 +496,24 @@ class RegistryApi:
 
     def _request(self, method: str, path: str, name: str, what: str, headers: dict[str, str], *,
                  data=None, scope: str = "pull", stream: bool = False) -> requests.Response:
-        """One request (a path on the registry, or a URL it gave), with its credentials.
+        """One request (a path on the registry, or a URL it gave), with its credentials; tried
+        again (self.retry) when the registry does not answer or answers 5xx/429.
 
         `stream`: a blob's bytes (a streamed answer, or a streamed body): a long read timeout, and
-        no second try, since a stream can be sent only once."""
+        no second try here, since a stream can be sent only once (the caller retries the blob)."""
+        if stream or not isinstance(data, (bytes, type(None))) or self.retry.tries <= 1:
+            return self._request_once(method, path, name, what, headers, data=data, scope=scope, stream=stream)
+
+        def once() -> requests.Response:
+            response = self._request_once(method, path, name, what, headers, data=data, scope=scope)
+            if response.status_code in RETRY_STATUSES:
+                raise RegistryUnavailable(f"{what}: the registry answered HTTP {response.status_code}")
+            return response
+
+        return self.retry.run(self.host, once)
+
+    def _request_once(self, method: str, path: str, name: str, what: str, headers: dict[str, str], *,
+                      data=None, scope: str = "pull", stream: bool = False) -> requests.Response:
         try:
             url = path if "://" in path else self.base_url() + path
             response = self._send(url, headers, method, data, stream)
@@ -457,10 +526,12 @@ class RegistryApi:
         except requests.exceptions.SSLError:
             raise RegistryError(self._untrusted()) from None
         except requests.Timeout:
-            raise RegistryError(f"cannot read {what}: registry {self.host} did not answer in {self.timeout:g} s") \
-                from None
+            raise RegistryUnavailable(f"cannot read {what}: registry {self.host} did not answer in "
+                                      f"{self.timeout:g} s") from None
         except requests.ConnectionError:
-            raise RegistryError(f"cannot read {what}: registry {self.host} does not answer") from None
+            raise RegistryUnavailable(f"cannot read {what}: registry {self.host} does not answer") from None
+        except requests.exceptions.ChunkedEncodingError:
+            raise RegistryUnavailable(f"cannot read {what}: registry {self.host} dropped the connection") from None
         except requests.RequestException as exc:
             raise RegistryError(f"cannot read {what}: {type(exc).__name__} from registry {self.host}") from None
         return response
@@ -617,8 +688,8 @@ class RegistryApi:
         try:
             yield from response.iter_content(CHUNK)
         except requests.RequestException as exc:
-            raise RegistryError(f"cannot read {what}: registry {self.host} stopped sending it "
-                                f"({type(exc).__name__})") from None
+            raise RegistryUnavailable(f"cannot read {what}: registry {self.host} stopped sending it "
+                                      f"({type(exc).__name__})") from None
         finally:
             response.close()
 
@@ -722,7 +793,8 @@ class RegistryApi:
                 detail = ": " + "; ".join(str(e.get("message", e.get("code", ""))) for e in errors[:2])
             except (ValueError, AttributeError):
                 pass
-            raise RegistryError(f"cannot {verb} {what}: the registry answered HTTP {response.status_code}{detail}")
+            error = RegistryUnavailable if response.status_code in RETRY_STATUSES else RegistryError
+            raise error(f"cannot {verb} {what}: the registry answered HTTP {response.status_code}{detail}")
 
     def _fetch_token(self, challenge: str, name: str, scope: str = "pull") -> bool:
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
@@ -757,6 +829,7 @@ class Registries:
     engine: Engine | HostDockerConfig
     auth: RegistryAuth | None = None
     ca_file: Path | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # --registry-tries, --registry-backoff
     _clients: dict[str, RegistryApi] = field(default_factory=dict, repr=False)
     _insecure: InsecureRegistries | None = field(default=None, repr=False)
 
@@ -769,6 +842,7 @@ class Registries:
                 self.auth or self.engine_auth(host),
                 insecure=self._insecure.allows_http(host),
                 ca_files=ca_files(host, explicit=self.ca_file),
+                retry=self.retry,
             )
         return self._clients[host]
 

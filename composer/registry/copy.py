@@ -269,6 +269,12 @@ def copy_image(plan: CopyPlan, source_api: RegistryApi, target_api: RegistryApi,
         return CopyStats(bytes_skipped=plan.size, blobs_skipped=len(plan.blobs))
     mount = same_registry(source_api, target_api) and src != dst
     stats = _copy_blobs(plan, source_api, target_api, mount, meter, on_line)
+    # No manifest goes in before the registry says it holds every blob (one that restarted on the way
+    # may have lost what it took): a tag never names a manifest whose blobs are missing.
+    missing = [b.digest for b in plan.blobs if target_api.blob_size(dst, b.digest) is None]
+    if missing:
+        raise RegistryError(f"{target_api.host}/{dst} lacks {len(missing)} blob(s) it took ({missing[0][:19]}...): "
+                            f"{plan.target} was not moved")
     put = 0
     for manifest in plan.manifests:  # children first, the index last; by digest, no tag yet
         if not target_api.has_manifest(dst, manifest.digest):
@@ -311,8 +317,11 @@ def _copy_blobs(plan: CopyPlan, source_api: RegistryApi, target_api: RegistryApi
     stats = CopyStats()
     pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="blob")
     try:
-        futures = [pool.submit(_copy_blob, blob, plan, source_api, target_api, mount, meter, on_line, stop)
-                   for blob in plan.blobs]
+        def one(blob: Blob) -> CopyStats:  # a blob whose try failed is tried again whole (HEAD first)
+            return target_api.retry.run(target_api.host, lambda: _copy_blob(blob, plan, source_api, target_api, mount,
+                                                                             meter, on_line, stop), on_line)
+
+        futures = [pool.submit(one, blob) for blob in plan.blobs]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)  # the first failure is noticed at once
         failed = [f.exception() for f in futures if f in done and f.exception() is not None]
         if failed:

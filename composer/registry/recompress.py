@@ -71,6 +71,10 @@ def recompress(plan: CopyPlan, compression: str, source_api: RegistryApi, target
     stop = threading.Event()
 
     def layer(descriptor: dict, diff_id: str | None) -> dict:
+        """One layer, tried again whole when the registry drops it (one already there is skipped)."""
+        return target_api.retry.run(target_api.host, lambda: layer_once(descriptor, diff_id), on_line)
+
+    def layer_once(descriptor: dict, diff_id: str | None) -> dict:
         nonlocal uploaded
         old = COMPRESSION_OF.get(descriptor.get("mediaType", ""))
         if old == compression:

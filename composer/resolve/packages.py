@@ -124,12 +124,18 @@ def download_wheels(
         raise UsageError(f"cannot write the wheelhouse {out}: {exc.strerror or exc}") from None
     redact = redactor(secrets_of(packages))
     env = _index_env(packages)  # in pip's environment, never on its command line (ps shows argv)
-    with tempfile.TemporaryDirectory(prefix="triton-composer-pip-") as tmp:
+    # pip writes into a folder of the composer's own inside `out`; only whole files are moved out
+    # of it, so an interrupt or a failure leaves no half-written wheel where a build would take it.
+    with tempfile.TemporaryDirectory(prefix="triton-composer-pip-") as tmp, \
+            tempfile.TemporaryDirectory(prefix=".triton-composer-incoming-", dir=out) as incoming:
         requirements, constraint_file = _files(Path(tmp), packages.specs, constraints)
-        common = target.pip_args() + ["--dest", str(out)]
+        common = target.pip_args() + ["--dest", incoming]
         _pip(["download", *common, "--requirement", str(requirements), "--constraint", str(constraint_file)],
              constraints, redact, on_line, env=env)
         _pip(["download", *common, "--no-deps", "pip"], constraints, redact, on_line, env=env)
+        for whole in sorted(Path(incoming).iterdir()):
+            if whole.is_file() and not whole.is_symlink():
+                os.replace(whole, out / whole.name)
     return sorted(out.glob("*.whl"))
 
 

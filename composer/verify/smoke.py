@@ -25,6 +25,7 @@ from composer.config.cases import (
 )
 from composer.engine.engine import Container, Engine, ImageInfo, gpu_request
 from composer.core.errors import ComposerError, EngineError, UsageError
+from composer.core import interrupts
 from composer.verify.samples import Sample, samples_for
 from composer.verify.triton_client import TritonHTTP
 from composer.verify.grpc_client import TritonGRPC
@@ -230,20 +231,23 @@ def smoke_test(
     metrics = ["--allow-metrics=true", "--allow-gpu-metrics=true"] if with_gpus else ["--allow-metrics=false"]
     count = len(served.samples) + len(served.models)
     on_line(f"starting tritonserver from {image} with {count} model(s), GPUs: {gpus} ({why})")
-    container = engine.start(
-        image,
-        ["tritonserver", *(f"--model-repository={r}" for r in served.repositories), "--exit-on-error=false",
-         *metrics, *options.server_flags],
-        ports=[HTTP_PORT, GRPC_PORT, METRICS_PORT] if with_gpus else [HTTP_PORT, GRPC_PORT],
-        files=served.files,
-        labels={SMOKE_LABEL: "1", **(labels or {})},
-        shm_size=options.shm_size,
-        gpus=gpus,
-    )
+    container = None
     try:
+        with interrupts.holding():  # an interrupt waits until the container is known, so it goes
+            container = engine.start(
+                image,
+                ["tritonserver", *(f"--model-repository={r}" for r in served.repositories), "--exit-on-error=false",
+                 *metrics, *options.server_flags],
+                ports=[HTTP_PORT, GRPC_PORT, METRICS_PORT] if with_gpus else [HTTP_PORT, GRPC_PORT],
+                files=served.files,
+                labels={SMOKE_LABEL: "1", **(labels or {})},
+                shm_size=options.shm_size,
+                gpus=gpus,
+            )
         report = _check_server(container, image, options, served, packages, rows, on_line, with_gpus)
     finally:
-        container.remove()
+        if container is not None:
+            container.remove()
     rows = list(report.rows)
     if options.strict:
         rows = [replace(r, status="FAIL", detail=f"strict: {r.detail}") if r.status == "SKIP" else r for r in rows]

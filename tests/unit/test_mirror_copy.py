@@ -12,7 +12,7 @@ import pytest
 from composer.core.errors import RegistryError, UsageError
 from composer.core.platforms import Platform, platform_problem
 from composer.core.refs import ImageRef
-from composer.registry.client import VerifiedBlob
+from composer.registry.client import RetryPolicy, VerifiedBlob
 from composer.registry.copy import CopyStats, choose, copy_image, plan_copy
 from composer.config.options import MIRROR, given_on_command_line
 from composer.config.rules import validate as check
@@ -128,6 +128,8 @@ def test_an_ambiguous_platform_asks_for_the_variant():
 
 
 class FakeRegistry:
+    retry = RetryPolicy()  # one try: a fake registry never drops a connection unless a test says so
+
     def __init__(self, host: str):
         self.host = self.api_host = host
         self.manifests: dict[tuple[str, str], tuple[str, bytes]] = {}  # (repo, ref) -> (media type, body)
