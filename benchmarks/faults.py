@@ -58,7 +58,7 @@ from composer.core.units import human_size
 ROOT = Path(__file__).resolve().parent.parent
 NGC_SOURCE = "localhost/standin-ngc"
 SMALL_SOURCE = "localhost/standin"
-BENCH_KEY = "org.triton-composer.bench"
+BENCH_KEY = "triton-composer.bench"  # the user label the benchmark gives its builds
 # Label keys the composer puts on what it leaves on an engine (stages, run images, pruned-base stages).
 COMPOSER_KEYS = ("org.triton-composer.stage-of", "org.triton-composer.run", "org.triton-composer.stage")
 PRUNED_REPO = "triton-composer/pruned-base"
@@ -87,8 +87,10 @@ def _snapshot(client) -> set[str]:
     """The composer's labelled images and every container, and its temporary folders."""
     seen: set[str] = set()
     for key in COMPOSER_KEYS:
-        seen |= {f"image {i.id[:19]}" for i in client.images.list(all=True, filters={"label": key})}
-    seen |= {f"container {c.id[:12]} ({c.name})" for c in client.containers.list(all=True)}
+        # The low-level list: no inspect of each image, which another run may remove meanwhile.
+        seen |= {f"image {i['Id'][:19]}" for i in client.api.images(all=True, filters={"label": key})}
+    seen |= {f"container {c['Id'][:12]} ({c['Names'][0] if c.get('Names') else ''})"
+             for c in client.api.containers(all=True)}
     tmp = Path(tempfile.gettempdir())
     seen |= {f"temp {p}" for p in tmp.glob("triton-composer-*")}
     return seen
@@ -201,6 +203,8 @@ def fault_row(client, fault: str, phase: str, command: list[str], tag: str, sent
     if not fired:
         row.tag_moved = "fault not injected: the phase never came"
     after_id = _image_id(client, tag)
+    if registry is not None and registry.pid is None:
+        registry.start()  # a registry stopped for good is read again, its storage as the fault left it
     if recovers:
         row.tag_moved = "yes" if code == 0 and after_id != before_id else f"no (exit {code})"
         if registry is not None and code == 0:
@@ -217,8 +221,6 @@ def fault_row(client, fault: str, phase: str, command: list[str], tag: str, sent
         row.tag_moved = "no" if after_id == before_id else f"MOVED to {after_id}"
     time.sleep(1)
     row.leftovers = sorted(_snapshot(client) - before)
-    if registry is not None and registry.pid is None:
-        registry.start()
     code, lines, _ = _run(command, None, None, 0, log)
     row.rerun = "passes" if code == 0 else f"exit {code}: {lines[-1] if lines else ''}"
     if code == 0 and registry is not None:
@@ -337,7 +339,7 @@ def concurrency(client, source: str, log) -> dict:
 
 
 def _bases(client) -> set[str]:
-    return {name for image in client.images.list(PRUNED_REPO) for name in image.tags}
+    return {name for image in client.api.images(PRUNED_REPO) for name in (image.get("RepoTags") or ()) if name.startswith(PRUNED_REPO + ":")}
 
 
 def _remove_new_bases(client, keep: set[str]) -> None:
