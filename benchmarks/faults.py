@@ -12,8 +12,9 @@ registry and /tmp:
   tag moved  the target tag is set to a sentinel image before the row: a failed run must leave it
              there; a row that recovers must move it to an image that serves; a push row: the
              registry's tag (the local one moves when the smoke test passed, before the push)
-  leftovers  images the composer labels (stages, run images, pruned-base stages) and containers
-             that were not there before the row, and triton-composer-* folders in the temp folder
+  leftovers  images and containers carrying the run's id (its stages, run images, pruned-base
+             stages, the smoke test's container), and whatever is left in the temporary folder the
+             row gives it (TMPDIR): read by the run's id, so other work on the engine is not counted
   re-run     the same command again with no fault: exit 0 (a push row also checks every blob the
              manifest names is in the registry)
 
@@ -64,6 +65,7 @@ COMPOSER_KEYS = ("org.triton-composer.stage-of", "org.triton-composer.run", "org
 PRUNED_REPO = "triton-composer/pruned-base"
 NEEDED = {NGC_SOURCE: 25e9, SMALL_SOURCE: 5e9}
 GROUPS = ("interrupts", "registry", "concurrency")
+RUN_LINE = re.compile(r"\(run ([0-9a-f]{16}):")  # the build's progress names its run id
 
 
 @dataclass
@@ -83,17 +85,21 @@ class Row:
 # -- what the engine and /tmp hold --------------------------------------------------------------
 
 
-def _snapshot(client) -> set[str]:
-    """The composer's labelled images and every container, and its temporary folders."""
-    seen: set[str] = set()
-    for key in COMPOSER_KEYS:
-        # The low-level list: no inspect of each image, which another run may remove meanwhile.
-        seen |= {f"image {i['Id'][:19]}" for i in client.api.images(all=True, filters={"label": key})}
-    seen |= {f"container {c['Id'][:12]} ({c['Names'][0] if c.get('Names') else ''})"
-             for c in client.api.containers(all=True)}
-    tmp = Path(tempfile.gettempdir())
-    seen |= {f"temp {p}" for p in tmp.glob("triton-composer-*")}
-    return seen
+def _left_by(client, run: str | None, tmp: Path) -> list[str]:
+    """What the run left: images and containers carrying its run id (its stages, its run images, its
+    smoke test's container), and anything in the temporary folder it was given (TMPDIR). Read by the
+    run's id, not by difference, so other work on the engine at the same time is not counted."""
+    left: list[str] = []
+    if run:
+        for key in COMPOSER_KEYS:
+            for image in client.api.images(all=True, filters={"label": key}):
+                value = (image.get("Labels") or {}).get(key, "")
+                if value == run or value.endswith(f" {run}"):
+                    left.append(f"image {image['Id'][:19]} ({key}={value})")
+        for container in client.api.containers(all=True, filters={"label": f"{COMPOSER_KEYS[1]}={run}"}):
+            left.append(f"container {container['Id'][:12]}")
+    left += [f"temp {p}" for p in sorted(tmp.iterdir())] if tmp.exists() else []
+    return sorted(set(left))
 
 
 def _image_id(client, ref: str) -> str | None:
@@ -110,10 +116,13 @@ def _composer(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "composer", *args]
 
 
-def _run(command: list[str], trigger: re.Pattern | None, action, delay: float, log) -> tuple[int, list[str], bool]:
-    """Run `command`; when a line matches `trigger`, wait `delay` s and call action(process) once."""
+def _run(command: list[str], trigger: re.Pattern | None, action, delay: float, log,
+         tmp: Path | None = None) -> tuple[int, list[str], bool]:
+    """Run `command` (its TMPDIR `tmp`); when a line matches `trigger`, wait `delay` s and call
+    action(process) once."""
+    env = {**os.environ, **({"TMPDIR": str(tmp)} if tmp else {})}
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               bufsize=1, start_new_session=True)
+                               bufsize=1, start_new_session=True, env=env)
     lines: list[str] = []
     fired = False
     for line in process.stdout:
@@ -192,9 +201,10 @@ def fault_row(client, fault: str, phase: str, command: list[str], tag: str, sent
     row = Row(fault, phase)
     client.images.get(sentinel).tag(tag)
     before_id = _image_id(client, tag)
-    before = _snapshot(client)
+    tmp = Path(tempfile.mkdtemp(prefix="faults-row-"))
     started = time.monotonic()
-    code, lines, fired = _run(command, re.compile(trigger), action, delay, log)
+    code, lines, fired = _run(command, re.compile(trigger), action, delay, log, tmp)
+    runs = [m.group(1) for line in lines for m in [RUN_LINE.search(line)] if m]
     row.seconds = round(time.monotonic() - started, 1)
     row.exit = code
     tail = [line for line in lines if line.strip()]
@@ -220,7 +230,8 @@ def fault_row(client, fault: str, phase: str, command: list[str], tag: str, sent
     else:
         row.tag_moved = "no" if after_id == before_id else f"MOVED to {after_id}"
     time.sleep(1)
-    row.leftovers = sorted(_snapshot(client) - before)
+    row.leftovers = _left_by(client, runs[-1] if runs else None, tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
     code, lines, _ = _run(command, None, None, 0, log)
     row.rerun = "passes" if code == 0 else f"exit {code}: {lines[-1] if lines else ''}"
     if code == 0 and registry is not None:
