@@ -1,18 +1,19 @@
 """Disk space: what a build will write on the engine's disk, against what is free there.
 
-The estimate errs high (a build that fills the disk halfway costs the whole build and can stall
-every other user of the engine), but not by multiples: a first, three-times-over estimate refused
-NGC-scale builds that had room (21.4 GB asked of 18 GB free for a pruned onnxruntime+python
-image whose build writes about 10 GB). What it counts:
+The check refuses a build that cannot fit, before any work; it is not a reservation. An estimate
+counting every copy three times over refused NGC-scale builds that had room (42.6 GB asked of 22.5
+GB free for a CPU-only pruned image that builds in about 10 GB), so this one counts the bytes the
+build keeps at its end. What it counts:
 
 - the selected parts: the server core (and its headers when kept), each selected backend,
   repository agent and cache, and the python runtime when the image gets one, as the probe of the
   full image measured them; without a probe (a plan made offline), the full image's size less the
   min image's;
 - the build context (wheels, custom backends, models), twice over: wheels unpack to about that;
-- all of that twice: the engine's stages copy the parts, and the composer writes its own image of
-  the same files (the engine's image of them goes; the collect stage is build cache, often there
-  already);
+- the parts once: the composer's image of them (the engine's stages that copy them are build cache,
+  mostly there from an earlier build of the release; the engine's own image of them goes as the
+  composer's is written). The parts as the probe measured them are more than the image holds when
+  the plan keeps less (a CPU-only image, fewer providers), which leaves room for the stages;
 - the pruned base, when it must be made: the min image once (its pruned tree and its layers hold
   only what the selection keeps, each a third of the min image at NGC's scale).
 - a margin of 512 MiB for the engine's own bookkeeping.
@@ -45,7 +46,7 @@ class Estimate:
 
     @property
     def needed(self) -> int:
-        return 2 * (self.parts + 2 * self.context) + self.base + MARGIN
+        return self.parts + 2 * self.context + self.base + MARGIN
 
     def to_dict(self) -> dict:
         return {"parts": self.parts, "context": self.context, "base": self.base, "margin": MARGIN,

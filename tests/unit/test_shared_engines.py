@@ -121,7 +121,7 @@ def test_the_estimate_counts_the_parts_the_context_and_a_base_to_make(ngc_plan, 
     (tmp_path / "wheel.whl").write_bytes(b"x" * 1000)
     guess = space.estimate(engine, plan, None, tmp_path, base_to_make=True)  # no probe: full less min
     assert (guess.parts, guess.context, guess.base) == (12 * 10 ** 9, 1000, 8 * 10 ** 9)
-    assert guess.needed == 2 * (12 * 10 ** 9 + 2000) + 8 * 10 ** 9 + space.MARGIN
+    assert guess.needed == 12 * 10 ** 9 + 2000 + 8 * 10 ** 9 + space.MARGIN
     assert space.estimate(engine, plan, None, None, base_to_make=False).base == 0
 
 
@@ -132,7 +132,7 @@ def test_a_build_that_cannot_fit_is_refused_in_one_line_naming_the_disk(ngc_plan
     message = refused.value.message
     assert "\n" not in message and message.startswith(f"{guess.needed / 1e9:.1f} GB needed, 1.0 GB free at /var/lib/docker")
     assert "(engine unix:///var/run/docker.sock): free some space (composer cache list) and run again" in message
-    assert space.check(_Engine(100 * 10 ** 9, {}), guess).startswith("disk: about 4.5 GB needed, 100.0 GB free")
+    assert space.check(_Engine(100 * 10 ** 9, {}), guess).startswith("disk: about 2.5 GB needed, 100.0 GB free")
     assert space.check(_Engine(None, {}), guess).startswith("note: free space not checked")
 
 
