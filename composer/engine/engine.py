@@ -46,6 +46,8 @@ START_HINT = "start one with scripts/ensure-docker, or point DOCKER_HOST at a ru
 Gpus = Union[str, int]
 
 
+_RUNNING = re.compile(r"---> Running in ([0-9a-f]{12})")  # a build step's container, as the engine names it
+
 @dataclass(frozen=True)
 class ImageInfo:
     """What the composer needs to know of a local image."""
@@ -656,12 +658,26 @@ class DockerEngine(ContainerEngine):
         finally:
             if stream is not None:  # an interrupt or a failure: the answer's connection closes, so the
                 stream.close()  # engine cancels the build (and removes its step's container)
+                if image_id is None:
+                    self._cancelled(tail)
         if image_id is None:
             # Podman's service ends a build with the image id (or "Successfully built ID"), no aux event.
             image_id = _built_id(tail, tag, self)
         if image_id is None:
             raise BuildFailed("image build failed: the engine returned no image id", log_tail="\n".join(tail))
         return image_id
+
+    def _cancelled(self, tail: list[str], timeout: float = 30) -> None:
+        """Wait (a while) for the engine to end the step a closed build was running: it may still
+        commit that step's image after the client hung up, and the run's cleanup, which comes next,
+        must find it."""
+        running = next((m.group(1) for line in reversed(tail) for m in [_RUNNING.search(line)] if m), None)
+        if running is None:
+            return
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+            while time.monotonic() < deadline and self._api.containers(all=True, filters={"id": running}):
+                time.sleep(0.5)
 
     def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
         """The build's progress events, from the Docker API's build endpoint. The SDK keeps the
