@@ -228,3 +228,14 @@ def names(engine):
     yield made
     for ref in made:
         engine.remove_image(ref, force=True)
+
+
+def remove_made_base(engine, result) -> None:
+    """The NGC-scale pruned base a module's build made (2-6 GB), removed with the module: a later
+    module needing room for its own NGC-scale builds must not find the disk held by it."""
+    base = getattr(result, "pruned_base", None)
+    if base is not None and base.made:
+        try:
+            engine.remove_image(base.image, force=True)
+        except Exception:  # in use by another image of this session: it goes with the session's sweep
+            pass

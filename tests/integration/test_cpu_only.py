@@ -19,6 +19,7 @@ from composer.resolve.resolve import resolve
 from composer.catalog.catalog import Catalog
 from composer.config.rules import validate as check
 from tests.conftest import TEST_LABEL
+from tests.integration.conftest import remove_made_base
 from tests.integration.test_ngc_scale import MODELS, _expected
 from tests.specs import spec
 from triton_standins import ngc
@@ -118,20 +119,25 @@ def _gpu_files(engine, tag: str) -> list[str]:
 @pytest.fixture(scope="module")
 def cpu_image(engine, ngc_standins, tmp_path_factory):
     tag = f"triton-composer-test/tritonserver:cpu-{uuid.uuid4().hex[:10]}"
+    built = None
     try:
-        yield {"result": _build(engine, tmp_path_factory.mktemp("cpu"), tag, device="cpu"), "tag": tag}
+        built = _build(engine, tmp_path_factory.mktemp("cpu"), tag, device="cpu")
+        yield {"result": built, "tag": tag}
     finally:
         engine.remove_image(tag, force=True)
+        remove_made_base(engine, built)
 
 
 @pytest.fixture(scope="module")
 def cuda_image(engine, ngc_standins, tmp_path_factory):
     tag = f"triton-composer-test/tritonserver:ort-cuda-{uuid.uuid4().hex[:10]}"
+    built = None
     try:
-        yield {"result": _build(engine, tmp_path_factory.mktemp("cuda"), tag, base="pruned",
-                                ort_providers=("cuda",)), "tag": tag}
+        built = _build(engine, tmp_path_factory.mktemp("cuda"), tag, base="pruned", ort_providers=("cuda",))
+        yield {"result": built, "tag": tag}
     finally:
         engine.remove_image(tag, force=True)
+        remove_made_base(engine, built)
 
 
 def test_the_cpu_only_image_serves_onnx_python_and_bls_with_no_gpu(cpu_image):

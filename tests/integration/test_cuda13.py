@@ -17,6 +17,7 @@ from composer.resolve.resolve import resolve
 from composer.catalog.catalog import Catalog
 from triton_standins import ngc
 from tests.conftest import CUDA13_RELEASE, TEST_LABEL
+from tests.integration.conftest import remove_made_base
 from tests.integration.test_ngc_scale import BACKENDS, SERVED, _cases, _repository
 from tests.specs import spec
 
@@ -31,10 +32,13 @@ def pruned13(engine, ngc_standins_cuda13, tmp_path_factory):
     plan = resolve(engine, spec(backends=BACKENDS, version=CUDA13_RELEASE, registry=ngc.REGISTRY, tag=tag,
                                 base="pruned", model_repository=_repository(root), smoke_cases=_cases(root)),
                    Catalog.load()).plan
+    built = None
     try:
-        yield {"result": build_image(engine, plan, labels=TEST_LABEL), "tag": tag}
+        built = build_image(engine, plan, labels=TEST_LABEL)
+        yield {"result": built, "tag": tag}
     finally:
         engine.remove_image(tag, force=True)
+        remove_made_base(engine, built)
         sweep_stages(engine)
 
 
