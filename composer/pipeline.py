@@ -15,7 +15,9 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,10 +200,13 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
                           f"machine; {plan.tag} was not moved: free some space and run again") from error
         raise
     finally:
+        stopped = sys.exc_info()[0] is not None  # an interrupt or a failure on the way out
         try:
             with interrupts.holding():  # an interrupt that comes now waits for the cleanup to end
                 _remove_run_images(engine, run)
                 remove_run_stages(engine, run)
+                if stopped:
+                    _settle(engine, run)
                 if context_dir is None:
                     shutil.rmtree(workdir, ignore_errors=True)
                 if layers_dir is None:
@@ -236,6 +241,18 @@ def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBas
         engine.discard_untagged(built)
         raise
     return assembled, document
+
+
+def _settle(engine: Engine, run: str, quiet_for: float = 3, at_most: float = 20) -> None:
+    """After a build that stopped on the way (its connection closed), the engine may still commit a
+    step it had started before it notices: remove what of the run appears until none has for
+    `quiet_for` seconds (at most `at_most`)."""
+    deadline = time.monotonic() + at_most
+    calm_since = time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - calm_since < quiet_for:
+        time.sleep(0.5)
+        if remove_run(engine, run)[0] + remove_run_stages(engine, run):
+            calm_since = time.monotonic()
 
 
 def _remove_run_images(engine: Engine, run: str) -> None:

@@ -240,14 +240,16 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
     return Cleared(tuple(removed), tuple(kept), containers)
 
 
-def _remove_untagged(engine, image: str) -> None:
+def _remove_untagged(engine, image: str) -> bool:
+    """Whether `image` went (a parent of another leftover goes on a later pass, once that one did)."""
     info = engine.image(image)
     if info is None or info.tags:
-        return
+        return False
     try:
         engine.remove_image(image, prune=False)
+        return True
     except ComposerError:
-        pass  # a parent of another leftover, or in use: it goes with that one
+        return False  # a parent of another leftover, or in use
 
 
 def _remove_containers(engine, run: str) -> int:
@@ -266,19 +268,18 @@ def remove_run(engine, run: str) -> tuple[int, int]:
     leaves first) and its stage images. (images, containers) removed."""
     containers = _remove_containers(engine, run)
     images = remove_stages(engine, lambda owner: owner == run)
-    tried: set[str] = set()
+    removed = 0
+    before: list[str] | None = None
     for _ in range(256):  # leaves first, one at a time (prune off): a parent goes on a later pass, once
         # nothing is built on it; the unlabelled steps below the run's (shared build cache) stay
         left = [image for image in engine.images_labelled(f"{RUN_LABEL}={run}", untagged=True)]
         left += [image for image in engine.images_labelled(PLAN_STAGE_LABEL, untagged=True)
                  if run_of((engine.image(image) or _NO_INFO).labels) == run]
-        left = [image for image in left if image not in tried]
-        if not left:
+        if not left or left == before:  # nothing left, or nothing more can go (in use)
             break
-        for image in left:
-            tried.add(image)
-            _remove_untagged(engine, image)
-    return images + len(tried), containers
+        removed += sum(_remove_untagged(engine, image) for image in left)
+        before = left
+    return images + removed, containers
 
 
 class _NoInfo:
