@@ -147,6 +147,20 @@ def standins(engine: Engine):
     return get
 
 
+# -- the NGC-scale tier ------------------------------------------------------------------------
+# A test needing an NGC-scale stand-in (9-17 GB images; 2-7 minutes a build) is marked `ngc`, by
+# the fixtures it uses: the one rule for which tier a test is in. scripts/test runs the small tier
+# (`-m "not ngc"`, every behaviour on the small stand-ins); scripts/test --ngc runs the NGC tier.
+
+NGC_FIXTURES = frozenset({"ngc_standins", "ngc_standins_cuda13", "vllm_standin"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if NGC_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.ngc)
+
+
 # -- under CI, a skip is a failure --------------------------------------------------------------
 # A skipped test proves nothing, and a run whose skips pass silently can hide the one check that
 # matters (a missing engine, too little disk for the NGC-scale checks). Locally a skip stays a skip.

@@ -231,8 +231,9 @@ def names(engine):
 
 
 def remove_made_base(engine, result) -> None:
-    """The NGC-scale pruned base a module's build made (2-6 GB), removed with the module: a later
-    module needing room for its own NGC-scale builds must not find the disk held by it."""
+    """The pruned base a test's build made, removed with the test: a later test of the same
+    selection must make its own (a shared-engine test asserts that), and at NGC scale (2-6 GB) a
+    later module needing room for its own builds must not find the disk held by it."""
     base = getattr(result, "pruned_base", None)
     if base is not None and base.made:
         try:

@@ -18,6 +18,7 @@ from composer.build.pruning import sweep_stages
 from composer.resolve.resolve import resolve
 from triton_standins import ngc
 from tests.conftest import TEST_LABEL
+from tests.integration.conftest import remove_made_base
 from tests.integration.test_ngc_scale import BACKENDS, SERVED, _cases, _repository
 from tests.specs import spec
 
@@ -133,8 +134,8 @@ def test_the_small_standins_take_a_pruned_base_too_made_once_and_reused(engine, 
     """Debian minbase with no CUDA package: the required packages and what python needs stay. A second
     build of the selection reuses the base the first made (its layer is the image's first)."""
     tags = [f"triton-composer-test/tritonserver:small-pruned-{uuid.uuid4().hex[:10]}" for _ in range(2)]
+    results = []
     try:
-        results = []
         for tag in tags:
             plan = resolve(engine, spec(backends=("python",), version="24.09", registry="localhost/standin", tag=tag,
                                         base="pruned"), Catalog.load()).plan
@@ -154,6 +155,8 @@ def test_the_small_standins_take_a_pruned_base_too_made_once_and_reused(engine, 
     finally:
         for tag in tags:
             engine.remove_image(tag, force=True)
+        for result in results:  # the base this test made: a later test of one selection makes its own
+            remove_made_base(engine, result)
         sweep_stages(engine)
 
 
@@ -163,6 +166,7 @@ def test_the_ubuntu_24_04_generation_takes_a_pruned_base_and_serves(engine, stan
     ubuntu holding uid 1000, PEP 668 python; from 26.06 a root-owned tree) on a pruned base."""
     standins(release)
     tag = f"triton-composer-test/tritonserver:pruned-{release}-{uuid.uuid4().hex[:10]}"
+    result = None
     try:
         plan = resolve(engine, spec(backends=("onnxruntime", "python"), version=release, registry="localhost/standin",
                                     tag=tag, base="pruned"), Catalog.load()).plan
@@ -177,6 +181,7 @@ def test_the_ubuntu_24_04_generation_takes_a_pruned_base_and_serves(engine, stan
         assert owner == ("0:0" if release >= "26.06" else "1000:1000")
     finally:
         engine.remove_image(tag, force=True)
+        remove_made_base(engine, result)
         sweep_stages(engine)
 
 
@@ -199,6 +204,5 @@ def test_what_the_full_image_could_not_resolve_either_is_not_pruning_fault(engin
         assert "libtorch.so => not found" in shim
     finally:
         engine.remove_image(tag, force=True)
-        if result is not None and result.pruned_base is not None and result.pruned_base.made:
-            engine.remove_image(result.pruned_base.tag, force=True)
+        remove_made_base(engine, result)
         sweep_stages(engine)
