@@ -18,12 +18,19 @@ registry and /tmp:
   re-run     the same command again with no fault: exit 0 (a push row also checks every blob the
              manifest names is in the registry)
 
+On a second engine of the benchmark's own (its data root a 3 GB loop-mounted filesystem, the small
+stand-ins loaded): the engine restarted in the middle of a build (leftovers read after the next
+run, which removes what a dead run left), and the disk filled in the middle of one (the re-run
+after the filler is removed). Then `composer mirror` registry to registry (small stand-ins): SIGINT
+in the middle of a blob, the target registry restarted, and gone; no target tag may name a
+missing blob, and the re-run moves only what is missing.
+
 Then three builds at once on the one engine (two NGC-scale pruned selections and one small),
 against the same three one after another, each mode starting with their pruned bases removed.
 
     .venv/bin/python benchmarks/faults.py                       (needs `triton-standin --scale ngc`)
     .venv/bin/python benchmarks/faults.py --source localhost/standin   (the small stand-ins: a check)
-    ... --only interrupts,registry,concurrency   --json faults.json
+    ... --only interrupts,registry,engine,mirror,concurrency   --json faults.json
 
 Checks free space first and says what it needs; removes what it made: its tags, the registry's
 storage, the pruned bases it made.
@@ -64,7 +71,7 @@ BENCH_KEY = "triton-composer.bench"  # the user label the benchmark gives its bu
 COMPOSER_KEYS = ("org.triton-composer.stage-of", "org.triton-composer.run", "org.triton-composer.stage")
 PRUNED_REPO = "triton-composer/pruned-base"
 NEEDED = {NGC_SOURCE: 25e9, SMALL_SOURCE: 5e9}
-GROUPS = ("interrupts", "registry", "concurrency")
+GROUPS = ("interrupts", "registry", "engine", "mirror", "concurrency")
 RUN_LINE = re.compile(r"\(run ([0-9a-f]{16}):")  # the build's progress names its run id
 
 
@@ -80,6 +87,8 @@ class Row:
     rerun: str = ""
     seconds: float = 0.0
     clean: bool = False
+    scale: str = "ngc"  # "small" for the rows this machine cannot hold at NGC scale (a second engine)
+    left_until_next_run: int | None = None  # what a dead run left for the next one to remove
 
 
 # -- what the engine and /tmp hold --------------------------------------------------------------
@@ -117,14 +126,14 @@ def _composer(args: list[str]) -> list[str]:
 
 
 def _run(command: list[str], trigger: re.Pattern | None, action, delay: float, log,
-         tmp: Path | None = None) -> tuple[int, list[str], bool]:
-    """Run `command` (its TMPDIR `tmp`); when a line matches `trigger`, wait `delay` s and call
-    action(process) once."""
-    env = {**os.environ, **({"TMPDIR": str(tmp)} if tmp else {})}
+         tmp: Path | None = None, env: dict | None = None) -> tuple[int, list[str], bool]:
+    """Run `command` (its TMPDIR `tmp`, `env` added); when a line matches `trigger`, wait `delay` s
+    and call action(process) once."""
+    env = {**os.environ, **(env or {}), **({"TMPDIR": str(tmp)} if tmp else {})}
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                bufsize=1, start_new_session=True, env=env)
     lines: list[str] = []
-    fired = False
+    fired, firing = False, None
     for line in process.stdout:
         line = line.rstrip("\n")
         lines.append(line)
@@ -137,8 +146,12 @@ def _run(command: list[str], trigger: re.Pattern | None, action, delay: float, l
                 if process.poll() is None:
                     log(f"    >> fault: {action.__doc__}")
                     action(process)
-            threading.Thread(target=fire, daemon=True).start()
-    return process.wait(), lines, fired
+            firing = threading.Thread(target=fire, daemon=True)
+            firing.start()
+    code = process.wait()
+    if firing is not None:  # the fault done (an engine back up) before anything is read
+        firing.join()
+    return code, lines, fired
 
 
 def _sigint(process):
@@ -197,13 +210,20 @@ class Registry:
 
 def fault_row(client, fault: str, phase: str, command: list[str], tag: str, sentinel: str, trigger: str,
               action, *, delay: float = 0.0, recovers: bool = False, registry: Registry | None = None,
-              repository: str = "", log=print) -> Row:
+              repository: str = "", log=print, env: dict | None = None, expected: int | None = None,
+              before_rerun=None, left_until_next_run: bool = False) -> Row:
+    """One fault: the tag set to `sentinel`, the command run and `action` fired at `trigger`, then
+    the tag, the registry, the engine and TMPDIR read, and the command run again. `expected` is the
+    exit the fault must give (default: 130/143 for a signal, 0 for a recovery, else 1);
+    `before_rerun()` frees what the fault took (a disk's filler); with `left_until_next_run` the
+    leftovers are read after the re-run, whose start removes what a dead run left (an engine
+    restart leaves its stages behind: nothing of the run is alive to remove them)."""
     row = Row(fault, phase)
     client.images.get(sentinel).tag(tag)
     before_id = _image_id(client, tag)
     tmp = Path(tempfile.mkdtemp(prefix="faults-row-"))
     started = time.monotonic()
-    code, lines, fired = _run(command, re.compile(trigger), action, delay, log, tmp)
+    code, lines, fired = _run(command, re.compile(trigger), action, delay, log, tmp, env)
     runs = [m.group(1) for line in lines for m in [RUN_LINE.search(line)] if m]
     row.seconds = round(time.monotonic() - started, 1)
     row.exit = code
@@ -230,15 +250,23 @@ def fault_row(client, fault: str, phase: str, command: list[str], tag: str, sent
     else:
         row.tag_moved = "no" if after_id == before_id else f"MOVED to {after_id}"
     time.sleep(1)
-    row.leftovers = _left_by(client, runs[-1] if runs else None, tmp)
+    run = runs[-1] if runs else None
+    row.leftovers = _left_by(client, run, tmp)
+    if left_until_next_run:
+        row.left_until_next_run = len(row.leftovers)
     shutil.rmtree(tmp, ignore_errors=True)
-    code, lines, _ = _run(command, None, None, 0, log)
+    if before_rerun is not None:
+        before_rerun()
+    code, lines, _ = _run(command, None, None, 0, log, env=env)
+    if left_until_next_run:
+        row.leftovers = _left_by(client, run, tmp)
     row.rerun = "passes" if code == 0 else f"exit {code}: {lines[-1] if lines else ''}"
     if code == 0 and registry is not None:
         missing = registry.missing_blobs(repository, "1")
         if missing:
             row.rerun += f" (the tag names {len(missing)} missing blob(s))"
-    expected = {"SIGINT": 130, "SIGTERM": 143}.get(fault.split()[0], 0 if recovers else 1)
+    if expected is None:
+        expected = {"SIGINT": 130, "SIGTERM": 143}.get(fault.split()[0], 0 if recovers else 1)
     row.clean = (fired and code == 0 and row.exit == expected and row.one_line and not row.leftovers
                  and row.tag_moved in ("no", "yes"))
     client.images.get(sentinel).tag(tag)  # the next row starts from the sentinel again
@@ -315,6 +343,151 @@ def registry_rows(client, source: str, sentinel: str, scratch: Path, log) -> lis
     return rows
 
 
+ENGINE_SLOT = 246  # the second engine's addresses (172.17.246.0/24; the tests' is 247)
+DISK = "3G"  # its data root: room for the small stand-ins (1.3 GB) and one build, not two
+
+
+def engine_rows(sentinel: str, scratch: Path, log) -> list[Row]:
+    """The engine restarted in the middle of a build, and its disk filled in the middle of one:
+    on a second engine of the benchmark's own, its data root a 3 GB loop-mounted filesystem, with
+    the small 24.09 stand-ins loaded. (At NGC scale that engine would hold 26 GB of stand-ins beside
+    the first engine's: more than this machine has free; these rows are small, and say so.)"""
+    from triton_standins.engines import Dockerd, unmount_under
+
+    image, mount = scratch / "disk.ext4", scratch / "disk"
+    subprocess.run(["truncate", "-s", DISK, str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    mount.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(image), str(mount)], check=True)
+    dockerd, rows = None, []
+    filler = mount / "filler"
+    try:
+        dockerd = Dockerd(mount / "dockerd", slot=ENGINE_SLOT).start()
+        dockerd.load_from(None, [f"{SMALL_SOURCE}/tritonserver:24.09-py3", sentinel])
+        client = docker.DockerClient(base_url=dockerd.host, timeout=600)
+        env = {"DOCKER_HOST": dockerd.host}
+        tag = f"triton-composer-bench/faults:{uuid.uuid4().hex[:8]}"
+        command = _build_args(SMALL_SOURCE, tag, base="min", backends=("python",))
+
+        def restart(process):
+            """the engine stopped (SIGTERM to dockerd) and started again 3 s later"""
+            dockerd.restart(pause=3.0)
+
+        def fill(process):
+            """the disk filled by another writer, 80 MB left"""
+            stat = os.statvfs(mount)
+            subprocess.run(["fallocate", "-l", str(stat.f_bavail * stat.f_frsize - 80 * 1000 ** 2), str(filler)],
+                           check=True)
+
+        log("== engine restarted during engine build (second engine, small stand-ins)")
+        rows.append(fault_row(client, "engine restarted", "engine build", command, tag, sentinel, r"build context:",
+                              restart, delay=8.0, log=log, env=env, expected=1, left_until_next_run=True))
+        log("== disk full during engine build (second engine on a 3 GB filesystem, small stand-ins)")
+        rows.append(fault_row(client, "disk full", "engine build", command, tag, sentinel, r"build context:", fill,
+                              delay=2.0, log=log, env=env, expected=1,
+                              before_rerun=lambda: filler.unlink(missing_ok=True)))
+        for row in rows:
+            row.scale = "small"
+        _untag(client, tag)
+    finally:
+        filler.unlink(missing_ok=True)
+        if dockerd is not None:
+            dockerd.stop()
+        unmount_under(mount)
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+        image.unlink(missing_ok=True)
+    return rows
+
+
+MIRRORED = ("24.09-py3", "24.09-py3-min")
+ALREADY = re.compile(r"([0-9.]+ [kMGT]?B) already there")
+
+
+def mirror_rows(client, scratch: Path, log) -> list[Row]:
+    """`composer mirror`, registry to registry: SIGINT in the middle of a blob, the target registry
+    restarted, and gone. The small stand-ins (1.3 GB) in a registry of the benchmark's: the
+    NGC-scale ones would take 26 GB in each of two registries, more than this machine has free."""
+    source, target = Registry(scratch / "mirror-source"), Registry(scratch / "mirror-target")
+    rows: list[Row] = []
+    try:
+        source.start()
+        prefix = f"127.0.0.1:{source.port}/standin"
+        for name in MIRRORED:
+            ref = f"{prefix}/tritonserver:{name}"
+            client.images.get(f"{SMALL_SOURCE}/tritonserver:{name}").tag(ref)
+            try:
+                for event in client.api.push(ref, stream=True, decode=True):
+                    if "error" in event:
+                        raise RuntimeError(f"cannot push {ref}: {event['error']}")
+            finally:
+                _untag(client, ref)
+        command = _composer(["mirror", "--registry", prefix, "--version", "24.09",
+                             "--to", f"127.0.0.1:{{port}}/mirror"])
+
+        def restart(process):
+            """the target registry stopped for 5 s, then started again"""
+            target.stop()
+            time.sleep(5)
+            target.start()
+
+        def gone(process):
+            """the target registry stopped for good"""
+            target.stop()
+
+        for fault, action, delay, recovers in (("SIGINT", _sigint, 0.2, False),
+                                               ("registry restarted", restart, 0.0, True),
+                                               ("registry gone", gone, 0.0, False)):
+            log(f"== {fault} during mirror (small stand-ins)")
+            rows.append(mirror_row(fault, command, action, delay, recovers, target, log))
+    finally:
+        source.stop()
+        target.stop()
+    return rows
+
+
+def mirror_row(fault: str, command: list[str], action, delay: float, recovers: bool, target: Registry,
+               log) -> Row:
+    """One mirror fault: the target wiped, the mirror run and the fault fired at its first blob;
+    then no tag of the target may name a blob it lacks (a tag of an image copied whole before the
+    fault is right: the re-run finds it there), nothing left in TMPDIR, and the re-run moves only
+    what is missing."""
+    row = Row(fault, "mirror", scale="small")
+    target.wipe()
+    command = [part.replace("{port}", str(target.port)) for part in command]
+    tmp = Path(tempfile.mkdtemp(prefix="faults-row-"))
+    started = time.monotonic()
+    code, lines, fired = _run(command, re.compile(r"blob .*: copied"), action, delay, log, tmp)
+    row.seconds = round(time.monotonic() - started, 1)
+    row.exit = code
+    tail = [line for line in lines if line.strip()]
+    row.last_line = tail[-1] if tail else ""
+    row.one_line = not any(line.startswith("Traceback") for line in lines)
+    if target.pid is None:
+        target.start()  # read again, its storage as the fault left it
+    tags = {name: target.missing_blobs("mirror/tritonserver", name) for name in MIRRORED}
+    broken = [name for name, missing in tags.items() if missing]
+    present = [name for name, missing in tags.items() if missing is not None]
+    if broken:
+        row.tag_moved = f"MOVED: {', '.join(broken)} name(s) missing blobs"
+    elif recovers:
+        row.tag_moved = "yes" if code == 0 and len(present) == len(MIRRORED) else f"no (exit {code})"
+    else:
+        row.tag_moved = "no" if not present else "no" + f" (only {', '.join(present)}, copied whole first)"
+    row.leftovers = [f"temp {p}" for p in sorted(tmp.iterdir())]
+    shutil.rmtree(tmp, ignore_errors=True)
+    code, lines, _ = _run(command, None, None, 0, log)
+    there = [m.group(1) for line in lines for m in [ALREADY.search(line)] if m]
+    row.rerun = ("passes (" + " + ".join(there) + " already there)") if code == 0 else \
+        f"exit {code}: {lines[-1] if lines else ''}"
+    tags = {name: target.missing_blobs("mirror/tritonserver", name) for name in MIRRORED}
+    if code == 0 and any(missing is None or missing for missing in tags.values()):
+        row.rerun += " but a tag is absent or names missing blobs"
+    expected = {"SIGINT": 130}.get(fault.split()[0], 0 if recovers else 1)
+    row.clean = (fired and code == 0 and row.exit == expected and row.one_line and not row.leftovers
+                 and row.tag_moved.startswith(("no", "yes")) and not row.rerun.endswith("blobs"))
+    return row
+
+
 def concurrency(client, source: str, log) -> dict:
     """Three builds one after another, then at once, each mode from no pruned base of theirs."""
     selections = [(source, ("onnxruntime", "python"), "pruned"), (source, ("pytorch", "python"), "pruned"),
@@ -372,9 +545,11 @@ def _untag(client, tag: str) -> None:
 
 
 def table(rows: list[Row]) -> str:
-    head = ("fault", "phase", "exit", "one line", "tag moved", "leftovers", "re-run", "clean")
-    body = [(r.fault, r.phase, str(r.exit), "yes" if r.one_line else "no (traceback)", r.tag_moved,
-             str(len(r.leftovers)), r.rerun, "yes" if r.clean else "NO") for r in rows]
+    head = ("fault", "phase", "scale", "exit", "one line", "tag moved", "leftovers", "re-run", "clean")
+    body = [(r.fault, r.phase, r.scale, str(r.exit), "yes" if r.one_line else "no (traceback)", r.tag_moved,
+             str(len(r.leftovers)) + ("" if r.left_until_next_run is None else
+                                      f" ({r.left_until_next_run} until the next run)"),
+             r.rerun, "yes" if r.clean else "NO") for r in rows]
     widths = [max(len(x) for x in column) for column in zip(head, *body)]
     lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)) for line in (head, *body)]
     return "\n".join(lines)
@@ -411,6 +586,12 @@ def main() -> int:
             rows += interrupt_rows(client, args.source, sentinel, log)
         if "registry" in groups:
             rows += registry_rows(client, args.source, sentinel, scratch, log)
+        for row in rows:
+            row.scale = "ngc" if args.source == NGC_SOURCE else "small"
+        if "engine" in groups:
+            rows += engine_rows(f"{SMALL_SOURCE}/tritonserver:24.09-py3-min", scratch, log)
+        if "mirror" in groups:
+            rows += mirror_rows(client, scratch, log)
         if "concurrency" in groups:
             figures["concurrency"] = concurrency(client, args.source, log)
     finally:

@@ -26,7 +26,8 @@ from typing import Any, Mapping, Sequence
 from composer.catalog.catalog import Catalog
 from composer.engine.engine import Engine
 from composer.core import interrupts
-from composer.core.errors import BuildFailed, ComposerError, Invalid, NoSpace, SmokeTestFailed, UsageError
+from composer.core.errors import (BuildFailed, ComposerError, EngineUnavailable, Invalid, NoSpace, SmokeTestFailed,
+                                   UsageError)
 from composer.core.files import check_output_file, write_file
 from composer.resolve.packages import explain_pip_failure, redactor, secrets_of
 from composer.resolve.plan import RUN_LABEL, CompositionPlan
@@ -211,6 +212,11 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
                     shutil.rmtree(workdir, ignore_errors=True)
                 if layers_dir is None:
                     shutil.rmtree(layers, ignore_errors=True)
+        except EngineUnavailable as lost:  # restarted or stopped under the build: nothing more to remove now
+            raise EngineUnavailable(
+                f"lost the engine {_where(engine)} during the build (it stopped answering: restarted or stopped); "
+                f"{plan.tag} was not moved; what this run left there is removed by the next build on that engine, "
+                f"or by composer cache clear") from lost
         except BaseException:  # then the new image goes too
             if assembled is not None:
                 engine.discard_untagged(assembled[0].image_id)
@@ -241,6 +247,11 @@ def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBas
         engine.discard_untagged(built)
         raise
     return assembled, document
+
+
+def _where(engine: Engine) -> str:
+    endpoint = getattr(engine, "endpoint", None)
+    return getattr(endpoint, "url", None) or type(engine).__name__
 
 
 def _settle(engine: Engine, run: str, quiet_for: float = 3, at_most: float = 20) -> None:

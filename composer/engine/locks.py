@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from composer.core.errors import ComposerError
+from composer.core.errors import ComposerError, EngineUnavailable
 
 RECORD_FORMAT = 1
 
@@ -165,19 +165,25 @@ def _record_path(run: str) -> Path:
 
 @contextlib.contextmanager
 def run_record(run: str, engine_id: str) -> Iterator[RunRecord]:
-    """Record `run` as at work while the block runs; the record goes at the end, whatever happens
-    (a record left by a killed process names a dead run)."""
+    """Record `run` as at work while the block runs; the record goes at the end, unless the engine
+    went away (EngineUnavailable): then nothing of the run could be removed from it, and the record
+    stays, naming a dead run for the next run on that engine to clean (as a killed process's does)."""
     pid = os.getpid()
     record = RunRecord(run, pid, _process_start(pid) or "", time.time(), engine_id)
     path = _record_path(run)
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(record.to_dict()))
     os.replace(temporary, path)
+    lost = False
     try:
         yield record
+    except EngineUnavailable:
+        lost = True
+        raise
     finally:
-        with contextlib.suppress(OSError):
-            path.unlink()
+        if not lost:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def run_records() -> list[RunRecord]:

@@ -15,7 +15,7 @@ import pytest
 
 from composer.build import space
 from composer.build.cache import DAY, Entry, select
-from composer.core.errors import NoSpace
+from composer.core.errors import EngineUnavailable, NoSpace
 from composer.engine import locks
 
 Usage = namedtuple("Usage", "total used free")
@@ -88,6 +88,18 @@ def test_a_run_is_on_record_while_it_works_and_a_dead_ones_record_says_dead():
     assert not reused.alive  # a live pid that another process took is not the run
     locks.forget("r2")
     assert locks.run_records() == []
+
+
+def test_a_run_that_lost_its_engine_stays_on_record_and_any_other_failure_does_not():
+    with pytest.raises(EngineUnavailable):
+        with locks.run_record("lost", "engine"):
+            raise EngineUnavailable("lost the engine")
+    assert [r.run for r in locks.run_records()] == ["lost"]  # for the next run on the engine to clean
+    with pytest.raises(NoSpace):
+        with locks.run_record("full", "engine"):
+            raise NoSpace("no space")
+    assert [r.run for r in locks.run_records()] == ["lost"]  # it cleaned after itself
+    locks.forget("lost")
 
 
 def test_the_state_folder_follows_xdg_state_home(monkeypatch, tmp_path):
