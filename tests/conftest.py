@@ -12,9 +12,13 @@ from composer.engine.engine import Engine
 from composer.core.errors import EngineUnavailable
 
 # Every container (and image) a test makes carries this label, so the session can sweep them.
-# The value names this run, so two test runs sharing one engine never sweep each other's.
+# The value names this run, so two test runs sharing one engine never sweep each other's; the
+# workers of one run (pytest -n, xdist) inherit it from the controller through the environment.
 TEST_LABEL_KEY = "triton-composer.test"
-TEST_RUN = os.environ.get("COMPOSER_TEST_RUN") or uuid.uuid4().hex[:12]
+TEST_RUN = os.environ.setdefault("COMPOSER_TEST_RUN", uuid.uuid4().hex[:12])
+# An xdist worker: its end is not the run's, whose other workers may still build on the engine;
+# the controller sweeps once they all ended (pytest_sessionfinish below).
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 TEST_LABEL = {TEST_LABEL_KEY: TEST_RUN}
 STANDIN_RELEASE = "24.09"
 
@@ -28,18 +32,46 @@ def engine() -> Engine:
         if os.environ.get("CI"):
             pytest.fail(f"CI is set and no Docker engine answers: {exc.message}", pytrace=False)
         pytest.skip(f"no Docker engine: {exc.message}")
-    _STAGES_BEFORE.update(_stage_images(connected))
+    if not WORKER:
+        _STAGES_BEFORE.update(_stage_images(connected))
     yield connected
-    _remove_test_containers(connected)
-    _remove_stage_images(connected, _STAGES_BEFORE)
+    if not WORKER:
+        _remove_test_containers(connected)
+        _remove_stage_images(connected, _STAGES_BEFORE)
 
 
 _STAGES_BEFORE: set[str] = set()  # stage images the engine held when the session started: not ours
 
 
+def _xdist_controller(config) -> bool:
+    return not WORKER and bool(getattr(config.option, "numprocesses", None))
+
+
+def pytest_sessionstart(session):
+    """Under xdist, the controller notes the stage images the engine held before any worker began."""
+    if _xdist_controller(session.config):
+        try:
+            _STAGES_BEFORE.update(_stage_images(Engine.connect(timeout=60)))
+        except EngineUnavailable:
+            pass  # the workers' engine fixture says so (and fails under CI)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under xdist, the sweep of the whole run, once every worker ended."""
+    if _xdist_controller(session.config):
+        try:
+            engine = Engine.connect(timeout=60)
+        except EngineUnavailable:
+            return
+        _remove_test_containers(engine)
+        _remove_stage_images(engine, _STAGES_BEFORE)
+
+
 def free_session_build_cache(engine: Engine) -> None:
-    """Remove the stage images this session made so far (room for a test that needs it)."""
-    _remove_stage_images(engine, _STAGES_BEFORE)
+    """Remove the stage images this session made so far (room for a test that needs it); not in an
+    xdist worker, whose neighbours' builds may stand on them."""
+    if not WORKER:
+        _remove_stage_images(engine, _STAGES_BEFORE)
 
 
 def _remove_test_containers(engine: Engine) -> None:

@@ -24,7 +24,7 @@ from tests.integration.test_ngc_scale import MODELS, _expected
 from tests.specs import spec
 from triton_standins import ngc
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.ngc]  # every test here builds from the NGC-scale stand-ins
 
 BACKENDS = ("onnxruntime", "python")
 ONNX = ("ngc_onnx_types", "ngc_onnx_configless")
