@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +62,9 @@ def podman(engine, standin_images, tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail(f"CI is set and {why}", pytrace=False)
         pytest.skip(why)
-    service = PodmanService(tmp_path_factory.mktemp("podman"))
+    # A short folder of its own: runc refuses a runroot longer than 50 characters, which
+    # tmp_path_factory's folders are under pytest -n (/tmp/pytest-of-root/pytest-N/popen-gwN/...).
+    service = PodmanService(Path(tempfile.mkdtemp(prefix="tc-podman-", dir="/tmp")))
     try:
         try:
             service.start()
