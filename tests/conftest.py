@@ -191,6 +191,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if NGC_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.ngc)
+        # Under pytest -n --dist loadgroup, a file's tests stay in one worker (its module fixtures
+        # are made once); files naming one XDIST_GROUP share a worker: they make and remove the same
+        # pruned bases, which a neighbour at work would find made (or gone) under it.
+        module = getattr(item, "module", None)
+        group = getattr(module, "XDIST_GROUP", None) or item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(name=group))
 
 
 # -- under CI, a skip is a failure --------------------------------------------------------------

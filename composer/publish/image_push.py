@@ -197,7 +197,17 @@ def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: R
                 else "the base has no layers")
     mine = own_layers(assembled, compression, folder)
     layers: list[Blob | RemoteLayer] = [*base, *mine]
-    stats = _upload(api, repository, layers, on_line)
+    try:
+        stats = _upload(api, repository, layers, on_line)
+    except RegistryError:
+        if remote is None or not remote or _answers(remote[0]):
+            raise
+        # The registry the base came from went away during the push (a mirror restarted): the
+        # engine holds the same layers. What arrived stays; the rest goes again, from here.
+        on_line(f"{remote[0].api.host} no longer answers: the base's layers go from the engine instead")
+        base = list(base_from_the_engine(engine, assembled, compression, cache, on_line))
+        layers = [*base, *mine]  # the engine's layers compressed here: digests of their own
+        stats = _upload(api, repository, layers, on_line)
     config = "sha256:" + hashlib.sha256(assembled.config).hexdigest()
 
     def put_config() -> None:
@@ -220,6 +230,15 @@ def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: R
     on_line(f"pushed {ref}@{digest}: {human_size(moved)} moved, {human_size(mounted)} mounted, "
             f"{human_size(skipped)} already there")
     return Pushed(ref, digest, manifest, moved, mounted, skipped)
+
+
+def _answers(layer: "RemoteLayer") -> bool:
+    """Whether the registry a remote layer comes from still holds it (one try, no retries)."""
+    api = dataclasses.replace(layer.api, retry=RetryPolicy())
+    try:
+        return api.blob_size(layer.repository, layer.digest) is not None
+    except (RegistryError, OSError):
+        return False
 
 
 def _upload(api: RegistryApi, repository: str, layers: list, on_line: LineSink) -> tuple[int, int, int]:

@@ -163,3 +163,69 @@ def test_the_composers_push_gives_one_digest_twice_blobs_first_and_the_tag_last(
     for entry, tar in zip(manifest["layers"], (base_tar, own_tar)):
         blob = registry.blobs[("team/t", entry["digest"])]
         assert gzip.decompress(blob) == tar and blob[4:8] == b"\0\0\0\0"  # no time in the gzip header
+
+
+def test_a_base_source_that_goes_away_in_the_push_gives_way_to_the_engines_layers(tmp_path, monkeypatch):
+    """The registry the base came from (a mirror) stops answering in the middle of the push: the
+    base's layers go from the engine instead, and the manifest names what arrived."""
+    import dataclasses
+    import io
+    import tarfile
+
+    from composer.build.assemble import Assembled
+    from composer.build.canonical import LayerFile
+    from composer.core.errors import RegistryError
+    from composer.publish import image_push
+    from composer.publish.blobs import BlobCache
+    from composer.registry.client import RetryPolicy
+    from tests.unit.fake_engine import FakeEngine
+
+    def tar_of(name: bytes) -> bytes:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            info = tarfile.TarInfo(name.decode())
+            info.size = len(name)
+            tar.addfile(info, io.BytesIO(name))
+        return out.getvalue()
+
+    @dataclasses.dataclass
+    class Gone:
+        host: str = "mirror.example"
+        api_host: str = "mirror.example"
+        retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
+
+        def blob_size(self, name, digest):
+            raise RegistryError("mirror.example does not answer")
+
+        def open_blob(self, name, digest):
+            raise RegistryError("mirror.example does not answer")
+
+        def chunks(self, response, what):
+            raise AssertionError("never reached: the blob does not open")
+
+    base_tar, own_tar = tar_of(b"base-file"), tar_of(b"own-file")
+    base_diff = "sha256:" + hashlib.sha256(base_tar).hexdigest()
+    own = tmp_path / "own.tar"
+    own.write_bytes(own_tar)
+    layer = LayerFile(own, "sha256:" + hashlib.sha256(own_tar).hexdigest(), len(own_tar), 8, "backend x")
+    base_id = "sha256:" + "e" * 64
+    engine = FakeEngine(images={base_id: base_id})
+    engine.loaded[base_id] = {"config": b"{}", "layers": {base_diff[7:]: base_tar}}
+    config = json.dumps({"rootfs": {"diff_ids": [base_diff, layer.diff_id]}}).encode()
+    assembled = Assembled("sha256:" + hashlib.sha256(config).hexdigest(), config, base_id, (base_diff,), (layer,), ())
+    registry = Registry("r.example")
+    gone = image_push.RemoteLayer(Gone(), "nvidia/tritonserver", "sha256:" + "a" * 64, 10,
+                                  "application/vnd.oci.image.layer.v1.tar+gzip")
+    monkeypatch.setattr(image_push, "base_in_a_registry", lambda *args: [gone])
+
+    class Registries:
+        def client(self, host):
+            return registry
+
+    lines = []
+    pushed = image_push.push_assembled(engine, assembled, "r.example/team/t:1", Registries(), compression="gzip",
+                                       folder=tmp_path, cache=BlobCache(tmp_path / "cache"), on_line=lines.append)
+    assert "mirror.example no longer answers: the base's layers go from the engine instead" in lines
+    manifest = json.loads(pushed.manifest)
+    assert gone.digest not in [entry["digest"] for entry in manifest["layers"]]
+    assert all(("team/t", entry["digest"]) in registry.blobs for entry in manifest["layers"])
