@@ -112,25 +112,25 @@ def test_the_key_may_come_from_a_variable(key_files, monkeypatch):
     assert key.sign(payload) == key.sign(payload)  # RFC 6979: the same bytes for the same payload
 
 
-def test_the_composers_push_gives_one_digest_twice_blobs_first_and_the_tag_last(tmp_path):
+def _tar_of(name: bytes) -> bytes:
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(name.decode())
+        info.size = len(name)
+        tar.addfile(info, io.BytesIO(name))
+    return out.getvalue()
+
+
+def _one_layer_image(tmp_path):
+    """A base of one layer on a fake engine, and a composed image of one layer of its own on it."""
     from composer.build.assemble import Assembled
     from composer.build.canonical import LayerFile
-    from composer.publish.blobs import BlobCache
-    from composer.publish.image_push import push_assembled
     from tests.unit.fake_engine import FakeEngine
 
-    def tar_of(name: bytes) -> bytes:
-        import io
-        import tarfile
-
-        out = io.BytesIO()
-        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            info = tarfile.TarInfo(name.decode())
-            info.size = len(name)
-            tar.addfile(info, io.BytesIO(name))
-        return out.getvalue()
-
-    base_tar, own_tar = tar_of(b"base-file"), tar_of(b"own-file")
+    base_tar, own_tar = _tar_of(b"base-file"), _tar_of(b"own-file")
     base_diff = "sha256:" + hashlib.sha256(base_tar).hexdigest()
     own = tmp_path / "own.tar"
     own.write_bytes(own_tar)
@@ -140,6 +140,14 @@ def test_the_composers_push_gives_one_digest_twice_blobs_first_and_the_tag_last(
     engine.loaded[base_id] = {"config": b"{}", "layers": {base_diff[7:]: base_tar}}
     config = json.dumps({"rootfs": {"diff_ids": [base_diff, layer.diff_id]}}).encode()
     assembled = Assembled("sha256:" + hashlib.sha256(config).hexdigest(), config, base_id, (base_diff,), (layer,), ())
+    return engine, assembled, base_tar, own_tar
+
+
+def test_the_composers_push_gives_one_digest_twice_blobs_first_and_the_tag_last(tmp_path):
+    from composer.publish.blobs import BlobCache
+    from composer.publish.image_push import push_assembled
+
+    engine, assembled, base_tar, own_tar = _one_layer_image(tmp_path)
     registry = Registry("r.example")
 
     class Registries:
@@ -169,24 +177,11 @@ def test_a_base_source_that_goes_away_in_the_push_gives_way_to_the_engines_layer
     """The registry the base came from (a mirror) stops answering in the middle of the push: the
     base's layers go from the engine instead, and the manifest names what arrived."""
     import dataclasses
-    import io
-    import tarfile
 
-    from composer.build.assemble import Assembled
-    from composer.build.canonical import LayerFile
     from composer.core.errors import RegistryError
     from composer.publish import image_push
     from composer.publish.blobs import BlobCache
     from composer.registry.client import RetryPolicy
-    from tests.unit.fake_engine import FakeEngine
-
-    def tar_of(name: bytes) -> bytes:
-        out = io.BytesIO()
-        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            info = tarfile.TarInfo(name.decode())
-            info.size = len(name)
-            tar.addfile(info, io.BytesIO(name))
-        return out.getvalue()
 
     @dataclasses.dataclass
     class Gone:
@@ -203,16 +198,7 @@ def test_a_base_source_that_goes_away_in_the_push_gives_way_to_the_engines_layer
         def chunks(self, response, what):
             raise AssertionError("never reached: the blob does not open")
 
-    base_tar, own_tar = tar_of(b"base-file"), tar_of(b"own-file")
-    base_diff = "sha256:" + hashlib.sha256(base_tar).hexdigest()
-    own = tmp_path / "own.tar"
-    own.write_bytes(own_tar)
-    layer = LayerFile(own, "sha256:" + hashlib.sha256(own_tar).hexdigest(), len(own_tar), 8, "backend x")
-    base_id = "sha256:" + "e" * 64
-    engine = FakeEngine(images={base_id: base_id})
-    engine.loaded[base_id] = {"config": b"{}", "layers": {base_diff[7:]: base_tar}}
-    config = json.dumps({"rootfs": {"diff_ids": [base_diff, layer.diff_id]}}).encode()
-    assembled = Assembled("sha256:" + hashlib.sha256(config).hexdigest(), config, base_id, (base_diff,), (layer,), ())
+    engine, assembled, _, _ = _one_layer_image(tmp_path)
     registry = Registry("r.example")
     gone = image_push.RemoteLayer(Gone(), "nvidia/tritonserver", "sha256:" + "a" * 64, 10,
                                   "application/vnd.oci.image.layer.v1.tar+gzip")
