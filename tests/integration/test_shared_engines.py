@@ -162,12 +162,18 @@ def test_cache_list_shows_the_pruned_base_and_clear_never_takes_a_tagged_image(e
     # --all, for this base only (the engine is shared): kept while a tag uses it, removed once none does.
     only = lambda e: e.image == base["image"]  # noqa: E731
     done = clear(engine, everything=True, only=only)
-    assert not done.removed and [why for e, why in done.kept] == [
-        f"used by {', '.join(sorted([three['tags']['a'], three['tags']['b']]))}"]
+    assert not done.removed and len(done.kept) == 1
+    why = done.kept[0][1]
+    assert why.startswith("used by ") and three["tags"]["a"] in why and three["tags"]["b"] in why, why
+    # Bases of other selections on the engine may stand on this one's family layers: kept for them.
+    others = [n for n in why[len("used by "):].split(", ") if n.startswith("triton-composer/pruned-base:")]
     engine.remove_image(three["tags"]["a"])
     engine.remove_image(three["tags"]["b"])
     done = clear(engine, everything=True, only=only)
-    assert [e.image for e in done.removed] == [base["image"]] and engine.image(base["tag"]) is None
+    if others:
+        assert not done.removed and engine.image(base["tag"]) is not None, others
+    else:
+        assert [e.image for e in done.removed] == [base["image"]] and engine.image(base["tag"]) is None
     assert engine.image(three["tags"]["c"]) is not None
     TIMES["cache list and clear"] = time.monotonic() - started
 
