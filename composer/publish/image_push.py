@@ -200,7 +200,7 @@ def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: R
     try:
         stats = _upload(api, repository, layers, on_line)
     except RegistryError:
-        if remote is None or not remote or _answers(remote[0]):
+        if not remote or _answers(remote[0]):
             raise
         # The registry the base came from went away during the push (a mirror restarted): the
         # engine holds the same layers. What arrived stays; the rest goes again, from here.
