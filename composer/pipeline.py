@@ -14,7 +14,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -174,8 +173,8 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
     """The engine's build (the pruned base first, when the plan has one), then the composer's image
     of it; whatever way it ends, the run's own stage images go. A build the engine's disk cannot
     hold is refused first; one that fills it anyway ends in one line naming the disk."""
-    workdir = Path(tempfile.mkdtemp(prefix="triton-composer-")) if context_dir is None else context_dir
-    layers = Path(tempfile.mkdtemp(prefix="triton-composer-layers-")) if layers_dir is None else layers_dir
+    workdir = locks.make_folder("context") if context_dir is None else context_dir
+    layers = locks.make_folder("layers") if layers_dir is None else layers_dir
     redact = redactor(secrets_of(plan.packages))
     containers = {**dict(labels or {}), RUN_LABEL: run}  # what the run's containers carry
     base = assembled = None
@@ -209,9 +208,9 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
                 if stopped:
                     _settle(engine, run)
                 if context_dir is None:
-                    shutil.rmtree(workdir, ignore_errors=True)
+                    locks.drop_folder(workdir)
                 if layers_dir is None:
-                    shutil.rmtree(layers, ignore_errors=True)
+                    locks.drop_folder(layers)
         except EngineUnavailable as lost:  # restarted or stopped under the build: nothing more to remove now
             raise EngineUnavailable(
                 f"lost the engine {_where(engine)} during the build (it stopped answering: restarted or stopped); "
@@ -364,7 +363,7 @@ def compose(
         registries = Registries(engine, run.registry_auth, spec.images.registry_ca,
                                 retry_policy(spec.images, run.on_line))
         targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)
-    with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
+    with locks.temporary_folder("wheels") as wheels:
         resolved = resolve(engine, spec, catalog, wheels=Path(wheels), on_line=run.on_line, targets=targets)
         return _build_and_push(engine, resolved, run)
 
@@ -380,7 +379,7 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
     mine = bool(result.push) and result.push_via == "composer"
     with contextlib.ExitStack() as stack:
         # The image's own layers stay on this machine until the composer pushed them.
-        layers = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-composer-layers-"))) if mine else None
+        layers = Path(stack.enter_context(locks.temporary_folder("layers"))) if mine else None
         built = build_image(engine, plan, labels=dict(run.labels or {}), on_line=run.on_build_line or run.on_line,
                             on_smoke_line=run.on_line, layers_dir=layers, contents=resolved.contents,
                             check_space=result.space_check)
@@ -396,7 +395,7 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
                                 retry_policy(spec.images, run.on_line))
         try:
             if mine:
-                folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-composer-blobs-")))
+                folder = Path(stack.enter_context(locks.temporary_folder("blobs")))
                 digest = push_assembled(engine, built.assembled, result.push, registries,
                                         compression=result.layer_compression, folder=folder, on_line=run.on_line).digest
             else:
@@ -516,13 +515,13 @@ def rebuild(engine: Engine, registries: Registries, ref: str, catalog: Catalog, 
     previous = os.environ.get("SOURCE_DATE_EPOCH")
     os.environ["SOURCE_DATE_EPOCH"] = str(int(internal["epoch"]))
     try:
-        with tempfile.TemporaryDirectory(prefix="triton-composer-wheels-") as wheels:
+        with locks.temporary_folder("wheels") as wheels:
             resolved = resolve(engine, spec, catalog, wheels=Path(wheels), on_line=run.on_line)
             changed = _changed_inputs(resolved, definition["resolvedDependencies"])
             if changed:
                 return Rebuilt(ref, digest, "", f"not the same inputs: {changed}")
-            with tempfile.TemporaryDirectory(prefix="triton-composer-layers-") as layers, \
-                    tempfile.TemporaryDirectory(prefix="triton-composer-blobs-") as blobs:
+            with locks.temporary_folder("layers") as layers, \
+                    locks.temporary_folder("blobs") as blobs:
                 built = build_image(engine, resolved.plan, labels=dict(run.labels or {}), layers_dir=Path(layers),
                                     contents=resolved.contents,
                                     on_line=run.on_build_line or run.on_line, tag=False)

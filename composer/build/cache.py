@@ -33,7 +33,8 @@ DAY = 24 * 3600
 class Entry:
     """One thing `composer cache list` shows."""
 
-    kind: str  # "pruned base", "stage" (a leftover stage image), "run image" (a run's leftover image)
+    kind: str  # "pruned base", "old base" (an untagged one: its tag moved), "stage" (a leftover stage image),
+    # "run image" (a run's leftover image)
     image: str
     tags: tuple[str, ...]
     size: int  # bytes the image holds (its own and those shared with others)
@@ -57,6 +58,9 @@ class Entry:
         name = self.tags[0] if self.tags else self.image[:19]
         size = human_size(self.size) + ("" if self.unique < 0 else f" ({human_size(self.unique)} its own)")
         used = f"last used {_iso(self.last_used)}" if self.last_used else f"made {_iso(self.created)}"
+        if self.kind == "old base":
+            whose = f"used by {', '.join(self.used_by)}" if self.used_by else "used by no tagged image"
+            return f"old base     {name}  {size}  {self.layers} layers  {used}  untagged (its tag moved)  {whose}"
         if self.kind == "pruned base":
             whose = f"used by {', '.join(self.used_by)}" if self.used_by else "used by no tagged image"
             shares = f"; shares family layers with {', '.join(self.shares_layers_with)}" if self.shares_layers_with else ""
@@ -125,6 +129,15 @@ def listing(engine) -> list[Entry]:
                              locks.last_used(engine_id, tag) or created, _users(base, tagged),
                              layers=len(base.layers), shares_layers_with=shares))
     seen = set()
+    for image in engine.images_labelled(BASE_LABEL, untagged=True):
+        info = engine.image(image)
+        if info is None or info.tags or any(k in info.labels for k in (STAGE_LABEL, PLAN_STAGE_LABEL, RUN_LABEL)):
+            continue  # an image built on a base inherits its label: a stage or a run's image, listed below
+        # A pruned base whose tag went to another image of the same key (made again while this one
+        # was in use, or by a run killed as it tagged): no build finds it any more.
+        seen.add(info.id)
+        entries.append(Entry("old base", info.id, (), info.size, unique(info.id), _created(info.created), None,
+                             _users(info, tagged), layers=len(info.layers)))
     for kind, label in (("stage", STAGE_LABEL), ("stage", PLAN_STAGE_LABEL), ("run image", RUN_LABEL)):
         for image in engine.images_labelled(label, untagged=True):
             if image in seen:
@@ -167,6 +180,12 @@ def select(entries: list[Entry], *, older_than_days: float | None, everything: b
     now = time.time() if now is None else now
     chosen, kept = [], []
     for entry in entries:
+        if entry.kind == "old base":  # no build finds it by its tag: it goes unless a tagged image stands on it
+            if entry.used_by:
+                kept.append((entry, f"used by {', '.join(entry.used_by)}"))
+            else:
+                chosen.append(entry)
+            continue
         if entry.kind != "pruned base":
             days = 1.0 if older_than_days is None else older_than_days
             if entry.run_alive:
@@ -291,7 +310,8 @@ _NO_INFO = _NoInfo()
 
 def remove_dead_runs(engine, on_line: LineSink = quiet) -> int:
     """Remove what runs recorded on this host for this engine left when their process died (an
-    engine restart or a killed build), and their records; the containers removed."""
+    engine restart or a killed build): their images, containers and temporary folders, and their
+    records; the containers removed."""
     engine_id = engine.identity()
     containers = 0
     for record in locks.run_records():
@@ -303,7 +323,8 @@ def remove_dead_runs(engine, on_line: LineSink = quiet) -> int:
             on_line(f"note: cannot remove what run {record.run} left: {error.message}")
             continue
         containers += removed
+        folders = locks.remove_folders(record)
         on_line(f"removed what run {record.run} left (its process {record.pid} ended): "
-                f"{images} images, {removed} containers")
+                f"{images} images, {removed} containers" + (f", {len(folders)} temporary folder{'s' if len(folders) != 1 else ''}" if folders else ""))
         locks.forget(record.run)
     return containers

@@ -23,6 +23,9 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,15 +145,17 @@ class RunRecord:
     process_start: str
     started: float  # time.time()
     engine: str
+    folders: tuple[str, ...] = ()  # its process's temporary folders (temporary_folder), at the last write
 
     def to_dict(self) -> dict:
         return {"format": RECORD_FORMAT, "run": self.run, "pid": self.pid, "process_start": self.process_start,
-                "started": self.started, "engine": self.engine}
+                "started": self.started, "engine": self.engine, "folders": list(self.folders)}
 
     @classmethod
     def from_dict(cls, raw: dict) -> "RunRecord":
+        folders = raw.get("folders") or []
         return cls(str(raw["run"]), int(raw["pid"]), str(raw.get("process_start") or ""), float(raw["started"]),
-                   str(raw.get("engine") or ""))
+                   str(raw.get("engine") or ""), tuple(str(f) for f in folders if isinstance(f, str)))
 
     @property
     def alive(self) -> bool:
@@ -163,17 +168,85 @@ def _record_path(run: str) -> Path:
     return _folder("runs") / f"{run}.json"
 
 
+_FOLDER_PREFIX = "triton-composer-"
+_guard = threading.Lock()
+_folders: list[str] = []  # this process's temporary folders, while they exist
+_recording: dict[str, RunRecord] = {}  # this process's runs at work, by id
+
+
+def _write(record: RunRecord) -> None:
+    path = _record_path(record.run)
+    temporary = path.with_suffix(f".{threading.get_ident()}.tmp")
+    temporary.write_text(json.dumps(record.to_dict()))
+    os.replace(temporary, path)
+
+
+def _rewrite_records() -> None:
+    """Each run of this process at work, recorded again with the process's folders of now."""
+    for run, record in list(_recording.items()):
+        record = RunRecord(record.run, record.pid, record.process_start, record.started, record.engine,
+                           tuple(_folders))
+        _recording[run] = record
+        with contextlib.suppress(OSError):
+            _write(record)
+
+
+def make_folder(purpose: str) -> Path:
+    """A temporary folder, named in the records of this process's runs at work (and of those that
+    start while it exists): a run killed before it could remove its folders (at NGC scale,
+    gigabytes of layers) leaves them for the next run to remove, as it does its images. The maker
+    removes it with drop_folder."""
+    path = tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{purpose}-")
+    with _guard:
+        _folders.append(path)
+        _rewrite_records()
+    return Path(path)
+
+
+def drop_folder(path: Path) -> None:
+    """Remove a folder make_folder made, and its name from the records."""
+    shutil.rmtree(path, ignore_errors=True)
+    with _guard:
+        if str(path) in _folders:
+            _folders.remove(str(path))
+            _rewrite_records()
+
+
+@contextlib.contextmanager
+def temporary_folder(purpose: str) -> Iterator[Path]:
+    """make_folder's folder for the block (tempfile.TemporaryDirectory's kind)."""
+    path = make_folder(purpose)
+    try:
+        yield path
+    finally:
+        drop_folder(path)
+
+
+def remove_folders(record: RunRecord) -> list[str]:
+    """The temporary folders a dead run left, removed (only folders this module made: their name
+    says so and the record named them); the ones that were there."""
+    removed = []
+    for folder in record.folders:
+        path = Path(folder)
+        if not path.name.startswith(_FOLDER_PREFIX) or not path.is_absolute() or path.is_symlink() \
+                or not path.is_dir():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
 @contextlib.contextmanager
 def run_record(run: str, engine_id: str) -> Iterator[RunRecord]:
     """Record `run` as at work while the block runs; the record goes at the end, unless the engine
     went away (EngineUnavailable): then nothing of the run could be removed from it, and the record
     stays, naming a dead run for the next run on that engine to clean (as a killed process's does)."""
     pid = os.getpid()
-    record = RunRecord(run, pid, _process_start(pid) or "", time.time(), engine_id)
     path = _record_path(run)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(record.to_dict()))
-    os.replace(temporary, path)
+    with _guard:
+        record = RunRecord(run, pid, _process_start(pid) or "", time.time(), engine_id, tuple(_folders))
+        _write(record)
+        _recording[run] = record
     lost = False
     try:
         yield record
@@ -181,9 +254,11 @@ def run_record(run: str, engine_id: str) -> Iterator[RunRecord]:
         lost = True
         raise
     finally:
-        if not lost:
-            with contextlib.suppress(OSError):
-                path.unlink()
+        with _guard:
+            _recording.pop(run, None)
+            if not lost:
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 def run_records() -> list[RunRecord]:

@@ -185,10 +185,12 @@ def test_a_run_killed_mid_build_leaves_stages_the_next_run_removes(engine, stand
     tag = f"triton-composer-test/tritonserver:killed-{uuid.uuid4().hex[:8]}"
     # A selection of its own (the onnxruntime backend too), so its pruned base is made, not found.
     log = tmp_path / "killed.log"  # a file, not a pipe: a pipe no one reads would stop the build when full
+    temporary = tmp_path / "tmp"  # the killed run's temporary folders (its context, its layers) land here
+    temporary.mkdir()
     with open(log, "w") as sink:
         killed = subprocess.Popen([sys.executable, "-m", "composer", "build", *SMALL, "-b", "onnxruntime", "--base",
                                    "pruned", "--tag", tag], stdout=sink, stderr=subprocess.STDOUT, text=True,
-                                  env=_env(state))
+                                  env=_env(state, TMPDIR=str(temporary)))
     run, left = None, {}
     try:
         deadline = time.monotonic() + 900
@@ -204,6 +206,8 @@ def test_a_run_killed_mid_build_leaves_stages_the_next_run_removes(engine, stand
         killed.wait(60)
         left = {i: r for i, r in _runs_of(engine).items() if r == run}
         assert left and (state / "runs" / f"{run}.json").is_file()
+        folders = sorted(p.name for p in temporary.iterdir())
+        assert any(name.startswith("triton-composer-context-") for name in folders), folders
         listed = subprocess.run([sys.executable, "-m", "composer", "cache", "list", "--json"], capture_output=True,
                                 text=True, env=_env(state), timeout=600)
         leftovers = [e for e in json.loads(listed.stdout)["entries"] if e["run"] == run]
@@ -212,6 +216,7 @@ def test_a_run_killed_mid_build_leaves_stages_the_next_run_removes(engine, stand
                              capture_output=True, text=True, env=_env(state), timeout=1800)
         assert nxt.returncode == 0, nxt.stderr[-3000:]
         assert f"removed what run {run} left (its process {killed.pid} ended)" in nxt.stderr
+        assert f"{len(folders)} temporary folder" in nxt.stderr and list(temporary.iterdir()) == [], nxt.stderr[-2000:]
         assert {i: r for i, r in _runs_of(engine).items() if r == run} == {}
         assert not (state / "runs" / f"{run}.json").exists()
     finally:

@@ -181,7 +181,8 @@ def test_a_run_is_on_record_while_it_builds_and_removes_what_a_dead_run_left(eng
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    dead = locks.RunRecord("deadrun", child.pid, "1", 0.0, engine.identity())
+    left = locks.make_folder("layers")  # as a killed run leaves it
+    dead = locks.RunRecord("deadrun", child.pid, "1", 0.0, engine.identity(), (str(left),))
     (locks.state_dir() / "runs").mkdir(parents=True, exist_ok=True)
     (locks.state_dir() / "runs" / "deadrun.json").write_text(json.dumps(dead.to_dict()))
     asked, during = [], []
@@ -190,5 +191,7 @@ def test_a_run_is_on_record_while_it_builds_and_removes_what_a_dead_run_left(eng
     lines = []
     build_image(engine, ngc_plan("python", tag="team/triton:1"), on_line=lines.append)
     assert "org.triton-composer.run=deadrun" in asked and locks.run_records() == []
-    assert any(line.startswith("removed what run deadrun left") for line in lines)
+    assert any(line.startswith("removed what run deadrun left") and line.endswith(", 1 temporary folder")
+               for line in lines) and not left.exists()
+    locks.drop_folder(left)
     assert len(during) == 1 and len(during[0]) == 1  # this run, at work during its smoke test

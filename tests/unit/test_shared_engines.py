@@ -102,6 +102,29 @@ def test_a_run_that_lost_its_engine_stays_on_record_and_any_other_failure_does_n
     locks.forget("lost")
 
 
+def test_a_runs_temporary_folders_are_on_its_record_and_a_dead_runs_are_removed(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(locks.tempfile, "tempdir", str(tmp_path))
+    with locks.temporary_folder("layers") as early:  # made before the run started: on its record too
+        with locks.run_record("r4", "engine"):
+            late = locks.make_folder("context")
+            raw = json.loads((locks.state_dir() / "runs" / "r4.json").read_text())
+            assert raw["folders"] == [str(early), str(late)]
+            locks.drop_folder(late)
+            assert json.loads((locks.state_dir() / "runs" / "r4.json").read_text())["folders"] == [str(early)]
+        assert not late.exists() and early.is_dir()
+    assert not early.exists() and locks.run_records() == []
+    # A dead run's folders go; anything its record names that this module did not make stays.
+    made = locks.make_folder("context")
+    (made / "Dockerfile").write_text("FROM x\n")
+    other = tmp_path / "mine"
+    other.mkdir()
+    dead = locks.RunRecord("r5", 1, "", time.time(), "engine", (str(made), str(other), str(tmp_path / "gone")))
+    assert locks.remove_folders(dead) == [str(made)] and not made.exists() and other.is_dir()
+    locks.drop_folder(made)
+
+
 def test_the_state_folder_follows_xdg_state_home(monkeypatch, tmp_path):
     monkeypatch.delenv("COMPOSER_STATE_DIR")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
@@ -178,3 +201,14 @@ def test_clear_never_takes_a_base_a_tag_uses_nor_a_live_runs_leftover():
     chosen, kept = select(entries, older_than_days=None, everything=True, now=now)
     assert [e.image[7:] for e in chosen] == ["old", "new", "unknown-recent", "unknown-old"]
     assert {e.image[7:]: why for e, why in kept} == {"used": "used by localhost/x:1", "live": "run r is at work"}
+
+
+def test_an_old_base_goes_with_any_clear_unless_a_tagged_image_stands_on_it():
+    """An untagged pruned base (its tag moved to one made again) is found by no build: any clear
+    takes it, as long as no tagged image is built on it."""
+    now = 100 * DAY
+    entries = [_entry("old base", "orphan", created=now - 60), _entry("old base", "held", used_by=["team/t:1"])]
+    chosen, kept = select(entries, older_than_days=None, everything=False, now=now)
+    assert [e.image[7:] for e in chosen] == ["orphan"]
+    assert {e.image[7:]: why for e, why in kept} == {"held": "used by team/t:1"}
+    assert "untagged (its tag moved)" in entries[0].line()
