@@ -213,7 +213,7 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
                     locks.drop_folder(layers)
         except EngineUnavailable as lost:  # restarted or stopped under the build: nothing more to remove now
             raise EngineUnavailable(
-                f"lost the engine {_where(engine)} during the build (it stopped answering: restarted or stopped); "
+                f"lost the engine {engine.where()} during the build (it stopped answering: restarted or stopped); "
                 f"{plan.tag} was not moved; what this run left there is removed by the next build on that engine, "
                 f"or by composer cache clear") from lost
         except BaseException:  # then the new image goes too
@@ -246,11 +246,6 @@ def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBas
         engine.discard_untagged(built)
         raise
     return assembled, document
-
-
-def _where(engine: Engine) -> str:
-    endpoint = getattr(engine, "endpoint", None)
-    return getattr(endpoint, "url", None) or type(engine).__name__
 
 
 def _settle(engine: Engine, run: str, quiet_for: float = 3, at_most: float = 20) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 
@@ -58,6 +59,7 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     """Under xdist, the sweep of the whole run, once every worker ended."""
+    _write_durations()
     if _xdist_controller(session.config):
         try:
             engine = Engine.connect(timeout=60)
@@ -188,6 +190,7 @@ NGC_FIXTURES = frozenset({"ngc_standins", "ngc_standins_cuda13", "vllm_standin"}
 
 
 def pytest_collection_modifyitems(config, items):
+    groups = {}
     for item in items:
         if NGC_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.ngc)
@@ -195,8 +198,67 @@ def pytest_collection_modifyitems(config, items):
         # are made once); files naming one XDIST_GROUP share a worker: they make and remove the same
         # pruned bases, which a neighbour at work would find made (or gone) under it.
         module = getattr(item, "module", None)
-        group = getattr(module, "XDIST_GROUP", None) or item.nodeid.split("::")[0]
+        group = getattr(module, "XDIST_GROUP", None) or _file_of(item.nodeid)
+        groups[item.nodeid] = group
         item.add_marker(pytest.mark.xdist_group(name=group))
+    # Longest groups first (scripts/test passes --no-loadscope-reorder, so workers take groups in
+    # this order): the last group a worker takes is then a short one, and both end near together.
+    estimate: dict[str, float] = {}
+    for item in items:
+        estimate[groups[item.nodeid]] = estimate.get(groups[item.nodeid], 0.0) + _estimate(item.nodeid)
+    first = {}
+    for index, item in enumerate(items):
+        first.setdefault(groups[item.nodeid], index)
+    items.sort(key=lambda item: (-estimate[groups[item.nodeid]], first[groups[item.nodeid]]))
+
+
+# -- the order of the groups: seconds each file took in a measured run -----------------------------
+# tests/durations.json holds the seconds each test file's tests took (setup and teardown included)
+# in the last measured run of scripts/test; COMPOSER_TEST_DURATIONS=FILE writes a run's figures there.
+DURATIONS_FILE = os.path.join(os.path.dirname(__file__), "durations.json")
+_DURATIONS: dict[str, float] | None = None
+_SPENT: dict[str, float] = {}
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::")[0].split("@")[0]
+
+
+def _estimate(nodeid: str) -> float:
+    """A test's share of its file's measured seconds; a file not measured: 60 s an integration test."""
+    global _DURATIONS
+    if _DURATIONS is None:
+        try:
+            with open(DURATIONS_FILE) as handle:
+                _DURATIONS = {k: float(v["seconds"]) / max(int(v["tests"]), 1) for k, v in json.load(handle).items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            _DURATIONS = {}
+    path = _file_of(nodeid)
+    if path in _DURATIONS:
+        return _DURATIONS[path]
+    return 60.0 if "/integration/" in f"/{path}" else 0.05
+
+
+def pytest_runtest_logreport(report):
+    """Seconds spent per file (setup, call and teardown), for COMPOSER_TEST_DURATIONS."""
+    if os.environ.get("COMPOSER_TEST_DURATIONS") and not WORKER:
+        path = _file_of(report.nodeid)
+        _SPENT[path] = _SPENT.get(path, 0.0) + float(getattr(report, "duration", 0.0) or 0.0)
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            _COUNTED[path] = _COUNTED.get(path, 0) + 1
+
+
+_COUNTED: dict[str, int] = {}
+
+
+def _write_durations() -> None:
+    target = os.environ.get("COMPOSER_TEST_DURATIONS")
+    if not target or WORKER or not _SPENT:
+        return
+    rows = {path: {"seconds": round(_SPENT[path], 1), "tests": _COUNTED.get(path, 0)} for path in sorted(_SPENT)}
+    with open(target, "w") as handle:
+        json.dump(rows, handle, indent=1, sort_keys=True)
+        handle.write("\n")
 
 
 # -- under CI, a skip is a failure --------------------------------------------------------------

@@ -204,6 +204,12 @@ class ContainerEngine(ABC):
         endpoint = getattr(self, "endpoint", None)
         return str(getattr(endpoint, "url", "") or "engine")
 
+    def where(self) -> str:
+        """The engine's address as a message names it (its credentials, if any, redacted)."""
+        endpoint = getattr(self, "endpoint", None)
+        url = getattr(endpoint, "url", None)
+        return redact(url)[:200] if url else type(self).__name__
+
     def storage(self) -> tuple[str, "shutil._ntuple_diskusage"] | None:
         """Where the engine stores images and that disk's usage; None when this machine cannot see it."""
         return None
