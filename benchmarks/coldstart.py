@@ -625,6 +625,21 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _floor(imported: Row | None, uncompressed: Row | None) -> tuple[float, str] | None:
+    """What this machine cannot go below for the pruned image, from rows of this run: the lower of
+    the issue's floor (its uncompressed layers imported from a local archive, then served) and the
+    uncompressed row's unpack and start alone (its layers already on the node: no network, no
+    decompression). The import is no floor when it is slower than a pull from the registry (ctr
+    import reads the archive in one stream and writes each blob before it unpacks)."""
+    found = []
+    if imported is not None:
+        found.append((imported.total_s, "uncompressed from a local file"))
+    if uncompressed is not None:
+        found.append((uncompressed.unpack_s + uncompressed.ready_s + uncompressed.first_answer_s,
+                      "uncompressed layers already on the node: unpack and start"))
+    return min(found) if found else None
+
+
 def goals(rows: list[Row]) -> list[str]:
     """The issue's goal figures, from rows measured in this run (none is estimated)."""
 
@@ -638,7 +653,8 @@ def goals(rows: list[Row]) -> list[str]:
         style = find(build="composepy", compression="gzip", **base)
         gzip = find(build="pruned", compression="gzip", **base)
         zstd = find(build="pruned", compression="zstd", **base)
-        floor = find(build="pruned", compression="none", runtime="containerd", node="empty", bandwidth="file")
+        floor = _floor(find(build="pruned", compression="none", runtime="containerd", node="empty", bandwidth="file"),
+                       find(build="pruned", compression="none", **base))
         if zstd and style:
             ratio = zstd.total_s / style.total_s
             lines.append(f"[{bandwidth}] pruned zstd / compose.py-style gzip, time to first answer: {ratio:.2f}x "
@@ -646,8 +662,9 @@ def goals(rows: list[Row]) -> list[str]:
         if gzip and style:
             lines.append(f"[{bandwidth}] pruned gzip / compose.py-style gzip: {gzip.total_s / style.total_s:.2f}x")
         if zstd and floor:
-            ratio = zstd.total_s / floor.total_s
-            lines.append(f"[{bandwidth}] pruned zstd / the floor (uncompressed from a local file): {ratio:.2f}x "
+            seconds, how = floor
+            ratio = zstd.total_s / seconds
+            lines.append(f"[{bandwidth}] pruned zstd / the floor ({how}): {ratio:.2f}x "
                          f"(goal <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'})")
         if zstd and gzip:
             pull_gzip, pull_zstd = gzip.download_s + gzip.unpack_s, zstd.download_s + zstd.unpack_s

@@ -111,6 +111,10 @@ def test_goals_are_read_from_measured_rows_only():
     assert "pruned zstd / compose.py-style gzip, time to first answer: 0.20x (goal <= 0.25x: met)" in text
     assert "pruned zstd / the floor (uncompressed from a local file): 1.25x (goal <= 1.3x: met)" in text
     assert "pull, gzip / zstd: 2.11x faster with zstd (goal >= 1.5x: met)" in text
+    # An uncompressed pull whose unpack and start alone take less than the import: that is the floor.
+    text = "\n".join(goals(rows + [row("pruned", "none", 30.0, 20, 8.9)]))
+    assert "pruned zstd / the floor (uncompressed layers already on the node: unpack and start): 2.00x " \
+           "(goal <= 1.3x: NOT met)" in text
     assert "moved 0.25x its size (goal <= 0.5x: met)" in text
     # A row that did not serve gives no figure.
     rows[2] = row("pruned", "zstd", 20.0, 9, 9, served=False)
