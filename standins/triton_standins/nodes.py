@@ -217,9 +217,13 @@ class ContainerdNode:
         self._checked("images", "pull", *self._remote(plain_http, user), ref)
         return time.monotonic() - started
 
-    def pull(self, ref: str, *, plain_http: bool = True, user: str | None = None) -> float:
-        """Download and unpack as one (ctr images pull): its seconds."""
-        return self.unpack(ref, plain_http=plain_http, user=user)
+    def pull(self, ref: str, *, plain_http: bool = True, user: str | None = None) -> tuple[float, dict[str, float]]:
+        """Download and unpack as one (ctr images pull: each layer is unpacked once it and those
+        under it arrived, as a kubelet's pull does): its seconds, and when each new blob arrived."""
+        started = time.monotonic()
+        with Arrivals(self.content) as arrivals:
+            self._checked("images", "pull", *self._remote(plain_http, user), ref)
+        return time.monotonic() - started, dict(arrivals.seen)
 
     @staticmethod
     def _remote(plain_http: bool, user: str | None) -> list[str]:
