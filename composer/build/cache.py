@@ -180,11 +180,14 @@ def select(entries: list[Entry], *, older_than_days: float | None, everything: b
     now = time.time() if now is None else now
     chosen, kept = [], []
     for entry in entries:
-        if entry.kind == "old base":  # no build finds it by its tag: it goes unless a tagged image stands on it
+        if entry.kind == "old base":  # no build finds it by its tag, but one that began on it may still be at work
+            days = 1.0 if older_than_days is None else older_than_days
             if entry.used_by:
                 kept.append((entry, f"used by {', '.join(entry.used_by)}"))
-            else:
+            elif everything or (now - entry.created) > days * DAY:
                 chosen.append(entry)
+            else:
+                kept.append((entry, f"made within {days:g} days (a build begun on it may be at work)"))
             continue
         if entry.kind != "pruned base":
             days = 1.0 if older_than_days is None else older_than_days

@@ -203,12 +203,17 @@ def test_clear_never_takes_a_base_a_tag_uses_nor_a_live_runs_leftover():
     assert {e.image[7:]: why for e, why in kept} == {"used": "used by localhost/x:1", "live": "run r is at work"}
 
 
-def test_an_old_base_goes_with_any_clear_unless_a_tagged_image_stands_on_it():
-    """An untagged pruned base (its tag moved to one made again) is found by no build: any clear
-    takes it, as long as no tagged image is built on it."""
+def test_an_old_base_goes_once_a_day_old_or_with_all_unless_a_tagged_image_stands_on_it():
+    """An untagged pruned base (its tag moved to one made again) is found by no build, but a build
+    that began on it (another host's, with locks of its own) may still be at work: it goes as an
+    unrecorded run's leftovers do, never while a tagged image stands on it."""
     now = 100 * DAY
-    entries = [_entry("old base", "orphan", created=now - 60), _entry("old base", "held", used_by=["team/t:1"])]
+    entries = [_entry("old base", "orphan", created=now - 2 * DAY), _entry("old base", "recent", created=now - 60),
+               _entry("old base", "held", used_by=["team/t:1"])]
     chosen, kept = select(entries, older_than_days=None, everything=False, now=now)
     assert [e.image[7:] for e in chosen] == ["orphan"]
-    assert {e.image[7:]: why for e, why in kept} == {"held": "used by team/t:1"}
+    assert {e.image[7:]: why for e, why in kept} == {
+        "held": "used by team/t:1", "recent": "made within 1 days (a build begun on it may be at work)"}
+    chosen, _ = select(entries, older_than_days=None, everything=True, now=now)
+    assert [e.image[7:] for e in chosen] == ["orphan", "recent"]
     assert "untagged (its tag moved)" in entries[0].line()
