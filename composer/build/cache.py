@@ -23,7 +23,7 @@ from composer.core.errors import ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.core.units import human_size
 from composer.engine import locks
-from composer.resolve.plan import RUN_LABEL
+from composer.resolve.plan import BACKENDS_LABEL, RUN_LABEL
 from composer.resolve.plan import STAGE_LABEL as PLAN_STAGE_LABEL
 
 DAY = 24 * 3600
@@ -131,8 +131,10 @@ def listing(engine) -> list[Entry]:
     seen = set()
     for image in engine.images_labelled(BASE_LABEL, untagged=True):
         info = engine.image(image)
-        if info is None or info.tags or any(k in info.labels for k in (STAGE_LABEL, PLAN_STAGE_LABEL, RUN_LABEL)):
-            continue  # an image built on a base inherits its label: a stage or a run's image, listed below
+        if info is None or info.tags or any(k in info.labels for k in (STAGE_LABEL, PLAN_STAGE_LABEL, RUN_LABEL,
+                                                                        BACKENDS_LABEL)):
+            continue  # an image built on a base inherits its label: a stage or a run's image (listed below), or a
+            # composed image whose tag moved (the user's, as any image's previous version is)
         # A pruned base whose tag went to another image of the same key (made again while this one
         # was in use, or by a run killed as it tagged): no build finds it any more.
         seen.add(info.id)

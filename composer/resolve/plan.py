@@ -862,6 +862,9 @@ def _environment(release: Release, server_version: str, catalog: Catalog, backen
     return tuple(env.items())
 
 
+BACKENDS_LABEL = "org.triton-composer.backends"  # on every composed image (never on a pruned base)
+
+
 def _labels(release, server_version: str, full: BaseImage, minimal: BaseImage, backends, repoagents, caches, created=None,
             user=()) -> tuple[tuple[str, str], ...]:
     labels = {
@@ -873,7 +876,7 @@ def _labels(release, server_version: str, full: BaseImage, minimal: BaseImage, b
         "org.opencontainers.image.base.name": minimal.ref,
         "org.triton-composer.version": __version__,
         "org.triton-composer.release": release.name,
-        "org.triton-composer.backends": ",".join(backends),
+        BACKENDS_LABEL: ",".join(backends),
         "org.triton-composer.repoagents": ",".join(repoagents),
         "org.triton-composer.caches": ",".join(caches),
         "org.triton-composer.full-image": full.ref,
