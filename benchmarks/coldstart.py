@@ -42,6 +42,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import docker
 import requests
 
 
@@ -50,6 +51,7 @@ if __package__ in (None, ""):  # run as a script (python benchmarks/X.py): the p
 
 from benchmarks.fleet_images import _start_registry_on, _stop
 from benchmarks.ngc_scale import compose_py_dockerfile
+from benchmarks._leftovers import remove_new_untagged, untagged
 from composer.catalog.catalog import Catalog
 from composer.config.types import CompositionSpec
 from composer.core.errors import ComposerError
@@ -773,6 +775,8 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True) if not args.scratch else None
         return 1
     registry = Registry(scratch / "registry", memory_need if memory else None)
+    client = docker.from_env(timeout=600)
+    untagged_before = untagged(client)  # what the engine held untagged: not this run's to remove
     bench = None
     skipped: list[str] = []
     failed: list[str] = []
@@ -797,6 +801,7 @@ def main() -> int:
     finally:
         if bench is not None:
             bench.forget_built()
+        remove_new_untagged(client, untagged_before)
         registry.close()
         if not args.scratch:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -61,6 +61,7 @@ if __package__ in (None, ""):  # run as a script (python benchmarks/X.py): the p
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fleet_images import _start_registry_on, _stop
+from benchmarks._leftovers import remove_new_untagged, untagged
 from composer.core.units import human_size
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -580,6 +581,7 @@ def main() -> int:
     rows: list[Row] = []
     figures: dict = {}
     bases_before = _bases(client)  # the pruned bases the engine held: never removed here
+    untagged_before = untagged(client)  # nor the untagged images it held (stand-ins' recipe stages)
     scratch = Path(tempfile.mkdtemp(prefix="faults-bench-"))
     try:
         if "interrupts" in groups:
@@ -597,6 +599,7 @@ def main() -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         _remove_new_bases(client, bases_before)
+        remove_new_untagged(client, untagged_before)
     if rows:
         print(table(rows))
         for row in rows:
