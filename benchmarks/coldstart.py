@@ -23,7 +23,8 @@ compose.py would. Docker 20.10 (Debian 12's) cannot pull zstd layers: its zstd r
     ... --only pruned --runtime containerd
 
 It checks free disk (and memory, for a registry in memory) first and says what it needs; it
-removes as it goes: each node's root, the registry's storage, the images it built, its blob cache.
+removes as it goes: each node's root, the registry's storage, the images it built, its blob cache;
+at the end, what its builds left untagged (a compose.py-style build's stages).
 """
 
 from __future__ import annotations

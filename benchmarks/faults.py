@@ -33,7 +33,7 @@ against the same three one after another, each mode starting with their pruned b
     ... --only interrupts,registry,engine,mirror,concurrency   --json faults.json
 
 Checks free space first and says what it needs; removes what it made: its tags, the registry's
-storage, the pruned bases it made.
+storage, the pruned bases it made, and what its builds left untagged (benchmarks/_leftovers.py).
 """
 
 from __future__ import annotations
