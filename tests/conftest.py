@@ -189,20 +189,49 @@ def standins(engine: Engine):
 NGC_FIXTURES = frozenset({"ngc_standins", "ngc_standins_cuda13", "vllm_standin"})
 
 
+def pytest_itemcollected(item):
+    """`ngc` on each test as it is collected, before pytest's -m reads it."""
+    if NGC_FIXTURES & set(getattr(item, "fixturenames", ())):
+        item.add_marker(pytest.mark.ngc)
+
+
+# -- two workers (scripts/test: pytest -n 2 --dist loadfile --no-loadscope-reorder) --------------
+# A worker takes whole files (a file's module fixtures are made once). Files making and removing
+# the same small pruned bases share one worker: a neighbour at work would find them made, or gone,
+# under it. (xdist's loadgroup would read marks for this, but under pytest 9 the group it puts in a
+# test's id does not reach the scheduler: the files were spread test by test.)
+WORKER_GROUPS = {
+    "tests/integration/test_pruned_base.py": "small pruned bases",
+    "tests/integration/test_family_layers.py": "small pruned bases",
+    "tests/integration/test_shared_engines.py": "small pruned bases",
+}
+
+
+def _group_of_file(path: str) -> str:
+    return WORKER_GROUPS.get(path, path)
+
+
+def _group_of(item) -> str:
+    return _group_of_file(_file_of(item.nodeid))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Whole files to a worker, the files of one WORKER_GROUPS group to the same worker."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group_of_file(_file_of(nodeid))
+
+    return FileGroups(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    groups = {}
-    for item in items:
-        if NGC_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.ngc)
-        # Under pytest -n --dist loadgroup, a file's tests stay in one worker (its module fixtures
-        # are made once); files naming one XDIST_GROUP share a worker: they make and remove the same
-        # pruned bases, which a neighbour at work would find made (or gone) under it.
-        module = getattr(item, "module", None)
-        group = getattr(module, "XDIST_GROUP", None) or _file_of(item.nodeid)
-        groups[item.nodeid] = group
-        item.add_marker(pytest.mark.xdist_group(name=group))
-    # Longest groups first (scripts/test passes --no-loadscope-reorder, so workers take groups in
-    # this order): the last group a worker takes is then a short one, and both end near together.
+    groups = {item.nodeid: _group_of(item) for item in items}
+    # Longest groups first (--no-loadscope-reorder: workers take groups in this order), so the last
+    # group a worker takes is a short one and both end near together.
     estimate: dict[str, float] = {}
     for item in items:
         estimate[groups[item.nodeid]] = estimate.get(groups[item.nodeid], 0.0) + _estimate(item.nodeid)

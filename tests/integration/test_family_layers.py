@@ -22,7 +22,7 @@ from tests.specs import spec
 from triton_standins import ngc
 
 pytestmark = pytest.mark.integration
-XDIST_GROUP = "small pruned bases"  # one worker for the files making them (tests/conftest.py)
+# One worker runs this file and the others making small pruned bases (WORKER_GROUPS, tests/conftest.py).
 
 LAYER_CAP = 2_000_000_000
 

@@ -23,7 +23,7 @@ from tests.integration.test_ngc_scale import BACKENDS, SERVED, _cases, _reposito
 from tests.specs import spec
 
 pytestmark = pytest.mark.integration
-XDIST_GROUP = "small pruned bases"  # one worker for the files making them (tests/conftest.py)
+# One worker runs this file and the others making small pruned bases (WORKER_GROUPS, tests/conftest.py).
 
 MIN = f"{ngc.REGISTRY}/tritonserver:24.09-py3-min"
 REMOVED = "libcudnn_engines_precompiled.so.9"  # loaded by name: libcudnn_graph.so.9's data names it

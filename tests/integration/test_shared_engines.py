@@ -32,7 +32,7 @@ from composer.resolve.plan import STAGE_LABEL as PLAN_STAGE_LABEL
 from tests.conftest import TEST_LABEL_KEY, TEST_RUN
 
 pytestmark = pytest.mark.integration
-XDIST_GROUP = "small pruned bases"  # one worker for the files making them (tests/conftest.py)
+# One worker runs this file and the others making small pruned bases (WORKER_GROUPS, tests/conftest.py).
 
 REGISTRY = "localhost/standin"
 SMALL = ("--registry", REGISTRY, "--version", "24.09", "-b", "python", "--label", f"{TEST_LABEL_KEY}={TEST_RUN}")
