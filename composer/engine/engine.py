@@ -535,11 +535,23 @@ class DockerEngine(ContainerEngine):
     def images_labelled(self, label: str, *, untagged: bool = False) -> list[str]:
         filters: dict = {"label": label, **({"dangling": True} if untagged else {})}
         with _translated("cannot list images", EngineError):
-            return [img["Id"] for img in self._api.images(filters=filters)]
+            return [img["Id"] for img in self._images(filters=filters)]
+
+    def _images(self, **query) -> list[dict]:
+        """The engine's image list. Podman fails the whole list when an image it listed is removed
+        before it read it (another build on the engine cleaning up): asked again, a few times."""
+        for attempt in range(5):
+            try:
+                return self._api.images(**query)
+            except docker.errors.APIError as error:
+                if "image not known" not in str(error) or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        return []
 
     def first_labelled(self, label: str) -> str | None:
         with _translated("cannot list images", EngineError):
-            found = self._api.images(filters={"label": label}, all=True)
+            found = self._images(filters={"label": label}, all=True)
         ids = {img["Id"] for img in found}
         roots = [img["Id"] for img in found if img.get("ParentId") not in ids]
         if len(roots) == 1:
@@ -550,7 +562,7 @@ class DockerEngine(ContainerEngine):
 
     def image_names(self) -> list[str]:
         with _translated("cannot list images", EngineError):
-            images = self._api.images()
+            images = self._images()
         names = []
         for img in images:
             names += [n for n in (img.get("RepoTags") or []) + (img.get("RepoDigests") or []) if "<none>" not in n]

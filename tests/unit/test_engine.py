@@ -214,3 +214,20 @@ def test_the_engine_kind_is_what_the_endpoint_says_it_is(monkeypatch, components
     monkeypatch.setattr(docker, "DockerClient", Client)
     engine = ContainerEngine.connect(host="tcp://127.0.0.1:2375")
     assert type(engine).__name__ == kind and engine.is_podman == (kind == "PodmanEngine")
+
+
+def test_an_image_list_that_lost_an_image_midway_is_asked_again():
+    """Podman fails a whole image list when another build removed one it had listed."""
+    import docker
+
+    engine, fake = docker_engine()
+    answers = [docker.errors.APIError('reading image "a85a": image not known'), [{"Id": "sha256:x"}]]
+
+    def images(**query):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    fake.images = images
+    assert engine.images_labelled("org.triton-composer.run") == ["sha256:x"] and answers == []
