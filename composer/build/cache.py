@@ -182,23 +182,20 @@ def select(entries: list[Entry], *, older_than_days: float | None, everything: b
     now = time.time() if now is None else now
     chosen, kept = [], []
     for entry in entries:
-        if entry.kind == "old base":  # no build finds it by its tag, but one that began on it may still be at work
+        if entry.kind != "pruned base":  # an old base, or a run's leftover: either may still be in use
             days = 1.0 if older_than_days is None else older_than_days
-            if entry.used_by:
-                kept.append((entry, f"used by {', '.join(entry.used_by)}"))
+            if entry.kind == "old base":  # no build finds it by its tag, but one that began on it may be at work
+                held = f"used by {', '.join(entry.used_by)}" if entry.used_by else None
+                recent = "(a build begun on it may be at work)"
+            else:
+                held = f"run {entry.run} is at work" if entry.run_alive else None
+                recent = "by a run not recorded here (it may be at work)"
+            if held:
+                kept.append((entry, held))
             elif everything or (now - entry.created) > days * DAY:
                 chosen.append(entry)
             else:
-                kept.append((entry, f"made within {days:g} days (a build begun on it may be at work)"))
-            continue
-        if entry.kind != "pruned base":
-            days = 1.0 if older_than_days is None else older_than_days
-            if entry.run_alive:
-                kept.append((entry, f"run {entry.run} is at work"))
-            elif everything or (now - entry.created) > days * DAY:
-                chosen.append(entry)
-            else:
-                kept.append((entry, f"made within {days:g} days by a run not recorded here (it may be at work)"))
+                kept.append((entry, f"made within {days:g} days {recent}"))
             continue
         if entry.used_by:
             kept.append((entry, f"used by {', '.join(entry.used_by)}"))
