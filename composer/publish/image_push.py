@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from composer.build.assemble import Assembled, canonical_json
-from composer.core.errors import RegistryError
+from composer.core.errors import RegistryError, UsageError
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef
 from composer.core.units import human_size
@@ -93,8 +93,8 @@ def base_in_a_registry(engine: Engine, registries: Registries, assembled: Assemb
             if "manifests" in manifest:
                 continue  # an index: the engine named the image, not the list
             config = json.loads(api.blob(ref.repository, manifest["config"]["digest"]))
-        except (RegistryError, ValueError, KeyError, TypeError, OSError):
-            continue
+        except (RegistryError, UsageError, ValueError, KeyError, TypeError, OSError):
+            continue  # a registry it cannot trust or read now (its certs.d CA gone) is no shortcut
         diff_ids = tuple((config.get("rootfs") or {}).get("diff_ids") or ())
         layers = manifest.get("layers") or []
         if diff_ids != assembled.base_layers or len(layers) != len(diff_ids):
@@ -234,10 +234,10 @@ def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: R
 
 def _answers(layer: "RemoteLayer") -> bool:
     """Whether the registry a remote layer comes from still holds it (one try, no retries)."""
-    api = dataclasses.replace(layer.api, retry=RetryPolicy())
     try:
+        api = dataclasses.replace(layer.api, retry=RetryPolicy())
         return api.blob_size(layer.repository, layer.digest) is not None
-    except (RegistryError, OSError):
+    except (RegistryError, UsageError, OSError):
         return False
 
 

@@ -310,6 +310,8 @@ class _TrustAdapter(requests.adapters.HTTPAdapter):
         for cafile in cafiles:
             try:
                 self._context.load_verify_locations(cafile=str(cafile))
+            except FileNotFoundError:
+                continue  # a certs.d file removed since it was listed: the engine would not read it either
             except (OSError, ssl.SSLError):
                 raise UsageError(f"{cafile}: not a readable PEM CA certificate") from None
         super().__init__()

@@ -510,6 +510,18 @@ def test_registries_use_explicit_credentials_else_the_engines_login_per_host(tmp
         Registries(engine, ca_file=tmp_path / "bad.pem").client("reg.example")
 
 
+def test_a_certs_d_file_removed_after_it_was_listed_is_skipped_not_an_error(tmp_path):
+    # Found by CI: another job's registry took its certs.d folder away while a push looked at it.
+    import requests.certs
+
+    gone = tmp_path / "certs.d" / "127.0.0.1:41781" / "ca.crt"
+    api = RegistryApi("127.0.0.1:41781", ca_files=(Path(requests.certs.where()), gone))
+    assert api.ca_files[-1] == gone
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    with pytest.raises(UsageError, match="not a readable PEM CA certificate"):
+        RegistryApi("127.0.0.1:41781", ca_files=(tmp_path / "bad.pem",))
+
+
 @pytest.fixture
 def silent_registry():
     """A port on 127.0.0.1 that accepts connections and never answers (closed at the end)."""
