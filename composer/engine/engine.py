@@ -47,6 +47,7 @@ Gpus = Union[str, int]
 
 
 _RUNNING = re.compile(r"---> Running in ([0-9a-f]{12})")  # a build step's container, as the engine names it
+LIST_PATIENCE = 60.0  # seconds an image list may keep failing while another run removes images (Podman)
 
 @dataclass(frozen=True)
 class ImageInfo:
@@ -539,15 +540,18 @@ class DockerEngine(ContainerEngine):
 
     def _images(self, **query) -> list[dict]:
         """The engine's image list. Podman fails the whole list when an image it listed is removed
-        before it read it (another build on the engine cleaning up): asked again, a few times."""
-        for attempt in range(5):
+        before it read it (another build on the engine cleaning up, one image at a time: a minute
+        at most): asked again until a list goes through."""
+        deadline = time.monotonic() + LIST_PATIENCE
+        attempt = 0
+        while True:
             try:
                 return self._api.images(**query)
             except docker.errors.APIError as error:
-                if "image not known" not in str(error) or attempt == 4:
+                if "image not known" not in str(error) or time.monotonic() > deadline:
                     raise
-                time.sleep(0.2 * (attempt + 1))
-        return []
+                attempt += 1
+                time.sleep(min(2.0, 0.2 * attempt))
 
     def first_labelled(self, label: str) -> str | None:
         with _translated("cannot list images", EngineError):
@@ -923,6 +927,17 @@ class PodmanEngine(DockerEngine):
 
     is_podman = True
     loads_partial_archives = False  # containers/image's docker-archive reader wants every layer
+
+    def identity(self) -> str:
+        """Podman's storage root: its `info` ID is new on every request, so two runs on one service
+        would never share a lock (both made the same pruned base at once)."""
+        if getattr(self, "_identity", None) is None:
+            try:
+                root = str(self._api.info().get("DockerRootDir") or "")
+            except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
+                root = ""
+            self._identity = f"podman:{root}" if root else self.endpoint.url
+        return self._identity
 
     def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
         """A build through Podman's own endpoint: its Docker-compatible one ignores network_mode

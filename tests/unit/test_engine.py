@@ -231,3 +231,39 @@ def test_an_image_list_that_lost_an_image_midway_is_asked_again():
 
     fake.images = images
     assert engine.images_labelled("org.triton-composer.run") == ["sha256:x"] and answers == []
+
+
+def test_an_image_list_that_keeps_failing_is_one_line_once_the_patience_is_spent(monkeypatch):
+    import docker
+
+    from composer.engine import engine as module
+
+    engine, fake = docker_engine()
+    calls = []
+
+    def images(**query):
+        calls.append(query)
+        raise docker.errors.APIError('reading image "a85a": image not known')
+
+    fake.images = images
+    clock = iter(range(0, 1000, 7))
+    monkeypatch.setattr(module.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(module.time, "sleep", lambda seconds: None)
+    with pytest.raises(EngineError, match="cannot list images: .*image not known"):
+        engine.images_labelled("org.triton-composer.run")
+    assert 5 <= len(calls) <= 12  # asked again for LIST_PATIENCE (60 s) of this clock's 7 s steps
+
+
+def test_podmans_identity_is_its_storage_not_its_info_id_which_changes_on_every_request():
+    """Locks are per engine: under Podman two runs at once both made one pruned base."""
+    from composer.engine.engine import PodmanEngine
+
+    fake = FakeAPI()
+    ids = iter(["98da562d", "8207dc6c"])
+    fake.info = lambda: {"ID": next(ids), "DockerRootDir": "/var/lib/containers/storage"}
+    one = PodmanEngine(FakeClient(fake), Endpoint("unix:///run/podman/podman.sock"))
+    other = PodmanEngine(FakeClient(fake), Endpoint("unix:///tmp/other.sock"))
+    assert one.identity() == other.identity() == "podman:/var/lib/containers/storage"
+    docker_one, api = docker_engine()
+    api.info = lambda: {"ID": "ABCD:EFGH"}
+    assert docker_one.identity() == "ABCD:EFGH"
