@@ -179,7 +179,7 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
     containers = {**dict(labels or {}), RUN_LABEL: run}  # what the run's containers carry
     base = assembled = None
     try:
-        context: BuildContext = write_context(plan, workdir)
+        context: BuildContext = write_context(plan, workdir, run)
         on_line(f"build context: {context.directory} (run {run}: its stages carry {RUN_LABEL}={run})")
         if check_space:
             to_make = context.pruned_base is not None and not pruned_base_made(engine, plan, context.pruned_base)
@@ -216,7 +216,8 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
                 f"lost the engine {engine.where()} during the build (it stopped answering: restarted or stopped); "
                 f"{plan.tag} was not moved; what this run left there is removed by the next build on that engine, "
                 f"or by composer cache clear") from lost
-        except BaseException:  # then the new image goes too
+        except BaseException:  # then the new image goes too, and the run's record stays for the next run
+            locks.cleanup_unfinished(run)
             if assembled is not None:
                 engine.discard_untagged(assembled[0].image_id)
             raise

@@ -52,6 +52,7 @@ def templates() -> jinja2.Environment:
     environment.filters["quoted"] = dockerfile_quoted
     environment.globals["stage_label_key"] = STAGE_LABEL
     environment.globals["run_label_key"] = RUN_LABEL
+    environment.globals["composer_run"] = "${COMPOSER_RUN}"  # a render; a build writes its run (render_dockerfile)
     return environment
 
 
@@ -86,11 +87,15 @@ def python_prune(plan: CompositionPlan) -> dict | None:
     return {"paths": core + collect_paths(plan), "dists": names}
 
 
-def render_dockerfile(plan: CompositionPlan) -> str:
+def render_dockerfile(plan: CompositionPlan, run: str | None = None) -> str:
+    """The composition's Dockerfile. A build's `run` is written into the labels of the stages it
+    owns, not left to the build argument: buildah caches a LABEL step by its text, so two runs at
+    once would otherwise share (and remove) each other's stages. A render keeps ${COMPOSER_RUN}."""
     first, rest = plan.layer_parts()
     text = templates().get_template("compose.Dockerfile.j2").render(
         plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
         python_prune=python_prune(plan), first_parts=first, rest_parts=rest, system_tree=SYSTEM_TREE,
+        **({"composer_run": run} if run else {}),
     )
     return text.rstrip("\n") + "\n"
 
@@ -180,15 +185,15 @@ def _plain_path(directory: Path, path: Path) -> bool:
     return True
 
 
-def write_context(plan: CompositionPlan, directory: Path) -> BuildContext:
-    """Write the Dockerfile and everything it copies into `directory`.
+def write_context(plan: CompositionPlan, directory: Path, run: str | None = None) -> BuildContext:
+    """Write the Dockerfile and everything it copies into `directory` (for the build `run`, or a render).
 
     Only files render wrote there before (listed in its marker, unchanged since) are replaced
     or removed; a user's other files stay; nothing is written through a symbolic link. The
     marker is rewritten even when writing fails half-way, so it always lists what render owns."""
     directory = Path(os.path.abspath(directory))
     owned = dict(_owned(directory))
-    files = _context_files(plan)
+    files = _context_files(plan, run)
     for name in files:
         blocker = _in_the_way(directory, name, owned)
         if blocker:
@@ -262,10 +267,11 @@ FOLDER_DIGEST = "folder"  # how the marker lists a folder render made
 Content = tuple[Union[bytes, Path, str, Folder], int]  # bytes, a file to copy, a link's target, a folder; mode
 
 
-def _context_files(plan: CompositionPlan) -> dict[str, Content]:
-    """Every file of the build context (relative path -> content), the same for the same plan."""
+def _context_files(plan: CompositionPlan, run: str | None = None) -> dict[str, Content]:
+    """Every file of the build context (relative path -> content), the same for the same plan (and
+    run: the pruned base's files never name it, so its key stays the same across runs)."""
     files: dict[str, Content] = {
-        "Dockerfile": (render_dockerfile(plan).encode(), 0o644),
+        "Dockerfile": (render_dockerfile(plan, run).encode(), 0o644),
         "composition.json": (composition_record(plan).encode(), 0o644),
     }
     package = resources.files("composer.in_image")

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from composer.build.pruning import base_key
 from composer.render.render import render_dockerfile, render_pruned_base, write_context
 from composer.verify.sbom import SBOM_PATH, parse_facts, version_labels
 from tests.unit.fake_engine import recorded_facts
@@ -97,6 +98,21 @@ def test_same_inputs_same_bytes(ngc_plan, tmp_path):
     b = write_context(ngc_plan("onnxruntime", "python"), tmp_path / "b")
     for name in ("Dockerfile", "composition.json", "collect.py", "probe.py"):
         assert (a.directory / name).read_bytes() == (b.directory / name).read_bytes()
+
+
+def test_a_build_writes_its_run_into_the_labels_of_its_stages_and_only_there(ngc_plan, tmp_path):
+    # buildah (Podman) caches a LABEL step by its text: with ${COMPOSER_RUN} two runs at once shared,
+    # and removed, each other's stages. The pruned base's files stay the same, so its key does.
+    plan = ngc_plan("python", "onnxruntime", base="pruned")
+    rendered = write_context(plan, tmp_path / "render")
+    built = write_context(plan, tmp_path / "run", run="0123456789abcdef")
+    text = (built.directory / "Dockerfile").read_text()
+    labels = [line for line in text.splitlines() if line.startswith("LABEL org.triton-composer.stage")]
+    owned = [line for line in labels if line != 'LABEL org.triton-composer.stage="proof"']  # a marker, no run
+    assert len(owned) >= 3 and all(line.endswith(' 0123456789abcdef"') for line in owned), labels
+    assert "${COMPOSER_RUN}" not in text.replace("ARG COMPOSER_RUN=render", "")
+    assert text.replace("0123456789abcdef", "${COMPOSER_RUN}") == (rendered.directory / "Dockerfile").read_text()
+    assert base_key(plan, rendered.pruned_base) == base_key(plan, built.pruned_base)
 
 
 def test_only_selected_backends_are_copied(ngc_plan):
