@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 from datetime import datetime, timezone
 
-from composer.build.pruning import BASE_LABEL, BASE_REPOSITORY, STAGE_LABEL, remove_stages, run_of
+from composer.build.pruning import BASE_LABEL, STAGE_LABEL, base_tag_in, remove_stages, run_of
 from composer.core.errors import ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.core.units import human_size
@@ -118,13 +118,12 @@ def listing(engine) -> list[Entry]:
         row = usage.get(image_id)
         return -1 if row is None else max(row["size"] - row["shared"], 0)
 
-    bases = [info for info in tagged.values()
-             if any(t.startswith(BASE_REPOSITORY + ":") for t in info.tags) and BASE_LABEL in info.labels]
+    bases = [info for info in tagged.values() if base_tag_in(info.tags) and BASE_LABEL in info.labels]
     for base in sorted(bases, key=lambda b: b.tags):
-        tag = next(t for t in base.tags if t.startswith(BASE_REPOSITORY + ":"))
+        tag = base_tag_in(base.tags)
         created = _created(base.created)
-        shares = tuple(sorted(t for other in bases if other.id != base.id and set(other.layers) & set(base.layers)
-                              for t in other.tags if t.startswith(BASE_REPOSITORY + ":")))
+        shares = tuple(sorted(base_tag_in(other.tags) for other in bases
+                              if other.id != base.id and set(other.layers) & set(base.layers)))
         entries.append(Entry("pruned base", base.id, base.tags, base.size, unique(base.id), created,
                              locks.last_used(engine_id, tag) or created, _users(base, tagged),
                              layers=len(base.layers), shares_layers_with=shares))
@@ -242,7 +241,7 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
                 leftovers.append(entry)
     removed += [e for e in leftovers if engine.image(e.image) is None]
     for entry in [e for e in chosen if e.kind == "pruned base"]:
-        tag = next(t for t in entry.tags if t.startswith(BASE_REPOSITORY + ":"))
+        tag = base_tag_in(entry.tags)
         with locks.removable(engine_id, tag) as free:
             if not free:
                 kept.append((entry, "a build is using it"))

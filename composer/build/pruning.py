@@ -47,6 +47,16 @@ BASE_LABEL = "org.triton-composer.pruned-base"  # its value: the key of what the
 BASE_REPOSITORY = "triton-composer/pruned-base"
 
 
+def base_tag_in(tags) -> str | None:
+    """A pruned base's tag among an image's tags, as builds name (and lock) it: Podman lists
+    triton-composer/pruned-base:KEY as localhost/triton-composer/pruned-base:KEY."""
+    for tag in tags:
+        name = tag.removeprefix("localhost/")
+        if name.startswith(BASE_REPOSITORY + ":"):
+            return name
+    return None
+
+
 @dataclass(frozen=True)
 class PrunedBase:
     """The image a pruned composition is built FROM: made by this build, or found from an earlier one."""

@@ -172,6 +172,7 @@ _FOLDER_PREFIX = "triton-composer-"
 _guard = threading.Lock()
 _folders: list[str] = []  # this process's temporary folders, while they exist
 _recording: dict[str, RunRecord] = {}  # this process's runs at work, by id
+_unfinished: set[str] = set()  # runs whose own cleanup failed: their records stay for the next run
 
 
 def _write(record: RunRecord) -> None:
@@ -256,9 +257,17 @@ def run_record(run: str, engine_id: str) -> Iterator[RunRecord]:
     finally:
         with _guard:
             _recording.pop(run, None)
-            if not lost:
+            if not lost and run not in _unfinished:
                 with contextlib.suppress(OSError):
                     path.unlink()
+            _unfinished.discard(run)
+
+
+def cleanup_unfinished(run: str) -> None:
+    """`run` could not remove all it left (its engine failed the cleanup): its record stays, and
+    the next run on that engine (or composer cache clear) removes the rest, as for a killed run."""
+    with _guard:
+        _unfinished.add(run)
 
 
 def run_records() -> list[RunRecord]:

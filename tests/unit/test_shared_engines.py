@@ -15,7 +15,7 @@ import pytest
 
 from composer.build import space
 from composer.build.cache import DAY, Entry, select
-from composer.core.errors import EngineUnavailable, NoSpace
+from composer.core.errors import EngineError, EngineUnavailable, NoSpace
 from composer.engine import locks
 
 Usage = namedtuple("Usage", "total used free")
@@ -99,7 +99,16 @@ def test_a_run_that_lost_its_engine_stays_on_record_and_any_other_failure_does_n
         with locks.run_record("full", "engine"):
             raise NoSpace("no space")
     assert [r.run for r in locks.run_records()] == ["lost"]  # it cleaned after itself
+    with pytest.raises(EngineError):  # its cleanup failed (Podman's image list, found by two runs at once)
+        with locks.run_record("half", "engine"):
+            locks.cleanup_unfinished("half")
+            raise EngineError("cannot list images")
+    assert [r.run for r in locks.run_records()] == ["half", "lost"]
+    with locks.run_record("half-again", "engine"):
+        pass  # a later run of this process is not held back by the earlier one's flag
+    assert [r.run for r in locks.run_records()] == ["half", "lost"]
     locks.forget("lost")
+    locks.forget("half")
 
 
 def test_a_runs_temporary_folders_are_on_its_record_and_a_dead_runs_are_removed(tmp_path, monkeypatch):
@@ -217,3 +226,13 @@ def test_an_old_base_goes_once_a_day_old_or_with_all_unless_a_tagged_image_stand
     chosen, _ = select(entries, older_than_days=None, everything=True, now=now)
     assert [e.image[7:] for e in chosen] == ["orphan", "recent"]
     assert "untagged (its tag moved)" in entries[0].line()
+
+
+def test_a_pruned_bases_tag_is_found_as_builds_name_it_whatever_the_engine_prefixes():
+    # Podman lists the base as localhost/...: `cache list` missed it, and `cache clear` would have
+    # asked for the lock under a name no build holds.
+    from composer.build.pruning import base_tag_in
+
+    assert base_tag_in(["localhost/triton-composer/pruned-base:24.09-abc"]) == "triton-composer/pruned-base:24.09-abc"
+    assert base_tag_in(["x:1", "triton-composer/pruned-base:24.09-abc"]) == "triton-composer/pruned-base:24.09-abc"
+    assert base_tag_in(["localhost/triton-composer/pruned-base-x:1", "registry/triton-composer/pruned-base:1"]) is None
