@@ -616,10 +616,14 @@ class DockerEngine(ContainerEngine):
         """The engine's own ID (docker info), so two sockets to one engine share its locks."""
         if getattr(self, "_identity", None) is None:
             try:
-                self._identity = str(self._api.info().get("ID") or "") or self.endpoint.url
+                self._identity = self._identity_in(self._api.info()) or self.endpoint.url
             except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
                 self._identity = self.endpoint.url
         return self._identity
+
+    def _identity_in(self, info: dict) -> str:
+        """What names this engine in its `docker info`: Docker's ID."""
+        return str(info.get("ID") or "")
 
     def disk_usage(self) -> dict[str, dict]:
         try:
@@ -928,16 +932,11 @@ class PodmanEngine(DockerEngine):
     is_podman = True
     loads_partial_archives = False  # containers/image's docker-archive reader wants every layer
 
-    def identity(self) -> str:
+    def _identity_in(self, info: dict) -> str:
         """Podman's storage root: its `info` ID is new on every request, so two runs on one service
         would never share a lock (both made the same pruned base at once)."""
-        if getattr(self, "_identity", None) is None:
-            try:
-                root = str(self._api.info().get("DockerRootDir") or "")
-            except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
-                root = ""
-            self._identity = f"podman:{root}" if root else self.endpoint.url
-        return self._identity
+        root = str(info.get("DockerRootDir") or "")
+        return f"podman:{root}" if root else ""
 
     def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
         """A build through Podman's own endpoint: its Docker-compatible one ignores network_mode
