@@ -47,7 +47,7 @@ Gpus = Union[str, int]
 
 
 _RUNNING = re.compile(r"---> Running in ([0-9a-f]{12})")  # a build step's container, as the engine names it
-LIST_PATIENCE = 60.0  # seconds an image list may keep failing while another run removes images (Podman)
+LIST_PATIENCE = 60.0  # seconds an image list or inspect may keep failing while another run removes images (Podman)
 
 @dataclass(frozen=True)
 class ImageInfo:
@@ -459,7 +459,7 @@ class DockerEngine(ContainerEngine):
     def image(self, ref: str) -> ImageInfo | None:
         try:
             with _translated(f"cannot inspect image {ref}", ImageNotFound):
-                attrs = self._api.inspect_image(ref)
+                attrs = _patiently(self._api.inspect_image, ref)
         except _Absent:
             return None
         config = attrs.get("Config") or {}
@@ -481,7 +481,7 @@ class DockerEngine(ContainerEngine):
 
     def image_config(self, ref: str) -> dict:
         with _translated(f"cannot inspect image {ref}", ImageNotFound, absent_is_error=True):
-            attrs = self._api.inspect_image(ref)
+            attrs = _patiently(self._api.inspect_image, ref)
         return {"config": dict(attrs.get("Config") or {}), "architecture": attrs.get("Architecture") or "amd64",
                 "os": attrs.get("Os") or "linux", "variant": attrs.get("Variant") or ""}
 
@@ -539,19 +539,7 @@ class DockerEngine(ContainerEngine):
             return [img["Id"] for img in self._images(filters=filters)]
 
     def _images(self, **query) -> list[dict]:
-        """The engine's image list. Podman fails the whole list when an image it listed is removed
-        before it read it (another build on the engine cleaning up, one image at a time: a minute
-        at most): asked again until a list goes through."""
-        deadline = time.monotonic() + LIST_PATIENCE
-        attempt = 0
-        while True:
-            try:
-                return self._api.images(**query)
-            except docker.errors.APIError as error:
-                if "image not known" not in str(error) or time.monotonic() > deadline:
-                    raise
-                attempt += 1
-                time.sleep(min(2.0, 0.2 * attempt))
+        return _patiently(self._api.images, listing=True, **query)
 
     def first_labelled(self, label: str) -> str | None:
         with _translated("cannot list images", EngineError):
@@ -574,11 +562,11 @@ class DockerEngine(ContainerEngine):
 
     def history(self, ref: str) -> list[str]:
         with _translated(f"cannot read the history of {ref}", ImageNotFound, absent_is_error=True):
-            return [str(layer.get("CreatedBy") or "") for layer in self._api.history(ref)]
+            return [str(layer.get("CreatedBy") or "") for layer in _patiently(self._api.history, ref)]
 
     def layers(self, ref: str) -> list[Layer]:
         with _translated(f"cannot read the history of {ref}", ImageNotFound, absent_is_error=True):
-            steps = self._api.history(ref)
+            steps = _patiently(self._api.history, ref)
         return [Layer(str(step.get("CreatedBy") or ""), int(step.get("Size") or 0)) for step in reversed(steps)]
 
     def import_rootfs(self, tarball: Path, ref: str, changes: Iterable[str] = ()) -> str:
@@ -984,6 +972,24 @@ _DIGEST_STATUS = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
 
 class _Absent(Exception):
     """Raised by _translated for a 404 the caller treats as a value."""
+
+
+def _patiently(call, *args, listing: bool = False, **kwargs):
+    """An engine call that Podman fails while another run removes images: a list, or an inspect or
+    history that walks the image tree, fails on an image it met there that is gone by the time it reads
+    it ("image not known", not a 404 of the image asked for). Asked again for up to LIST_PATIENCE: a
+    run's cleanup removes its images one at a time, a minute at most."""
+    deadline = time.monotonic() + LIST_PATIENCE
+    attempt = 0
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except docker.errors.APIError as error:
+            asked_for_is_absent = isinstance(error, docker.errors.NotFound) and not listing
+            if asked_for_is_absent or "image not known" not in str(error) or time.monotonic() > deadline:
+                raise
+            attempt += 1
+            time.sleep(min(2.0, 0.2 * attempt))
 
 
 @contextlib.contextmanager

@@ -267,3 +267,32 @@ def test_podmans_identity_is_its_storage_not_its_info_id_which_changes_on_every_
     docker_one, api = docker_engine()
     api.info = lambda: {"ID": "ABCD:EFGH"}
     assert docker_one.identity() == "ABCD:EFGH"
+
+
+def test_an_inspect_that_met_an_image_removed_midway_is_asked_again_but_an_absent_image_is_none():
+    """Podman's inspect walks the image tree: another run's cleanup made it fail on an image that was
+    not the one asked for (CI, two pruned builds at once); a 404 of the image itself is an answer."""
+    import docker
+
+    engine, fake = docker_engine()
+    answers = [docker.errors.APIError('failed to convert ImageData to ImageInspect: reading image "6796": '
+                                      'locating image with ID "6796": image not known'),
+               {"Id": "sha256:x", "Config": {}}]
+
+    def inspect_image(ref):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    fake.inspect_image = inspect_image
+    assert engine.image("sha256:x").id == "sha256:x" and answers == []
+
+    calls = []
+
+    def absent(ref):
+        calls.append(ref)
+        raise docker.errors.NotFound("image not known")
+
+    fake.inspect_image = absent
+    assert engine.image("sha256:gone") is None and calls == ["sha256:gone"]
