@@ -205,4 +205,4 @@ def test_an_unknown_compression_is_refused_naming_the_choices(engine, standin_im
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
     assert "lz4" in lines[0] and all(choice in lines[0] for choice in ("gzip", "zstd", "none")), lines[0]
-    assert set(engine.images_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}")) == before  # refused before any work
+    assert set(engine.images_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}")) <= before  # refused before any work (others come and go)

@@ -131,7 +131,8 @@ def test_build_smoke_test_and_tag_through_the_engine_in_a_container(engine, inne
         assert inner.engine.image(tag) is not None  # tagged on the inner engine...
         assert engine.image(tag) is None  # ...and nothing of it on this machine's
         assert inner.containers() == []  # no probe, collect or smoke container left behind
-        assert set(engine.containers_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}")) == outer_containers
+        # No new container on this machine's engine (other tests' own come and go meanwhile).
+        assert set(engine.containers_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}")) <= outer_containers
     finally:
         try:
             inner.engine.remove_image(tag, force=True)
