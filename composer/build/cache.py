@@ -228,8 +228,8 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
         left = [e for e in leftovers if e.image in gone and engine.image(e.image) is not None]
         if not left:
             break
-        for entry in left:
-            _remove_untagged(engine, entry.image)
+        for entry in left:  # an old base with the build steps under it, as its tag would have taken them
+            _remove_untagged(engine, entry.image, prune=entry.kind == "old base")
         if all(engine.image(e.image) is not None for e in left):
             break  # none went: in use, or parents of images kept
         # removing a leaf makes its (labelled) parent a leaf: list again
@@ -260,13 +260,14 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
     return Cleared(tuple(removed), tuple(kept), containers)
 
 
-def _remove_untagged(engine, image: str) -> bool:
-    """Whether `image` went (a parent of another leftover goes on a later pass, once that one did)."""
+def _remove_untagged(engine, image: str, *, prune: bool = False) -> bool:
+    """Whether `image` went (a parent of another leftover goes on a later pass, once that one did).
+    With `prune`, the unlabelled parents nothing else stands on go with it (the engine keeps the rest)."""
     info = engine.image(image)
     if info is None or info.tags:
         return False
     try:
-        engine.remove_image(image, prune=False)
+        engine.remove_image(image, prune=prune)
         return True
     except ComposerError:
         return False  # a parent of another leftover, or in use

@@ -236,3 +236,21 @@ def test_a_pruned_bases_tag_is_found_as_builds_name_it_whatever_the_engine_prefi
     assert base_tag_in(["localhost/triton-composer/pruned-base:24.09-abc"]) == "triton-composer/pruned-base:24.09-abc"
     assert base_tag_in(["x:1", "triton-composer/pruned-base:24.09-abc"]) == "triton-composer/pruned-base:24.09-abc"
     assert base_tag_in(["localhost/triton-composer/pruned-base-x:1", "registry/triton-composer/pruned-base:1"]) is None
+
+
+def test_clearing_an_old_base_takes_the_build_steps_under_it_as_its_tag_would_have():
+    """An old base removed without prune left its unlabelled parent (~100 MB) dangling, seen by no
+    listing; a run's leftover stage is still removed alone (its parents are other runs' cache)."""
+    from composer.build.cache import _remove_untagged
+
+    removed = []
+
+    class Engine:
+        def image(self, ref):
+            return namedtuple("I", "tags")(())
+
+        def remove_image(self, ref, *, force=False, prune=True):
+            removed.append((ref, prune))
+
+    assert _remove_untagged(Engine(), "sha256:old", prune=True) and _remove_untagged(Engine(), "sha256:stage")
+    assert removed == [("sha256:old", True), ("sha256:stage", False)]
