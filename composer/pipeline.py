@@ -203,14 +203,16 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
         stopped = sys.exc_info()[0] is not None  # an interrupt or a failure on the way out
         try:
             with interrupts.holding():  # an interrupt that comes now waits for the cleanup to end
-                _remove_run_images(engine, run)
-                remove_run_stages(engine, run)
-                if stopped:
-                    _settle(engine, run)
-                if context_dir is None:
-                    locks.drop_folder(workdir)
-                if layers_dir is None:
-                    locks.drop_folder(layers)
+                try:
+                    _remove_run_images(engine, run)
+                    remove_run_stages(engine, run)
+                    if stopped:
+                        _settle(engine, run)
+                finally:  # this machine's folders go whatever the engine did (CI: a failed cleanup left them)
+                    if context_dir is None:
+                        locks.drop_folder(workdir)
+                    if layers_dir is None:
+                        locks.drop_folder(layers)
         except EngineUnavailable as lost:  # restarted or stopped under the build: nothing more to remove now
             raise EngineUnavailable(
                 f"lost the engine {engine.where()} during the build (it stopped answering: restarted or stopped); "

@@ -195,3 +195,31 @@ def test_a_run_is_on_record_while_it_builds_and_removes_what_a_dead_run_left(eng
                for line in lines) and not left.exists()
     locks.drop_folder(left)
     assert len(during) == 1 and len(during[0]) == 1  # this run, at work during its smoke test
+
+
+def test_a_cleanup_the_engine_fails_keeps_the_runs_record_but_never_its_folders(engine, ngc_plan, monkeypatch):
+    """CI: Podman failed a run's cleanup (an image another run removed meanwhile); its record stayed,
+    as it should, for the next run to remove what it left on the engine, but its context and layers
+    folders stayed too: this machine's folders go whatever the engine does."""
+    import tempfile
+
+    from composer.core.errors import BuildFailed, EngineError
+    from composer.engine import locks
+
+    made = []
+    real_make = locks.make_folder
+    monkeypatch.setattr(locks, "make_folder", lambda purpose: made.append(real_make(purpose)) or made[-1])
+
+    def failed(context, **kwargs):
+        raise BuildFailed("the build failed")
+
+    def no_cleanup(engine, run):
+        raise EngineError("cannot list images: image not known")
+
+    engine.build = failed
+    monkeypatch.setattr(pipeline, "_remove_run_images", no_cleanup)
+    with pytest.raises(EngineError):
+        build_image(engine, ngc_plan("python", tag="team/triton:1"))
+    assert len(made) == 2 and not any(folder.exists() for folder in made)
+    assert [record.folders for record in locks.run_records()] == [()]  # the record stays, naming no folder
+    assert str(made[0]).startswith(tempfile.gettempdir())
