@@ -95,10 +95,12 @@ def _remove_test_containers(engine: Engine) -> None:
 def _stage_images(engine: Engine) -> list[str]:
     """Untagged images built on the stand-ins: the stages of multi-stage builds (collect, packages,
     a pruned base's), which the build cache keeps and no test label reaches (the engine puts a
-    build's labels on its last image only)."""
+    build's labels on its last image only); and the build steps on a pruned base (FROM scratch: no
+    stand-in label) that stay once a test removed the base (CI found one, 107 MB, after a run)."""
+    from composer.build.pruning import BASE_LABEL
     from triton_standins import LABEL_STANDIN
 
-    return engine.images_labelled(LABEL_STANDIN, untagged=True)
+    return engine.images_labelled(LABEL_STANDIN, untagged=True) + engine.images_labelled(BASE_LABEL, untagged=True)
 
 
 def _remove_stage_images(engine: Engine, before: set[str]) -> None:
