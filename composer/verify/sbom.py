@@ -212,8 +212,11 @@ def make_sbom(plan: CompositionPlan, facts: ImageFacts) -> str:
     if "backend python" in parts:  # the python backend runs each model in its environment
         depends[parts["backend python"]] |= {env.bom_ref.value for env in envs}
 
-    tag = ImageRef.parse(plan.tag)
-    root = Component(bom_ref="image", type=ComponentType.CONTAINER, name=str(tag.without_tag()), version=tag.tag,
+    # The image by what it is, not by the name it is given: a tag in the document made the same
+    # composition under another tag (CI's tag per commit) another image id and digest.
+    root = Component(bom_ref="image", type=ComponentType.CONTAINER, name="tritonserver", version=plan.release.name,
+                     description=f"Triton {plan.release.name} composed by triton-composer: "
+                                 f"{', '.join(plan.all_backends)}",
                      properties=_props(os=facts.os, sbom_path=SBOM_PATH))
     depends["image"] = {server, "image:min", *{r for r in libraries.values() if r.startswith("file:/usr")}}
     composer_tool = Component(type=ComponentType.APPLICATION, name="triton-composer", version=__version__,

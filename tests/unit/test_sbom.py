@@ -64,6 +64,10 @@ def test_one_composition_gives_one_document_and_another_a_different_one(ngc_plan
     _, _, other = _sbom(ngc_plan, "python")
     assert first == again
     assert json.loads(first)["serialNumber"] != json.loads(other)["serialNumber"]
+    # The tag is a name given to the image, not part of it: a tag per CI commit, the same image.
+    _, _, tagged = _sbom(ngc_plan, "onnxruntime", "python", tag="team/triton:commit-1f2e3d")
+    assert tagged == first and "commit-1f2e3d" not in tagged
+    assert json.loads(first)["metadata"]["component"]["name"] == "tritonserver"
     assert "onnxruntime" not in {c["name"] for c in json.loads(other)["components"] if c.get("group")}
 
 
