@@ -134,6 +134,8 @@ def listing(engine) -> list[Entry]:
                                                                         BACKENDS_LABEL)):
             continue  # an image built on a base inherits its label: a stage or a run's image (listed below), or a
             # composed image whose tag moved (the user's, as any image's previous version is)
+        if _steps_of(info, bases):
+            continue  # a composition's first steps on a base (its configuration, no layer): part of that base
         # A pruned base whose tag went to another image of the same key (made again while this one
         # was in use, or by a run killed as it tagged): no build finds it any more.
         seen.add(info.id)
@@ -252,12 +254,32 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
                 continue
             try:
                 engine.remove_image(tag)  # its name; the image goes with it when no other tag names it
+                _remove_steps_on(engine, info)  # ...and no build step stands on it
             except ComposerError as error:
                 kept.append((entry, error.message))
                 continue
             removed.append(entry)
             on_line(f"removed {tag}")
     return Cleared(tuple(removed), tuple(kept), containers)
+
+
+def _steps_of(info, bases) -> bool:
+    """Whether the untagged `info` is build steps on one of the tagged `bases`: what a composition
+    writes first on its base (its ENV, ENTRYPOINT, ARG: no layer), which the build cache keeps."""
+    return any(info.labels.get(BASE_LABEL) == base.labels.get(BASE_LABEL) and tuple(info.layers) == tuple(base.layers)
+               for base in bases)
+
+
+def _remove_steps_on(engine, base) -> None:
+    """The build steps that kept a pruned base after its tag went (the engine untags an image others
+    stand on): removed with prune, so the base goes with them (a `cache clear` freed 0 B before)."""
+    if engine.image(base.id) is None:
+        return
+    for image in engine.images_labelled(f"{BASE_LABEL}={base.labels.get(BASE_LABEL, '')}", untagged=True):
+        step = engine.image(image)
+        if step is not None and step.id != base.id and _steps_of(step, [base]) and not any(
+                k in step.labels for k in (STAGE_LABEL, PLAN_STAGE_LABEL, RUN_LABEL, BACKENDS_LABEL)):
+            _remove_untagged(engine, image, prune=True)
 
 
 def _remove_untagged(engine, image: str, *, prune: bool = False) -> bool:

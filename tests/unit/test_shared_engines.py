@@ -254,3 +254,19 @@ def test_clearing_an_old_base_takes_the_build_steps_under_it_as_its_tag_would_ha
 
     assert _remove_untagged(Engine(), "sha256:old", prune=True) and _remove_untagged(Engine(), "sha256:stage")
     assert removed == [("sha256:old", True), ("sha256:stage", False)]
+
+
+def test_a_compositions_first_steps_on_a_base_are_part_of_it_not_an_old_base():
+    """After every --base pruned build, the composition's first steps on its base (ENV, ENTRYPOINT,
+    ARG: no layer) stay as build cache; cache list called them an old base, and cache clear only
+    untagged the base they stand on (freed nothing) until a second clear."""
+    from composer.build.cache import _steps_of
+    from composer.build.pruning import BASE_LABEL
+
+    Info = namedtuple("Info", "id labels layers")
+    base = Info("sha256:base", {BASE_LABEL: "k1"}, ("sha256:l1", "sha256:l2"))
+    step = Info("sha256:step", {BASE_LABEL: "k1"}, ("sha256:l1", "sha256:l2"))
+    other_key = Info("sha256:old", {BASE_LABEL: "k0"}, ("sha256:l1", "sha256:l2"))
+    more_layers = Info("sha256:more", {BASE_LABEL: "k1"}, ("sha256:l1", "sha256:l2", "sha256:l3"))
+    assert _steps_of(step, [base]) and not _steps_of(other_key, [base]) and not _steps_of(more_layers, [base])
+    assert not _steps_of(step, [])  # its base untagged too: an old base, listed and cleared as one
