@@ -85,11 +85,21 @@ def _remove_test_containers(engine: Engine) -> None:
             engine.remove_container(cid)
         except ComposerError:
             pass
-    for image_id in engine.images_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}"):
-        try:
-            engine.remove_image(image_id, force=True)
-        except ComposerError:
-            pass  # a layer of another image: it goes with that one
+    # In passes: an image that others stand on (a pruned base under a composition's first steps) is
+    # only untagged by its name; it goes with the prune of the last image on it, in a later pass.
+    seen: list[str] | None = None
+    for _ in range(4):
+        left = engine.images_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}")
+        if not left or left == seen:
+            break
+        seen = left
+        for image_id in left:
+            info = engine.image(image_id)
+            for ref in [*(info.tags if info else ()), image_id]:
+                try:
+                    engine.remove_image(ref, force=ref == image_id)
+                except ComposerError:
+                    pass  # a layer of another image: it goes with that one
 
 
 def _stage_images(engine: Engine) -> list[str]:

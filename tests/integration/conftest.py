@@ -236,7 +236,8 @@ def remove_made_base(engine, result) -> None:
     later module needing room for its own builds must not find the disk held by it."""
     base = getattr(result, "pruned_base", None)
     if base is not None and base.made:
-        try:
-            engine.remove_image(base.image, force=True)
-        except Exception:  # in use by another image of this session: it goes with the session's sweep
-            pass
+        for ref in (base.tag, base.image):  # by its tag first: an image that build steps stand on only
+            try:                            # loses its tag (by id, force or not, the engine refuses)
+                engine.remove_image(ref, force=ref == base.image)
+            except Exception:  # in use by another image of this session: it goes with the session's sweep
+                pass
