@@ -130,8 +130,7 @@ def listing(engine) -> list[Entry]:
     seen = set()
     for image in engine.images_labelled(BASE_LABEL, untagged=True):
         info = engine.image(image)
-        if info is None or info.tags or any(k in info.labels for k in (STAGE_LABEL, PLAN_STAGE_LABEL, RUN_LABEL,
-                                                                        BACKENDS_LABEL)):
+        if info is None or info.tags or _built_on_a_base(info):
             continue  # an image built on a base inherits its label: a stage or a run's image (listed below), or a
             # composed image whose tag moved (the user's, as any image's previous version is)
         if _steps_of(info, bases):
@@ -263,6 +262,11 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
     return Cleared(tuple(removed), tuple(kept), containers)
 
 
+def _built_on_a_base(info) -> bool:
+    """A stage, a run's image or a composed image: it inherits a base's label, and is none of the base."""
+    return any(k in info.labels for k in (STAGE_LABEL, PLAN_STAGE_LABEL, RUN_LABEL, BACKENDS_LABEL))
+
+
 def _steps_of(info, bases) -> bool:
     """Whether the untagged `info` is build steps on one of the tagged `bases`: what a composition
     writes first on its base (its ENV, ENTRYPOINT, ARG: no layer), which the build cache keeps."""
@@ -277,8 +281,7 @@ def _remove_steps_on(engine, base) -> None:
         return
     for image in engine.images_labelled(f"{BASE_LABEL}={base.labels.get(BASE_LABEL, '')}", untagged=True):
         step = engine.image(image)
-        if step is not None and step.id != base.id and _steps_of(step, [base]) and not any(
-                k in step.labels for k in (STAGE_LABEL, PLAN_STAGE_LABEL, RUN_LABEL, BACKENDS_LABEL)):
+        if step is not None and step.id != base.id and _steps_of(step, [base]) and not _built_on_a_base(step):
             _remove_untagged(engine, image, prune=True)
 
 
