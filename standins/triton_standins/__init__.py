@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import posixpath
 import shutil
 import tempfile
 import time
@@ -26,7 +27,7 @@ from composer.catalog.catalog import Catalog, Release
 from composer.engine.engine import Engine, ImageInfo
 from composer.core.errors import BuildFailed, UsageError
 from composer.core.progress import LineSink
-from triton_standins import host
+from triton_standins import cuda_stubs, host
 
 
 REGISTRY = "localhost/standin"
@@ -219,11 +220,11 @@ def build_full(
         context = Path(tmp)
         libtritonserver = _lay_out_server(tree, context / "server", recipe.server)
         (context / "backends").mkdir()
-        _lay_out_backends(bundled, context / "backends", on_line)
+        stubbed = _lay_out_backends(bundled, context / "backends", context / "cuda-stubs", on_line)
         for name in C_BACKENDS:
             host.link_tree(_standin_file("backends", name), context / "c-backends" / name)
         host.link_tree(numpy_wheels, context / "wheels")
-        for folder in ("server", "backends", "c-backends"):
+        for folder in ("server", "backends", "c-backends", "cuda-stubs"):
             host.normalise_modes(context / folder)
         (context / "Dockerfile").write_text(
             templates().get_template("standin-full.Dockerfile.j2").render(
@@ -237,6 +238,7 @@ def build_full(
                 libtritonserver=libtritonserver,
                 bundled_backends={name: module for name, (module, _packages) in bundled.items()},
                 c_backends=C_BACKENDS,
+                cuda_stubs=stubbed,
                 numpy_requirement=NUMPY_REQUIREMENT,
                 labels={**full_labels, "org.triton-composer.standin.flavour": "full"},
                 **common,
@@ -283,6 +285,7 @@ def _recipe_digest(*, full: bool) -> str:
         for path in _backend_sources():
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
         digest.update(inspect.getsource(_lay_out_server).encode())  # how /opt/tritonserver is laid out
+        digest.update(inspect.getsource(cuda_stubs).encode())
     return digest.hexdigest()[:16]
 
 
@@ -348,12 +351,25 @@ def _lay_out_server(tree: Path, dest: Path, server_version: str) -> str:
     return candidates[0].name
 
 
-def _lay_out_backends(bundled: Mapping[str, tuple[str, tuple[str, ...]]], dest: Path, on_line: LineSink) -> None:
-    """The Python-based backends, each folder self-contained (model.py + site-packages)."""
+def _lay_out_backends(
+    bundled: Mapping[str, tuple[str, tuple[str, ...]]], dest: Path, stubs: Path, on_line: LineSink
+) -> dict[str, str]:
+    """The Python-based backends, each folder self-contained (model.py + site-packages).
+    A backend whose wheel is a CUDA build (torch) gets stub CUDA libraries' sources under
+    stubs/NAME/, compiled in the image; returns NAME -> where they go under its site-packages."""
     backends = _standin_file("backends")
-    for name, (_module, requirements) in bundled.items():
+    stubbed: dict[str, str] = {}
+    stubs.mkdir(parents=True, exist_ok=True)
+    for name, (module, requirements) in bundled.items():
         folder = dest / name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "model.py").write_bytes((backends / name / "model.py").read_bytes())
         host.link_tree(host.site_packages(name, requirements, on_line), folder / "site-packages")
         (folder / "site-packages" / ".requirements").unlink(missing_ok=True)
+        lib_dir = folder / "site-packages" / module / "lib"
+        if lib_dir.is_dir():
+            extensions = sorted((folder / "site-packages" / module).glob("_C*.so"))
+            where = cuda_stubs.write_stubs(lib_dir, extensions, stubs / name)
+            if where is not None:
+                stubbed[name] = posixpath.normpath(f"{module}/lib/{where}")
+    return stubbed
