@@ -22,7 +22,7 @@ def untagged(client) -> set[str]:
 def remove_new_untagged(client, before: set[str]) -> None:
     """What the run's builds left untagged (a compose.py-style stage, a base whose tag a later build
     of the same inputs took), newest first; not a stage of a build still at work on this host."""
-    from composer.build.pruning import run_of
+    from composer.assembly.pruning import run_of
     from composer.engine.locks import live_runs
 
     live = live_runs()

@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from composer.build.pruning import sweep_stages
+from composer.assembly.pruning import sweep_stages
 from composer.core.units import human_size
 from composer.engine.engine import Engine
 from composer.pipeline import build_image

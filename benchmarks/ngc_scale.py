@@ -39,7 +39,7 @@ from composer.catalog.catalog import Catalog
 from composer.engine.engine import Engine
 from composer.core.errors import ComposerError
 from composer.pipeline import build_image
-from composer.build.pruning import sweep_stages
+from composer.assembly.pruning import sweep_stages
 from composer.resolve.resolve import resolve
 from composer.verify.smoke import SmokePlan, smoke_test
 from composer.config.types import CompositionSpec

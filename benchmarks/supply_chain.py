@@ -35,7 +35,7 @@ from composer.catalog.catalog import Catalog
 from composer.config.types import CompositionSpec
 from composer.core.units import human_size
 from composer.engine.engine import Engine
-from composer.build.pruning import sweep_stages
+from composer.assembly.pruning import sweep_stages
 from composer.pipeline import build_image
 from composer.publish.blobs import BlobCache
 from composer.publish.image_push import push_assembled

@@ -31,10 +31,10 @@ from composer.core.files import check_output_file, write_file
 from composer.resolve.packages import explain_pip_failure, redactor, secrets_of
 from composer.resolve.plan import RUN_LABEL, CompositionPlan
 from composer.core.progress import LineSink, quiet
-from composer.build.assemble import Assembled, Sources, assemble, find_stages
-from composer.build import space
-from composer.build.cache import remove_dead_runs, remove_run
-from composer.build.pruning import (PrunedBase, PruningReport, proof_failure, pruned_base, pruned_base_made,
+from composer.assembly.assemble import Assembled, Sources, assemble, find_stages
+from composer.assembly import space
+from composer.assembly.cache import remove_dead_runs, remove_run
+from composer.assembly.pruning import (PrunedBase, PruningReport, proof_failure, pruned_base, pruned_base_made,
                                     remove_run_stages)
 from composer.engine import locks
 from composer.resolve.contents import FullImageContents
@@ -117,12 +117,12 @@ def build_image(
     """Build the plan; tag the image only once its smoke test (with plan.smoke's settings) passed.
 
     The engine builds the rendered Dockerfile (its stages run the steps); the composer then writes
-    the image itself from the same parts (composer.build.assemble), so the same inputs give the same
+    the image itself from the same parts (composer.assembly.assemble), so the same inputs give the same
     image id. A failed build or smoke test leaves the tag where it was: the new image is untagged
     and discarded if it does not serve. `labels` mark what the build and smoke test leave on the
     engine (tests use them to sweep); `layers_dir` keeps the image's own layers for a push after;
     `tag` False leaves every tag alone (a rebuild that only compares). `contents` (the probe's) sizes
-    the parts for the disk check (composer.build.space), which `check_space` False skips.
+    the parts for the disk check (composer.assembly.space), which `check_space` False skips.
     """
     run = uuid.uuid4().hex[:16]  # this build's own stage images carry it, and only they are removed
     with contextlib.ExitStack() as held:

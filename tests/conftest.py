@@ -107,7 +107,7 @@ def _stage_images(engine: Engine) -> list[str]:
     a pruned base's), which the build cache keeps and no test label reaches (the engine puts a
     build's labels on its last image only); and the build steps on a pruned base (FROM scratch: no
     stand-in label) that stay once a test removed the base (CI found one, 107 MB, after a run)."""
-    from composer.build.pruning import BASE_LABEL
+    from composer.assembly.pruning import BASE_LABEL
     from triton_standins import LABEL_STANDIN
 
     return engine.images_labelled(LABEL_STANDIN, untagged=True) + engine.images_labelled(BASE_LABEL, untagged=True)
@@ -116,7 +116,7 @@ def _stage_images(engine: Engine) -> list[str]:
 def _remove_stage_images(engine: Engine, before: set[str]) -> None:
     """The stage images that appeared during the session (GBs over a run), not those it found. Only
     build cache: a run sharing the engine may lose some of its own, never a tagged image."""
-    from composer.build.pruning import run_of
+    from composer.assembly.pruning import run_of
     from composer.core.errors import ComposerError
     from composer.engine.locks import live_runs
 

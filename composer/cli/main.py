@@ -618,7 +618,7 @@ def wheels(
     )
 
 
-# -- composer cache: what the composer keeps on the engine (composer.build.cache) ---------------
+# -- composer cache: what the composer keeps on the engine (composer.assembly.cache) ---------------
 
 cache_app = typer.Typer(help="What the composer keeps on the engine: pruned bases, and what runs left.",
                         no_args_is_help=True)
@@ -629,7 +629,7 @@ app.add_typer(cache_app, name="cache")
 @reports_errors
 def cache_list(as_json: bool = JsonOpt) -> None:
     """List the pruned bases (sizes, last use, the tagged images using them) and what runs left."""
-    from composer.build.cache import listing
+    from composer.assembly.cache import listing
 
     entries = listing(_engine())
     text = "\n".join(e.line() for e in entries) or "nothing: no pruned base and no leftover on the engine"
@@ -646,7 +646,7 @@ def cache_clear(
 ) -> None:
     """Remove what runs that ended left on the engine (and, when asked, pruned bases): never an image
     a tag uses, nor anything a build at work holds."""
-    from composer.build.cache import clear
+    from composer.assembly.cache import clear
 
     out = Printer(as_json)
     done = clear(_engine(), older_than_days=older_than, everything=everything, on_line=out.step)

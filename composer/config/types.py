@@ -169,7 +169,7 @@ class Result:
     compression: str | None = None  # of the layers the composer pushes: gzip (None), zstd or none
     sign_key: str | None = None  # file:PATH or env:NAME of a PEM ECDSA P-256 private key (never the key)
     sign_passphrase: str | None = None  # env:NAME or file:PATH of that key's passphrase
-    space_check: bool = True  # refuse a build the engine's disk cannot hold (composer.build.space)
+    space_check: bool = True  # refuse a build the engine's disk cannot hold (composer.assembly.space)
 
 
     @property

@@ -1,6 +1,6 @@
 """Pushing a composed image through the composer's own registry client (the mirror's), not the engine.
 
-The image is the one the composer wrote (composer.build.assemble): its configuration and its own
+The image is the one the composer wrote (composer.assembly.assemble): its configuration and its own
 layers are on this machine, each compressed one fixed way (composer.publish.blobs), so the same
 inputs give the same manifest digest from any machine. The base's layers are taken where they
 already are: skipped when the target holds them, mounted from another repository of the same
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from composer.build.assemble import Assembled, canonical_json
+from composer.assembly.assemble import Assembled, canonical_json
 from composer.core.errors import RegistryError, UsageError
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef

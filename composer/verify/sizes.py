@@ -1,6 +1,6 @@
 """The size report: what each part of a composed image costs, measured from the built image.
 
-The composer writes the image one layer a part (composer.build.assemble: the server core, each
+The composer writes the image one layer a part (composer.assembly.assemble: the server core, each
 backend, repo agent and cache, the collected libraries, the python runtime, added packages, each
 model environment, baked models, the system layer: loader cache, user, byte-code), so the layers,
 read through the engine, say exactly what each part weighs: the base is the layers below the
@@ -96,7 +96,7 @@ class SizeReport:
 
 
 def measure(engine: Engine, image: str, plan: CompositionPlan, parts: tuple[LayerPart, ...]) -> SizeReport:
-    """The size report of `image`, the composer's assembly of `plan` (composer.build.assemble): its
+    """The size report of `image`, the composer's assembly of `plan` (composer.assembly.assemble): its
     history has one entry a layer, the base's first, then one for each of `parts`."""
     layers = engine.layers(image)
     report = report_from(layers, len(layers) - len(parts), plan, parts)

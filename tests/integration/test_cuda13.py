@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from composer.build.pruning import sweep_stages
+from composer.assembly.pruning import sweep_stages
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.catalog.catalog import Catalog

@@ -14,7 +14,7 @@ import pytest
 from composer.catalog.catalog import Catalog
 from composer.core.errors import BuildFailed
 from composer.pipeline import build_image
-from composer.build.pruning import sweep_stages
+from composer.assembly.pruning import sweep_stages
 from composer.resolve.resolve import resolve
 from triton_standins import ngc
 from tests.conftest import TEST_LABEL

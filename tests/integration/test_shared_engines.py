@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.build.cache import clear
-from composer.build.pruning import STAGE_LABEL, run_of
+from composer.assembly.cache import clear
+from composer.assembly.pruning import STAGE_LABEL, run_of
 from composer.engine.engine import Engine
 from composer.resolve.plan import RUN_LABEL
 from composer.resolve.plan import STAGE_LABEL as PLAN_STAGE_LABEL

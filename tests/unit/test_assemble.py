@@ -1,4 +1,4 @@
-"""The composer's own layers and image (composer.build.canonical, composer.build.assemble): the same
+"""The composer's own layers and image (composer.assembly.canonical, composer.assembly.assemble): the same
 files give the same bytes whatever their times after the epoch, their owners' names or the order the
 engine hands them out in; the configuration holds no clock."""
 
@@ -10,8 +10,8 @@ import json
 import tarfile
 from pathlib import Path
 
-from composer.build.assemble import Sources, assemble, image_config
-from composer.build.canonical import archive_entries, host_entries, parent_folders, write_layer
+from composer.assembly.assemble import Sources, assemble, image_config
+from composer.assembly.canonical import archive_entries, host_entries, parent_folders, write_layer
 from composer.engine.engine import ImageInfo
 from composer.resolve.plan import Copy, LayerPart
 from tests.unit.fake_engine import FakeEngine

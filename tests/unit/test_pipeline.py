@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from composer import pipeline
-from composer.build.assemble import Assembled
+from composer.assembly.assemble import Assembled
 from composer.catalog.catalog import Catalog
 from composer.resolve.contents import Component, FullImageContents
 from composer.engine.engine import ImageInfo, RunResult
@@ -44,7 +44,7 @@ def _report(passed: bool) -> SmokeReport:
 @pytest.fixture
 def engine(monkeypatch):
     # An existing tag, which must not move on failure; the built image's contents as recorded from a
-    # real build (for its SBOM). The composer's own writing of the image (composer.build.assemble,
+    # real build (for its SBOM). The composer's own writing of the image (composer.assembly.assemble,
     # tested on its own) gives COMPOSED.
     def assembled(engine, plan, built, base, context, layers, run, labels, on_line):
         assert built == BUILT and (context.directory / "Dockerfile").is_file()

@@ -10,7 +10,7 @@ import pytest
 from composer.engine.engine import ImageInfo
 from composer.core.errors import Invalid, UsageError
 from composer.resolve.plan import Offer, make_plan
-from composer.build.pruning import BASE_LABEL, base_key, proof_failure, pruned_base
+from composer.assembly.pruning import BASE_LABEL, base_key, proof_failure, pruned_base
 from composer.render.render import render_dockerfile, write_context
 from composer.config.options import OPTIONS
 from composer.config.rules import validate as check
@@ -63,7 +63,7 @@ def test_the_proofs_line_is_the_error():
 def test_stage_images_are_swept_by_their_label_and_run_never_a_live_runs():
     """Stages name their run ("<stage> <run>"): a sweep with a run removes only that run's; one
     without removes those of runs not at work (and stages of a version that named none), leaves first."""
-    from composer.build.pruning import STAGE_LABEL, sweep_stages
+    from composer.assembly.pruning import STAGE_LABEL, sweep_stages
     from composer.engine import locks
     from tests.unit.fake_engine import FakeEngine
 
@@ -146,7 +146,7 @@ def test_the_base_key_follows_the_base_images_and_every_file_of_its_context(ngc_
 
 def test_an_older_bases_format_is_not_taken_for_this_one(ngc_plan, tmp_path, monkeypatch):
     """A base of one layer (format 1) made from the same inputs would have had another key."""
-    from composer.build import pruning
+    from composer.assembly import pruning
 
     plan = ngc_plan("onnxruntime", "python", base="pruned")
     folder = write_context(plan, tmp_path / "a").pruned_base

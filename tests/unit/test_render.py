@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.build.pruning import base_key
+from composer.assembly.pruning import base_key
 from composer.render.render import render_dockerfile, render_pruned_base, write_context
 from composer.verify.sbom import SBOM_PATH, parse_facts, version_labels
 from tests.unit.fake_engine import recorded_facts

@@ -53,7 +53,7 @@ def engine(monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "_engine", lambda: engine)
 
     def assembled(engine, plan, built, base, context, layers, run, labels, on_line):  # tested on its own
-        from composer.build.assemble import Assembled
+        from composer.assembly.assemble import Assembled
 
         engine.images[COMPOSED] = COMPOSED
         return Assembled(COMPOSED, b"{}", "", (), (), ()), "{}"

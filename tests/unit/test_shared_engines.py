@@ -1,6 +1,6 @@
 """Shared engines: host locks and run records, the disk-space estimate and refusal, and which
-leftovers and pruned bases `composer cache clear` takes (composer.engine.locks, composer.build.space,
-composer.build.cache)."""
+leftovers and pruned bases `composer cache clear` takes (composer.engine.locks, composer.assembly.space,
+composer.assembly.cache)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from collections import namedtuple
 
 import pytest
 
-from composer.build import space
-from composer.build.cache import DAY, Entry, select
+from composer.assembly import space
+from composer.assembly.cache import DAY, Entry, select
 from composer.core.errors import EngineError, EngineUnavailable, NoSpace
 from composer.engine import locks
 
@@ -231,7 +231,7 @@ def test_an_old_base_goes_once_a_day_old_or_with_all_unless_a_tagged_image_stand
 def test_a_pruned_bases_tag_is_found_as_builds_name_it_whatever_the_engine_prefixes():
     # Podman lists the base as localhost/...: `cache list` missed it, and `cache clear` would have
     # asked for the lock under a name no build holds.
-    from composer.build.pruning import base_tag_in
+    from composer.assembly.pruning import base_tag_in
 
     assert base_tag_in(["localhost/triton-composer/pruned-base:24.09-abc"]) == "triton-composer/pruned-base:24.09-abc"
     assert base_tag_in(["x:1", "triton-composer/pruned-base:24.09-abc"]) == "triton-composer/pruned-base:24.09-abc"
@@ -241,7 +241,7 @@ def test_a_pruned_bases_tag_is_found_as_builds_name_it_whatever_the_engine_prefi
 def test_clearing_an_old_base_takes_the_build_steps_under_it_as_its_tag_would_have():
     """An old base removed without prune left its unlabelled parent (~100 MB) dangling, seen by no
     listing; a run's leftover stage is still removed alone (its parents are other runs' cache)."""
-    from composer.build.cache import _remove_untagged
+    from composer.assembly.cache import _remove_untagged
 
     removed = []
 
@@ -260,8 +260,8 @@ def test_a_compositions_first_steps_on_a_base_are_part_of_it_not_an_old_base():
     """After every --base pruned build, the composition's first steps on its base (ENV, ENTRYPOINT,
     ARG: no layer) stay as build cache; cache list called them an old base, and cache clear only
     untagged the base they stand on (freed nothing) until a second clear."""
-    from composer.build.cache import _steps_of
-    from composer.build.pruning import BASE_LABEL
+    from composer.assembly.cache import _steps_of
+    from composer.assembly.pruning import BASE_LABEL
 
     Info = namedtuple("Info", "id labels layers")
     base = Info("sha256:base", {BASE_LABEL: "k1"}, ("sha256:l1", "sha256:l2"))

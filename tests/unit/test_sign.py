@@ -126,8 +126,8 @@ def _tar_of(name: bytes) -> bytes:
 
 def _one_layer_image(tmp_path):
     """A base of one layer on a fake engine, and a composed image of one layer of its own on it."""
-    from composer.build.assemble import Assembled
-    from composer.build.canonical import LayerFile
+    from composer.assembly.assemble import Assembled
+    from composer.assembly.canonical import LayerFile
     from tests.unit.fake_engine import FakeEngine
 
     base_tar, own_tar = _tar_of(b"base-file"), _tar_of(b"own-file")

@@ -1,5 +1,5 @@
 """The composed image as the composer writes it: the base's layers as they are, then one canonical
-layer per part of the composition (composer.build.canonical) and a configuration whose times come
+layer per part of the composition (composer.assembly.canonical) and a configuration whose times come
 from the composition's epoch, never the clock. Its id is the digest of that configuration, so the
 same inputs give the same image id on any engine, and the same pushed digest from any machine.
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Mapping
 
 from composer import __version__
-from composer.build.canonical import (
+from composer.assembly.canonical import (
     Entry, LayerFile, archive_entries, host_entries, parent_folders, spool_archive, write_layer,
 )
 from composer.core.errors import BuildFailed, ComposerError

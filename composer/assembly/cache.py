@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 from datetime import datetime, timezone
 
-from composer.build.pruning import BASE_LABEL, STAGE_LABEL, base_tag_in, remove_stages, run_of
+from composer.assembly.pruning import BASE_LABEL, STAGE_LABEL, base_tag_in, remove_stages, run_of
 from composer.core.errors import ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.core.units import human_size
