@@ -317,6 +317,8 @@ class Run:
     on_line: LineSink = quiet  # progress
     on_build_line: LineSink | None = None  # build output
     on_plan: Any = None  # called with each plan before its build (the CLI shows notes)
+    # The signing keys the preflight loaded (composer.app.preflight), by spec name: nothing here reads a secret.
+    sign_keys: Mapping[str, SigningKey] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -369,8 +371,10 @@ def compose(
 def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
     spec, plan = resolved.spec, resolved.plan
     result = spec.result
-    # The signing key is read (and refused, if it is not one) before any work, and held in memory only.
-    key = SigningKey.load(result.sign_key, result.sign_passphrase) if result.sign_key else None
+    # The signing key was read (and refused, if it is not one) by the preflight, before any work.
+    key = run.sign_keys.get(spec.name)
+    if result.sign_key and key is None:
+        raise UsageError(f"{spec.name}: --sign-key was not loaded before the work (a bug: the preflight loads it)")
     if run.on_plan is not None:
         run.on_plan(plan)
     started = now()

@@ -52,11 +52,67 @@ class Option:
     portable: bool = True  # carried in a bundle manifest (secrets and host paths are not)
     # For one flag that feeds two fields (--image full=REF / min=REF): the NAME this field takes.
     flag_key: str | None = None
+    secret: bool = False  # names where a secret is: a refused value is never shown back
+
+
+    @property
+    def metavar(self) -> str:
+        """What the flag's value is, in words a help text shows (INT, FILE, {gzip,zstd,none}); '' for a flag."""
+        return metavar_of(self.flag, self.kind)
+
+    def help_for(self, command: str) -> str:
+        """The help of the flag as `command` takes it: a clause that starts 'other: ...' is another
+        command's, left out (one declaration serves several commands)."""
+        parts = self.help.split("; ")
+        mine = [part.partition(": ")[2] for part in parts if part.partition(": ")[0].strip() == command]
+        if mine:  # the command's own clause replaces the others'
+            text = "; ".join(mine)
+            text = text[:1].upper() + text[1:]
+        else:
+            text = "; ".join(part for part in parts if not _other_commands_clause(part, command))
+        return text if text.endswith(".") or not text else text + "."
 
     @property
     def param(self) -> str:
         """The python parameter name of the flag in the typer command."""
         return (self.flag or "").lstrip("-").replace("-", "_")
+
+
+# Metavars of values whose kind says little by itself (Text's checks, numbers with a unit).
+_METAVARS = {"--version": "YY.MM", "--registry": "PREFIX", "--to": "PREFIX", "--platform": "OS/ARCH[/VARIANT]",
+             "--image": "full=REF|min=REF", "--backend": "NAME", "--repoagent": "NAME", "--cache": "NAME",
+             "--ort-provider": "PROVIDER", "--flavour": "FLAVOUR", "--tag": "REF", "--push": "REF",
+             "--sign-key": "SOURCE", "--sign-passphrase": "SOURCE", "--gpus": "{auto,all,none,N}",
+             "--pip": "REQUIREMENT", "--pip-index-url": "URL", "--pip-extra-index-url": "URL",
+             "--pip-trusted-host": "HOST", "--registry-backoff": "SECONDS", "--registry-tries": "INT"}
+
+
+def metavar_of(flag: str | None, kind: "Kind") -> str:
+    """The metavar of a flag: its own above, else its kind's (a choice of words as {a,b})."""
+    if isinstance(kind, Flag):
+        return ""
+    if flag in _METAVARS:
+        return _METAVARS[flag]
+    if isinstance(kind, Named):
+        return kind.what
+    if isinstance(kind, RequirementFiles):
+        return "FILE"
+    if isinstance(kind, LocalPath):
+        return "DIR" if getattr(kind, "what", "") == "folder" else "FILE"
+    if isinstance(kind, Number):
+        return "INT" if kind.whole else "NUMBER"
+    what = getattr(kind, "what", "") or ""
+    words = [w.strip() for w in what.replace(" or ", ", ").split(",")]
+    if len(words) > 1 and all(w.isalpha() and w.islower() for w in words):
+        return "{" + ",".join(words) + "}"
+    return "VALUE"
+
+
+def _other_commands_clause(part: str, command: str) -> bool:
+    """'smoke-test: a backend the image must hold' belongs to smoke-test's help only."""
+    head, colon, _ = part.partition(": ")
+    names = {BUILD, RENDER, BUNDLE, WHEELS, BACKENDS, SMOKE, MIRROR, INSPECT, VERIFY}
+    return bool(colon) and head.strip() in names and head.strip() != command
 
 
 _NAMES = Strings(check_name, "a list of names", unique=True)
@@ -104,8 +160,8 @@ OPTIONS: tuple[Option, ...] = (
            "from registry to registry and the engine holds nothing new.", commands=(MIRROR,), portable=False),
     # selection
     Option("selection.backends", "--backend", "backends", _NAMES,
-           "A backend to include (repeatable); smoke-test: a backend the image must hold (default: those its "
-           "composition record names).", short="-b", commands=COMPOSING + (WHEELS, SMOKE)),
+           "A backend to include (repeatable); smoke-test: the backends the image must hold, exactly (repeatable, "
+           "one more or one fewer in the image fails the check, default: those its composition record names).", short="-b", commands=COMPOSING + (WHEELS, SMOKE)),
     Option("selection.repoagents", "--repoagent", "repoagents", _NAMES, "A repository agent to include (repeatable)."),
     Option("selection.caches", "--cache", "caches", _NAMES, "A cache implementation to include (repeatable)."),
     Option("selection.custom_backends", "--custom-backend", "custom_backends",
@@ -166,15 +222,16 @@ OPTIONS: tuple[Option, ...] = (
            "signed and attested) or engine (the engine's own push, as docker push does).", commands=(BUILD,)),
     Option("result.compression", "--compression", "compression", Text(check_compression, "gzip, zstd or none"),
            "How the layers the composer pushes are compressed: gzip (default: every runtime pulls it), zstd "
-           "(faster to pull; containerd, Podman, Docker 23+) or none; mirror: recompress every layer so on the way "
-           "(new digests; without it the source's blobs are copied as they are).", commands=(BUILD, MIRROR)),
+           "(faster to pull: containerd, Podman, Docker 23+) or none; mirror: recompress every layer so on the way "
+           "(new digests, without it the source's blobs are copied as they are).", commands=(BUILD, MIRROR)),
     Option("result.sign_key", "--sign-key", "sign_key", Text(check_secret_source, "file:PATH or env:NAME"),
            "Sign the pushed image and its provenance (cosign's format) with this PEM ECDSA P-256 private key: "
            "file:PATH or env:NAME (a variable holding the PEM). Never written anywhere.", commands=(BUILD,),
-           portable=False),
+           portable=False, secret=True),
     Option("result.sign_passphrase", "--sign-passphrase", "sign_passphrase",
            Text(check_secret_source, "file:PATH or env:NAME"),
-           "The passphrase of an encrypted --sign-key: file:PATH or env:NAME.", commands=(BUILD,), portable=False),
+           "The passphrase of an encrypted --sign-key: file:PATH or env:NAME.", commands=(BUILD,), portable=False,
+           secret=True),
     Option("result.sbom", "--sbom", "sbom", OutputFile(is_sbom),
            "Write the image's SBOM (CycloneDX JSON, as the image holds it) to this file too.", commands=(BUILD,),
            portable=False),
@@ -269,6 +326,8 @@ def given_on_command_line(command: str, values: Mapping[str, Any], cwd: Path | N
             else:
                 value = option.kind.read(raw, base)
         except Invalid as problem:
+            if option.secret:  # where a secret comes from: a refused value may be the secret itself
+                raise UsageError(f"{option.flag}: {problem}") from None
             values = raw if isinstance(raw, (list, tuple)) else [raw]
             shown = ", ".join(redact_url(str(v)) for v in values)  # a URL's credentials never echoed
             shown = shown if len(shown) <= 200 else shown[:200] + "..."

@@ -435,7 +435,8 @@ def check_secret_source(value: str) -> str | None:
         return None
     if value.lstrip().startswith("-----BEGIN"):
         return "give where the key is (file:PATH or env:NAME), never the key itself on a command line"
-    return f"'{printable(redact_url(value)[:60])}' is not file:PATH or env:NAME"
+    # A secret given in place of its source: never shown back, not even in part.
+    return "the value (not shown) is not file:PATH or env:NAME: give where the secret is, never the secret"
 
 
 def check_gpus(value: str) -> str | None:

@@ -23,7 +23,7 @@ from typing import Mapping
 
 from composer import __version__
 from composer.core.errors import Invalid, RegistryError, UsageError
-from composer.core.files import read_text
+from composer.core.files import printable, read_text
 from composer.registry.client import RegistryApi
 
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
@@ -106,19 +106,25 @@ class SigningKey:
                                                   serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def load_public_key(path: Path):
-    """A PEM public key (ECDSA P-256) to verify with."""
+def load_public_key(path: Path, flag: str = "--key"):
+    """A PEM public key to verify with: ECDSA P-256, the only kind cosign's key pairs and the
+    composer's signatures use (another is refused here, not after the registry was read)."""
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
+    shown = printable(str(path))
+    if not Path(path).exists():
+        raise UsageError(f"{flag} {shown}: no such file")
+    if Path(path).is_dir():
+        raise UsageError(f"{flag} {shown}: a folder, not a PEM public key file")
     try:
         key = load_pem_public_key(read_text(Path(path), "public key", 64 << 10).encode())
     except Invalid as problem:
-        raise UsageError(f"--key: {problem}") from None
+        raise UsageError(f"{flag} {shown}: {problem}") from None
     except ValueError:
-        raise UsageError(f"--key {path}: not a PEM public key") from None
-    if not isinstance(key, ec.EllipticCurvePublicKey):
-        raise UsageError(f"--key {path}: an ECDSA public key is needed")
+        raise UsageError(f"{flag} {shown}: not a PEM public key") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
+        raise UsageError(f"{flag} {shown}: an ECDSA P-256 public key is needed (cosign's kind), this is another")
     return key
 
 

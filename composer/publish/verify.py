@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from composer.core.errors import ComposerError, RegistryError
 from composer.core.refs import ImageRef
 from composer.publish.provenance import SLSA_PROVENANCE
-from composer.publish.sign import load_public_key, read_attestations, read_signatures
+from composer.publish.sign import read_attestations, read_signatures
 from composer.registry.client import Registries
 
 
@@ -57,15 +56,23 @@ def _same_repository(reference: str, target: ImageRef) -> bool:
         return False
 
 
-def verify(registries: Registries, ref: str, key_path: Path | None) -> Verification:
-    """Check `ref`'s signatures and provenance against the key at `key_path` (None: only read them)."""
+def held_digest(registries: Registries, ref: str) -> tuple[ImageRef, str]:
+    """The digest `ref` names, proven held by its registry (a digest it does not hold is said so,
+    not taken for an unsigned image)."""
     target = ImageRef.parse(ref)
     api = registries.client(target.host)
     digest = target.digest or api.digest(target)
-    if digest is None:
+    if digest is None or (target.digest and not api.has_manifest(target.repository, digest)):
         raise RegistryError(f"{ref}: the registry holds no such image")
-    result = Verification(str(target), digest)
-    key = load_public_key(key_path) if key_path is not None else None
+    return target, digest
+
+
+def verify(registries: Registries, ref: str, key) -> Verification:
+    """Check `ref`'s signatures and provenance against `key` (a public key read by the preflight,
+    composer.app.preflight.public_key; None: only read them)."""
+    target, digest = held_digest(registries, ref)
+    api = registries.client(target.host)
+    result = Verification(str(target).partition("@")[0], digest)  # the table adds @digest once
     signatures = read_signatures(api, target.repository, digest, key)
     mine = [s for s in signatures if _same_repository(s.reference, target)]
     if key is not None:
@@ -102,11 +109,8 @@ def verify(registries: Registries, ref: str, key_path: Path | None) -> Verificat
 
 def provenance_of(registries: Registries, ref: str) -> tuple[str, dict]:
     """The digest `ref` names and the SLSA provenance stored for it (for --rebuild)."""
-    target = ImageRef.parse(ref)
+    target, digest = held_digest(registries, ref)
     api = registries.client(target.host)
-    digest = target.digest or api.digest(target)
-    if digest is None:
-        raise RegistryError(f"{ref}: the registry holds no such image")
     for statement, _ in read_attestations(api, target.repository, digest):
         if statement.get("predicateType") == SLSA_PROVENANCE:
             return digest, statement

@@ -775,6 +775,15 @@ class RegistryApi:
         self._check(done, f"{self.host}/{name}@{digest}", 201, "write")
         return digest, size
 
+    def check_push(self, name: str) -> None:
+        """Prove before any work that these credentials may push to repository `name`: open an
+        upload session (what a push does first) and cancel it. A refusal is a RegistryError naming
+        the registry's answer; a registry that does not answer is RegistryUnavailable."""
+        what = f"{self.host}/{name}"
+        started = self._request("POST", f"/v2/{name}/blobs/uploads/", name, what, {}, scope="pull,push")
+        self._check(started, what, 202, "push to")
+        self._cancel(started.headers.get("Location", ""), name, what)
+
     def _cancel(self, location: str, name: str, what: str) -> None:
         """Best effort: end an upload the registry opened (it would purge it in days otherwise)."""
         if not location:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2] / "composer"
 
 # Bottom to top. A package not listed here is not allowed to hold Python code of the product.
 LAYERS = ("core", "catalog", "config", "engine", "registry", "resolve", "render", "assembly", "verify", "publish", "sources",
-          "pipeline", "cli")
+          "pipeline", "app", "cli")
 APART = ("in_image", "verify.samples.models", "verify.samples.package_check")  # run inside images: no composer imports
 
 

@@ -1,0 +1,1 @@
+"""The application layer: one function per command, the preflight before any work, one Result shape."""
