@@ -27,7 +27,7 @@ from composer.core.redaction import redact
 from composer.core.docker_config import HostDockerConfig
 from composer.core.refs import is_image_id
 from composer.core.units import human_size
-from composer.engine.engine import Engine
+from composer.engine.engine import connect
 from composer.pipeline import compose_all, compose_bundle, rebuild, Run
 from composer.publish.verify import VerificationFailed, verify as check_image
 from composer.sources.bundle import check_bundle_output, check_overrides, unpacked, write_bundle
@@ -150,7 +150,7 @@ def check_wheelhouse_output(folder: Path) -> None:
 
 
 def _engine():
-    return Engine.connect()
+    return connect()
 
 
 # -- spec options: declared once in composer.config.options, turned into typer parameters here ---------

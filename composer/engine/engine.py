@@ -142,13 +142,6 @@ class ContainerEngine(ABC):
 
     loads_partial_archives = True  # whether a loaded archive may leave out layers the engine holds
 
-    @staticmethod
-    def connect(timeout: int = 600, host: str | None = None) -> "ContainerEngine":
-        """The engine at `host` (a DOCKER_HOST value), else the one the docker CLI would use
-        (DOCKER_HOST, DOCKER_CONTEXT, the current context, the local socket): a DockerEngine, or
-        a PodmanEngine when the endpoint says it is Podman's service."""
-        return DockerEngine.connect(timeout=timeout, host=host)
-
     # -- images -------------------------------------------------------------
 
     @abstractmethod
@@ -427,32 +420,6 @@ class DockerEngine(ContainerEngine):
         self._api = client.api
         self.endpoint = endpoint or Endpoint.from_environment()
         self._data_root: str | None = None
-
-    @classmethod
-    def connect(cls, timeout: int = 600, host: str | None = None) -> "DockerEngine":
-        """Connect to `host`, or the way the docker CLI would (DOCKER_HOST, a docker context, the socket)."""
-        endpoint = Endpoint(host) if host else Endpoint.from_environment()
-        try:
-            if host:
-                client = docker.DockerClient(base_url=host, timeout=timeout, use_ssh_client=endpoint.scheme == "ssh")
-            elif os.environ.get("DOCKER_HOST"):
-                client = docker.from_env(timeout=timeout, use_ssh_client=endpoint.scheme == "ssh")
-            else:
-                client = docker.DockerClient(base_url=endpoint.url, tls=endpoint.tls or False, timeout=timeout,
-                                             use_ssh_client=endpoint.scheme == "ssh")
-            client.ping()
-        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-            if "DOCKER_HOST" in str(exc) or "Invalid bind address" in str(exc) or "scheme" in str(exc).lower():
-                raise UsageError(f"DOCKER_HOST {redact(endpoint.url)[:200]}: not an engine address "
-                                 "(unix:///PATH, tcp://HOST:PORT or ssh://HOST)") from None
-            raise EngineUnavailable(f"no Docker engine answers at {redact(endpoint.url)[:200]}: {START_HINT}") from exc
-        except (ValueError, TypeError, IndexError, KeyError) as exc:  # the SDK's parse of a malformed address
-            raise UsageError(f"DOCKER_HOST {redact(endpoint.url)[:200]}: not an engine address "
-                             "(unix:///PATH, tcp://HOST:PORT or ssh://HOST)") from exc
-        with _translated("cannot ask the engine its version", EngineError):
-            components = client.api.version().get("Components") or []
-        podman = any("podman" in str(c.get("Name", "")).lower() for c in components)
-        return (PodmanEngine if podman else DockerEngine)(client, endpoint)
 
     # -- images -------------------------------------------------------------
 
@@ -959,6 +926,34 @@ class PodmanEngine(DockerEngine):
             if response is not None:  # closed: the service stops the build
                 response.close()
             archive.close()
+
+
+def connect(timeout: int = 600, host: str | None = None) -> ContainerEngine:
+    """The engine at `host` (a DOCKER_HOST value), else the one the docker CLI would use
+    (DOCKER_HOST, DOCKER_CONTEXT, the current context, the local socket): a DockerEngine, or
+    a PodmanEngine when the endpoint says it is Podman's service."""
+    endpoint = Endpoint(host) if host else Endpoint.from_environment()
+    try:
+        if host:
+            client = docker.DockerClient(base_url=host, timeout=timeout, use_ssh_client=endpoint.scheme == "ssh")
+        elif os.environ.get("DOCKER_HOST"):
+            client = docker.from_env(timeout=timeout, use_ssh_client=endpoint.scheme == "ssh")
+        else:
+            client = docker.DockerClient(base_url=endpoint.url, tls=endpoint.tls or False, timeout=timeout,
+                                         use_ssh_client=endpoint.scheme == "ssh")
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        if "DOCKER_HOST" in str(exc) or "Invalid bind address" in str(exc) or "scheme" in str(exc).lower():
+            raise UsageError(f"DOCKER_HOST {redact(endpoint.url)[:200]}: not an engine address "
+                             "(unix:///PATH, tcp://HOST:PORT or ssh://HOST)") from None
+        raise EngineUnavailable(f"no Docker engine answers at {redact(endpoint.url)[:200]}: {START_HINT}") from exc
+    except (ValueError, TypeError, IndexError, KeyError) as exc:  # the SDK's parse of a malformed address
+        raise UsageError(f"DOCKER_HOST {redact(endpoint.url)[:200]}: not an engine address "
+                         "(unix:///PATH, tcp://HOST:PORT or ssh://HOST)") from exc
+    with _translated("cannot ask the engine its version", EngineError):
+        components = client.api.version().get("Components") or []
+    podman = any("podman" in str(c.get("Name", "")).lower() for c in components)
+    return (PodmanEngine if podman else DockerEngine)(client, endpoint)
 
 
 def split_ref(ref: str) -> tuple[str, str]:

@@ -305,12 +305,12 @@ _NO_CHECK = """
 import sys
 from composer.catalog.catalog import Catalog
 from composer.core.errors import NoSpace
-from composer.engine.engine import Engine
+from composer.engine.engine import connect
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from tests.specs import spec
 
-engine = Engine.connect()
+engine = connect()
 plan = resolve(engine, spec(backends=("python",), version="24.09", registry="localhost/standin", tag=sys.argv[1]),
                Catalog.load()).plan
 try:

@@ -7,7 +7,7 @@ import docker.errors
 import pytest
 import requests
 
-from composer.engine.engine import ContainerEngine, DockerEngine, Endpoint, gpu_request
+from composer.engine.engine import ContainerEngine, DockerEngine, Endpoint, connect, gpu_request
 from composer.core.errors import ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError
 from tests.unit.fake_engine import FakeEngine
 
@@ -212,7 +212,7 @@ def test_the_engine_kind_is_what_the_endpoint_says_it_is(monkeypatch, components
             return True
 
     monkeypatch.setattr(docker, "DockerClient", Client)
-    engine = ContainerEngine.connect(host="tcp://127.0.0.1:2375")
+    engine = connect(host="tcp://127.0.0.1:2375")
     assert type(engine).__name__ == kind and engine.is_podman == (kind == "PodmanEngine")
 
 
