@@ -57,7 +57,8 @@ from composer.catalog.catalog import Catalog
 from composer.config.types import CompositionSpec
 from composer.core.errors import ComposerError
 from composer.core.units import human_size
-from composer.engine.engine import Engine, connect
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 from composer.pipeline import build_image
 from composer.publish.blobs import BlobCache
 from composer.publish.image_push import push_assembled

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Callable
 
 from composer.core.errors import ComposerError
-from composer.engine.engine import Engine, connect
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSER = [sys.executable, "-m", "composer"]

@@ -34,7 +34,8 @@ from pathlib import Path
 
 from composer.assembly.pruning import sweep_stages
 from composer.core.units import human_size
-from composer.engine.engine import Engine, connect
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 from composer.pipeline import build_image
 from composer.publish.blobs import BlobCache
 from composer.publish.image_push import push_assembled

@@ -20,7 +20,8 @@ import uuid
 from pathlib import Path
 
 from composer.catalog.catalog import Catalog
-from composer.engine.engine import Engine, connect
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 from composer.config.model_envs import ENVS_ROOT
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve

@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from composer.catalog.catalog import Catalog
-from composer.engine.engine import connect
+from composer.engine.connect import connect
 from composer.core.errors import ComposerError
 from composer.pipeline import build_image
 from composer.assembly.pruning import sweep_stages

@@ -23,7 +23,7 @@ from importlib import resources
 
 from composer.catalog.catalog import Catalog
 from composer.resolve.contents import inspect_full
-from composer.engine.engine import connect
+from composer.engine.connect import connect
 from composer.core.errors import ComposerError
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve

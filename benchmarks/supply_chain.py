@@ -34,7 +34,8 @@ from benchmarks.fleet_images import _start_registry, _stop
 from composer.catalog.catalog import Catalog
 from composer.config.types import CompositionSpec
 from composer.core.units import human_size
-from composer.engine.engine import Engine, connect
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 from composer.assembly.pruning import sweep_stages
 from composer.pipeline import build_image
 from composer.publish.blobs import BlobCache

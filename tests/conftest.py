@@ -9,7 +9,8 @@ import uuid
 import pytest
 
 from composer.catalog.catalog import Catalog
-from composer.engine.engine import Engine, connect
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 from composer.core.errors import EngineUnavailable
 
 # Every container (and image) a test makes carries this label, so the session can sweep them.

@@ -27,7 +27,7 @@ from composer.core.redaction import redact
 from composer.core.docker_config import HostDockerConfig
 from composer.core.refs import is_image_id
 from composer.core.units import human_size
-from composer.engine.engine import connect
+from composer.engine.connect import connect
 from composer.pipeline import compose_all, compose_bundle, rebuild, Run
 from composer.publish.verify import VerificationFailed, verify as check_image
 from composer.sources.bundle import check_bundle_output, check_overrides, unpacked, write_bundle

@@ -33,7 +33,7 @@ def standin(
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable result on stdout."),
 ) -> None:
     """Build local stand-ins of NGC's full and min images, with a real Triton server inside."""
-    from composer.engine.engine import connect
+    from composer.engine.connect import connect
     from triton_standins import build_standins, ngc, ngc_vllm
 
     out = Printer(as_json)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.engine.engine import connect
+from composer.engine.connect import connect
 from composer.core.errors import ComposerError
 from composer.verify.samples import load_samples
 from tests.cli import composer

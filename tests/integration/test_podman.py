@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.engine.engine import ContainerEngine, connect
+from composer.engine.connect import connect
+from composer.engine.interface import ContainerEngine
 from composer.core.errors import BuildFailed, ComposerError
 from tests.integration.test_build import REGISTRY, composer
 

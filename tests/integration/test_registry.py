@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from composer.engine.engine import connect
+from composer.engine.connect import connect
 from composer.core.errors import RegistryError
 from composer.core.refs import ImageRef
 from composer.sources.mirror import mirror_through_engine

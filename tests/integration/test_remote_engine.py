@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from composer.engine.engine import ContainerEngine, connect
+from composer.engine.connect import connect
+from composer.engine.interface import ContainerEngine
 from composer.core.errors import ComposerError
 from tests.conftest import TEST_LABEL, TEST_LABEL_KEY, TEST_RUN
 from tests.integration.test_build import REGISTRY, composer
