@@ -57,7 +57,8 @@ from composer.catalog.catalog import Catalog
 from composer.config.types import CompositionSpec
 from composer.core.errors import ComposerError
 from composer.core.units import human_size
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 from composer.pipeline import build_image
 from composer.publish.blobs import BlobCache
 from composer.publish.image_push import push_assembled
@@ -765,7 +766,7 @@ def main() -> int:
         return 1
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="coldstart-"))
     scratch.mkdir(parents=True, exist_ok=True)
-    engine = Engine.connect()
+    engine = connect()
     memory = args.registry_storage == "memory"
     disk_need, memory_need = _needs(args.source, groups, memory)
     free_scratch = shutil.disk_usage(scratch).free

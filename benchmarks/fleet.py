@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Callable
 
 from composer.core.errors import ComposerError
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSER = [sys.executable, "-m", "composer"]
@@ -302,7 +303,7 @@ def main() -> int:
         if shutil.which(tool) is None:
             print(f"fleet: needs {tool} (scripts/bootstrap installs it)", file=sys.stderr)
             return 2
-    engine = Engine.connect()
+    engine = connect()
     bench = Bench(engine, args.storage, args.images)
     sizes = []
     for image in bench.source_images():

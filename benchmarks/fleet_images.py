@@ -34,7 +34,8 @@ from pathlib import Path
 
 from composer.assembly.pruning import sweep_stages
 from composer.core.units import human_size
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 from composer.pipeline import build_image
 from composer.publish.blobs import BlobCache
 from composer.publish.image_push import push_assembled
@@ -200,7 +201,7 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="the small stand-ins' fleet (no tensorrt there)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    engine = Engine.connect()
+    engine = connect()
     root = Path(tempfile.mkdtemp(prefix="fleet-registry-"))
     pid = None
     try:

@@ -20,7 +20,8 @@ import uuid
 from pathlib import Path
 
 from composer.catalog.catalog import Catalog
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 from composer.config.model_envs import ENVS_ROOT
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
@@ -100,7 +101,7 @@ def main() -> None:
     parser.add_argument("--version", default="24.09")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    engine = Engine.connect()
+    engine = connect()
     run = uuid.uuid4().hex[:8]
     folder_image = f"triton-composer-benchmark/model-envs:folders-{run}"
     archive_image = f"triton-composer-benchmark/model-envs:archives-{run}"

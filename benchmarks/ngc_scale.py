@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from composer.catalog.catalog import Catalog
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
 from composer.core.errors import ComposerError
 from composer.pipeline import build_image
 from composer.assembly.pruning import sweep_stages
@@ -318,7 +318,7 @@ def main() -> int:
                              "vLLM rows, or all")
     args = parser.parse_args()
     try:
-        engine = Engine.connect()
+        engine = connect()
         catalog = Catalog.load()
         print("compose.py-style images leave out: " + "; ".join(LEFT_OUT))
         if args.only in ("all", "selections"):

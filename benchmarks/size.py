@@ -23,7 +23,7 @@ from importlib import resources
 
 from composer.catalog.catalog import Catalog
 from composer.resolve.contents import inspect_full
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
 from composer.core.errors import ComposerError
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
@@ -80,7 +80,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the composed images")
     args = parser.parse_args()
     try:
-        engine = Engine.connect()
+        engine = connect()
         catalog = Catalog.load()
         release = catalog.release(args.version)
         full_ref, min_ref = release.full_ref(args.registry), release.min_ref(args.registry)

@@ -34,7 +34,8 @@ from benchmarks.fleet_images import _start_registry, _stop
 from composer.catalog.catalog import Catalog
 from composer.config.types import CompositionSpec
 from composer.core.units import human_size
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 from composer.assembly.pruning import sweep_stages
 from composer.pipeline import build_image
 from composer.publish.blobs import BlobCache
@@ -77,7 +78,7 @@ def main() -> int:
     parser.add_argument("--source", default=NGC_SOURCE, help="where the 24.09 full and min images are")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON too")
     args = parser.parse_args()
-    engine = Engine.connect()
+    engine = connect()
     where, free = _free(engine)
     needed = NEEDED.get(args.source, 3e9)
     print(f"free at {where}: {human_size(free)}; this benchmark needs about {human_size(needed)}", flush=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from composer.catalog.catalog import Catalog
-from composer.engine.engine import Engine
+from composer.engine.interface import Engine
 from composer.core import interrupts
 from composer.core.errors import (BuildFailed, ComposerError, EngineUnavailable, Invalid, NoSpace, SmokeTestFailed,
                                    UsageError)

@@ -9,7 +9,8 @@ import uuid
 import pytest
 
 from composer.catalog.catalog import Catalog
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
+from composer.engine.interface import Engine
 from composer.core.errors import EngineUnavailable
 
 # Every container (and image) a test makes carries this label, so the session can sweep them.
@@ -28,7 +29,7 @@ STANDIN_RELEASE = "24.09"
 def engine() -> Engine:
     """The Docker engine; on CI (env CI set) a missing engine fails the run instead of skipping."""
     try:
-        connected = Engine.connect(timeout=600)
+        connected = connect(timeout=600)
     except EngineUnavailable as exc:
         if os.environ.get("CI"):
             pytest.fail(f"CI is set and no Docker engine answers: {exc.message}", pytrace=False)
@@ -52,7 +53,7 @@ def pytest_sessionstart(session):
     """Under xdist, the controller notes the stage images the engine held before any worker began."""
     if _xdist_controller(session.config):
         try:
-            _STAGES_BEFORE.update(_stage_images(Engine.connect(timeout=60)))
+            _STAGES_BEFORE.update(_stage_images(connect(timeout=60)))
         except EngineUnavailable:
             pass  # the workers' engine fixture says so (and fails under CI)
 
@@ -62,7 +63,7 @@ def pytest_sessionfinish(session, exitstatus):
     _write_durations()
     if _xdist_controller(session.config):
         try:
-            engine = Engine.connect(timeout=60)
+            engine = connect(timeout=60)
         except EngineUnavailable:
             return
         _remove_test_containers(engine)

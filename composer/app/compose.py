@@ -25,7 +25,7 @@ from composer.core.errors import ComposerError, UsageError
 from composer.core.progress import LineSink, quiet
 from composer.core.redaction import redact
 from composer.core.units import human_size
-from composer.engine.engine import Engine
+from composer.engine.interface import Engine
 from composer.pipeline import Outcome, Run, compose_all, compose_bundle
 from composer.publish.junit import check_junit_output, outcome_entries, write_junit
 from composer.registry.client import Registries

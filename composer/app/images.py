@@ -22,7 +22,7 @@ from composer.core.errors import SmokeTestFailed, UsageError
 from composer.core.files import printable
 from composer.core.platforms import Platform
 from composer.core.refs import is_image_id
-from composer.engine.engine import Engine
+from composer.engine.interface import Engine
 from composer.pipeline import Run, rebuild
 from composer.publish.inspect import Difference, inspect as inspect_image
 from composer.publish.verify import VerificationFailed, verify as check_image

@@ -19,7 +19,7 @@ from composer.core.errors import ComposerError, Invalid, RegistryError, UsageErr
 from composer.core.files import printable
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef
-from composer.engine.engine import Engine
+from composer.engine.interface import Engine
 from composer.publish.sign import SigningKey, load_public_key
 from composer.registry.client import RegistryAuth, Registries, load_auth, retry_policy
 

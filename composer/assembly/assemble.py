@@ -28,7 +28,7 @@ from composer.assembly.canonical import (
 )
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.progress import LineSink, quiet
-from composer.engine.engine import Engine, ImageInfo
+from composer.engine.interface import Engine, ImageInfo
 from composer.engine.archives import copy_saved_layers
 from composer.resolve.plan import FROM_CONTEXT, FROM_FULL, ROOT, RUN_LABEL, STAGE_LABEL, CompositionPlan, LayerPart
 

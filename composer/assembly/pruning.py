@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from composer.engine import locks
-from composer.engine.engine import Engine
+from composer.engine.interface import Engine
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.units import human_size
 from composer.resolve.plan import ROOT, CompositionPlan, RUN_LABEL

@@ -28,7 +28,7 @@ from composer.core import interrupts
 from composer.core.errors import BuildFailed, ComposerError, SmokeTestFailed, UsageError
 from composer.core.files import printable
 from composer.core.redaction import redact
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
 
 try:  # the command-line library under typer: vendored by newer typers, click itself before
     from typer._click import exceptions as _cli_errors
@@ -104,7 +104,7 @@ def _json_error(command: str, error: ComposerError) -> None:
 
 
 def _engine():
-    return Engine.connect()
+    return connect()
 
 
 # -- spec options: declared once in composer.config.options, turned into typer parameters here ---------

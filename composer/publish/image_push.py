@@ -30,7 +30,7 @@ from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef
 from composer.core.units import human_size
 from composer.engine.archives import ChunkReader, may_be_layer
-from composer.engine.engine import Engine
+from composer.engine.interface import Engine
 from composer.publish.blobs import COMPRESSION_OF, MEDIA_TYPES, Blob, BlobCache, compress
 from composer.registry.client import CHUNK, Registries, RegistryApi, RetryPolicy, VerifiedBlob
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from composer.engine.engine import Engine
+from composer.engine.interface import Engine
 from composer.core.errors import RegistryError, UsageError
 from composer.core.units import human_size
 from composer.core.refs import ImageRef

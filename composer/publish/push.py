@@ -1,5 +1,5 @@
-"""Pushing composed images to registries through the engine (composer.engine.engine, the only
-module that talks to Docker), with retries for transient failures and the local tag put back
+"""Pushing composed images to registries through the engine (composer.engine, the only
+package that talks to Docker), with retries for transient failures and the local tag put back
 when a push fails. Every engine message is scrubbed of credentials before it is shown.
 (Mirroring a release between registries is composer.sources.mirror.)
 """
@@ -11,7 +11,7 @@ import re
 import time
 from typing import Callable
 
-from composer.engine.engine import Engine, ImageInfo
+from composer.engine.interface import Engine, ImageInfo
 from composer.core.errors import ImageNotFound, RegistryError, UsageError
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef, parse_tag_ref

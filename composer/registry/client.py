@@ -27,7 +27,7 @@ import requests.adapters
 
 from composer.core import interrupts
 from composer.core.docker_config import HostDockerConfig
-from composer.engine.engine import Engine, ImageInfo
+from composer.engine.interface import Engine, ImageInfo
 from composer.core.errors import Invalid, RegistryError, RegistryUnavailable, UsageError
 from composer.core.files import read_text
 from composer.core.refs import DOCKER_HUB, ImageRef, digest_for

@@ -179,7 +179,7 @@ class BaseConfig:
 
     @classmethod
     def of(cls, info) -> "BaseConfig":
-        """From composer.engine.engine.ImageInfo."""
+        """From composer.engine.interface.ImageInfo."""
         return cls(tuple(info.env.items()), tuple(info.entrypoint), tuple(info.cmd), info.workdir)
 
 

@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 
 from composer.catalog.catalog import Catalog, FlavourImage, Release
 from composer.resolve.contents import FullImageContents, inspect_full
-from composer.engine.engine import Engine, ImageInfo
+from composer.engine.interface import Engine, ImageInfo
 from composer.core.errors import EngineUnavailable, ImageNotFound, UsageError
 from composer.config.model_envs import ModelEnv
 from composer.resolve.packages import PythonTarget, check_wheelhouse, download_wheels, python_target

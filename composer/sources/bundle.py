@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 from composer import __version__
-from composer.engine.engine import Engine
+from composer.engine.interface import Engine
 from composer.core.errors import ComposerError, Invalid, UsageError
 from composer.core.files import check_output_file, fresh_folder, path_problem, printable, read_text
 from composer.resolve.resolve import Inspection, Resolved

@@ -24,7 +24,7 @@ from composer.config.sets import presets_dir
 from composer.registry.client import Registries
 
 if TYPE_CHECKING:  # the engine is only passed through here
-    from composer.engine.engine import Engine
+    from composer.engine.interface import Engine
 
 LOCK_SUFFIX = ".lock.yaml"
 LOCK_VERSION = 1
@@ -66,7 +66,7 @@ def lock_path(set_path: Path) -> Path:
 
 
 def digest_of(info) -> str:
-    """The digest to lock for a composer.engine.engine.ImageInfo.
+    """The digest to lock for a composer.engine.interface.ImageInfo.
 
     The registry digest of info.ref's own repository (a digest is only valid in the repository
     it came from); else the image id, for images that exist only locally.

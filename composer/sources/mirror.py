@@ -20,7 +20,7 @@ from composer.core.platforms import Platform
 from composer.core.progress import Heartbeat, LineSink, quiet
 from composer.core.refs import ImageRef, check_registry_prefix
 from composer.core.units import human_size
-from composer.engine.engine import Engine
+from composer.engine.interface import Engine
 from composer.publish.artifacts import fallback_tag
 from composer.publish.push import push_image
 from composer.registry.client import Registries, RegistryApi, RegistryAuth

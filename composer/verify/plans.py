@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from composer.core.errors import ComposerError
-from composer.engine.engine import Engine
+from composer.engine.interface import Engine
 from composer.verify.samples import Sample
 
 SCRIPT = "/composer-plan/build_plan.sh"

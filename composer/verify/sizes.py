@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from composer.engine.engine import Engine, Layer
+from composer.engine.interface import Engine, Layer
 from composer.core.units import human_size
 from composer.resolve.plan import CompositionPlan, LayerPart
 from composer.config.types import Device

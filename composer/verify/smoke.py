@@ -23,7 +23,7 @@ from composer.config.cases import (
     CASE_FILES, Case, CaseError, by_model, cases_from_text, check_against_config, default_request,
     describe_request, model_folders, read_cases_file, repository_cases, repository_problem,
 )
-from composer.engine.engine import Container, Engine, ImageInfo, gpu_request
+from composer.engine.interface import Container, Engine, ImageInfo, gpu_request
 from composer.core.errors import ComposerError, EngineError, UsageError
 from composer.core import interrupts
 from composer.verify.samples import Sample, samples_for

@@ -24,7 +24,7 @@ from typing import Mapping
 import jinja2
 
 from composer.catalog.catalog import Catalog, Release
-from composer.engine.engine import Engine, ImageInfo
+from composer.engine.interface import Engine, ImageInfo
 from composer.core.errors import BuildFailed, UsageError
 from composer.core.progress import LineSink
 from triton_standins import cuda_stubs, host

@@ -33,7 +33,7 @@ def standin(
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable result on stdout."),
 ) -> None:
     """Build local stand-ins of NGC's full and min images, with a real Triton server inside."""
-    from composer.engine.engine import Engine
+    from composer.engine.connect import connect
     from triton_standins import build_standins, ngc, ngc_vllm
 
     out = Printer(as_json)
@@ -49,7 +49,7 @@ def standin(
         ngc.check_ngc_scale_release(release)
     if flavour == "vllm":
         ngc_vllm.check_release(release)
-    engine = Engine.connect()
+    engine = connect()
     result = build(engine, release, force=force, on_line=out.build_line)
     payload = {"full": result.full_ref, "min": result.min_ref}
     if flavour == "vllm":

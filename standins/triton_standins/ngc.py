@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from composer.catalog.catalog import Release
-from composer.engine.engine import Engine, ImageInfo
+from composer.engine.interface import Engine, ImageInfo
 from composer.core.errors import BuildFailed, UsageError
 from composer.core.progress import LineSink
 from triton_standins import StandinResult, debs, host, template_file, templates

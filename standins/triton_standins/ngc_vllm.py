@@ -26,7 +26,7 @@ from typing import Iterator
 
 from composer.core.errors import BuildFailed, UsageError
 from composer.core.progress import LineSink
-from composer.engine.engine import Engine, ImageInfo
+from composer.engine.interface import Engine, ImageInfo
 from composer.catalog.catalog import Release
 from triton_standins import host, template_file, templates
 from triton_standins import ngc

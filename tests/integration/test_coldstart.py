@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
 from composer.core.errors import ComposerError
 from composer.verify.samples import load_samples
 from tests.cli import composer
@@ -182,7 +182,7 @@ def test_docker_20_10_refuses_zstd_and_pulls_the_default_gzip_image_and_serves(c
     dockerd = Dockerd(tmp_path / "dockerd", slot=DOCKERD_SLOT).start()
     auth = {"username": cold_registry.username, "password": cold_registry.password}
     try:
-        second = Engine.connect(timeout=600, host=dockerd.host)
+        second = connect(timeout=600, host=dockerd.host)
         version = dockerd.docker("version", "--format", "{{.Server.Version}}").stdout.strip()
         if int(version.split(".")[0]) < 23:  # Debian 12's 20.10: zstd layers came with Docker 23
             with pytest.raises(ComposerError) as refused:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.engine.engine import ContainerEngine, Engine
+from composer.engine.connect import connect
+from composer.engine.interface import ContainerEngine
 from composer.core.errors import BuildFailed, ComposerError
 from tests.integration.test_build import REGISTRY, composer
 
@@ -39,7 +40,7 @@ class PodmanService:
         if done.returncode != 0:
             raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "podman-service failed")
         self.host = done.stdout.strip()
-        self.engine = Engine.connect(timeout=600, host=self.host)
+        self.engine = connect(timeout=600, host=self.host)
 
     def stop(self) -> None:
         subprocess.run([str(SCRIPT), "stop", str(self.folder)], capture_output=True, timeout=120)

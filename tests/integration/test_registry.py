@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
 from composer.core.errors import RegistryError
 from composer.core.refs import ImageRef
 from composer.sources.mirror import mirror_through_engine
@@ -105,7 +105,7 @@ def test_no_auth_uses_the_engines_own_credentials(monkeypatch, tmp_path, standin
     pair = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
     (tmp_path / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": pair}}}))
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    own = Engine.connect()
+    own = connect()
     ref = f"{registry.host}/composer-test/min:own"
 
     digest = push_image(own, MIN_STANDIN, ref)

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from composer.engine.engine import ContainerEngine, Engine
+from composer.engine.connect import connect
+from composer.engine.interface import ContainerEngine
 from composer.core.errors import ComposerError
 from tests.conftest import TEST_LABEL, TEST_LABEL_KEY, TEST_RUN
 from tests.integration.test_build import REGISTRY, composer
@@ -86,7 +87,7 @@ def inner(engine, standin_images, tmp_path_factory):
             _unavailable(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "the script failed")
         host = done.stdout.strip()
         assert host == f"tcp://{ADDRESS}:{api}"
-        remote = Engine.connect(timeout=600, host=host)
+        remote = connect(timeout=600, host=host)
         archive = tmp_path_factory.mktemp("standins") / "standins.tar"
         engine.save(list(STANDINS), archive)
         remote.load(archive)

@@ -26,7 +26,7 @@ import pytest
 
 from composer.assembly.cache import clear
 from composer.assembly.pruning import STAGE_LABEL, run_of
-from composer.engine.engine import Engine
+from composer.engine.interface import Engine
 from composer.resolve.plan import RUN_LABEL
 from composer.resolve.plan import STAGE_LABEL as PLAN_STAGE_LABEL
 from tests.conftest import TEST_LABEL_KEY, TEST_RUN
@@ -305,12 +305,12 @@ _NO_CHECK = """
 import sys
 from composer.catalog.catalog import Catalog
 from composer.core.errors import NoSpace
-from composer.engine.engine import Engine
+from composer.engine.connect import connect
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from tests.specs import spec
 
-engine = Engine.connect()
+engine = connect()
 plan = resolve(engine, spec(backends=("python",), version="24.09", registry="localhost/standin", tag=sys.argv[1]),
                Catalog.load()).plan
 try:

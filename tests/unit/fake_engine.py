@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from composer.engine.engine import Container, ContainerEngine, Gpus, ImageInfo, Layer, RunResult, gpu_request
+from composer.engine.interface import Container, ContainerEngine, Gpus, ImageInfo, Layer, RunResult, gpu_request
 from composer.core.errors import ImageNotFound, RegistryError
 
 PUSHED_DIGEST = "sha256:" + "d" * 64

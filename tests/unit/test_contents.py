@@ -7,7 +7,7 @@ import pytest
 
 from composer.resolve import contents
 from composer.resolve.contents import Component, FullImageContents, LibraryNeed, inspect_full
-from composer.engine.engine import RunResult
+from composer.engine.interface import RunResult
 from composer.core.errors import ComposerError, ImageNotFound
 from tests.unit.fake_engine import FakeEngine
 

@@ -7,7 +7,10 @@ import docker.errors
 import pytest
 import requests
 
-from composer.engine.engine import ContainerEngine, DockerEngine, Endpoint, gpu_request
+from composer.engine.connect import connect
+from composer.engine.docker import DockerEngine
+from composer.engine.endpoints import Endpoint
+from composer.engine.interface import ContainerEngine, gpu_request
 from composer.core.errors import ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError
 from tests.unit.fake_engine import FakeEngine
 
@@ -212,7 +215,7 @@ def test_the_engine_kind_is_what_the_endpoint_says_it_is(monkeypatch, components
             return True
 
     monkeypatch.setattr(docker, "DockerClient", Client)
-    engine = ContainerEngine.connect(host="tcp://127.0.0.1:2375")
+    engine = connect(host="tcp://127.0.0.1:2375")
     assert type(engine).__name__ == kind and engine.is_podman == (kind == "PodmanEngine")
 
 
@@ -236,7 +239,7 @@ def test_an_image_list_that_lost_an_image_midway_is_asked_again():
 def test_an_image_list_that_keeps_failing_is_one_line_once_the_patience_is_spent(monkeypatch):
     import docker
 
-    from composer.engine import engine as module
+    from composer.engine import errors as module
 
     engine, fake = docker_engine()
     calls = []
@@ -256,7 +259,7 @@ def test_an_image_list_that_keeps_failing_is_one_line_once_the_patience_is_spent
 
 def test_podmans_identity_is_its_storage_not_its_info_id_which_changes_on_every_request():
     """Locks are per engine: under Podman two runs at once both made one pruned base."""
-    from composer.engine.engine import PodmanEngine
+    from composer.engine.podman import PodmanEngine
 
     fake = FakeAPI()
     ids = iter(["98da562d", "8207dc6c"])

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from composer.engine.engine import ImageInfo
+from composer.engine.interface import ImageInfo
 from composer.core.errors import ImageNotFound, RegistryError, UsageError
 from composer.sources.lock import (
     LockedImage,

@@ -11,7 +11,7 @@ from composer import pipeline
 from composer.assembly.assemble import Assembled
 from composer.catalog.catalog import Catalog
 from composer.resolve.contents import Component, FullImageContents
-from composer.engine.engine import ImageInfo, RunResult
+from composer.engine.interface import ImageInfo, RunResult
 from composer.core.errors import RegistryError, UsageError
 from composer.resolve import resolve as resolving
 from composer.pipeline import Run, build_image, compose

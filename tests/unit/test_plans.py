@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 
-from composer.engine.engine import RunResult
+from composer.engine.interface import RunResult
 from composer.config.cases import TensorData
 from composer.verify import smoke
 from composer.verify.plans import read_plan

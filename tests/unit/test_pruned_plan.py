@@ -7,7 +7,7 @@ from dataclasses import replace
 import re
 import pytest
 
-from composer.engine.engine import ImageInfo
+from composer.engine.interface import ImageInfo
 from composer.core.errors import Invalid, UsageError
 from composer.resolve.plan import Offer, make_plan
 from composer.assembly.pruning import BASE_LABEL, base_key, proof_failure, pruned_base

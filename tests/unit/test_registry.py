@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.engine.engine import ImageInfo
+from composer.engine.interface import ImageInfo
 from composer.core.errors import ImageNotFound, RegistryError, UsageError
 from composer.publish.push import Failure, classify, push_image
 from composer.registry.client import (

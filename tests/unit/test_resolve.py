@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from composer.cli import main as cli
 from composer.resolve import resolve
-from composer.engine.engine import ImageInfo, RunResult
+from composer.engine.interface import ImageInfo, RunResult
 from tests.unit.fake_engine import FACTS_COMMAND, FakeEngine, recorded_facts
 from tests.unit.test_contents import PROBE_DOC
 

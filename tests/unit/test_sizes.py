@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from composer.engine.engine import Layer
+from composer.engine.interface import Layer
 from composer.verify.sizes import measure, report_from
 
 MIN_LAYERS = [Layer("base layer 1", 100_000_000), Layer("base layer 2", 50_000)]

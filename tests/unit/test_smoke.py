@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from composer.verify import smoke
-from composer.engine.engine import RunResult
+from composer.engine.interface import RunResult
 from composer.verify.smoke import SmokePlan, smoke_test
 from composer.core.errors import EngineError, UsageError
 from composer.config.cases import TensorData
@@ -229,7 +229,7 @@ def _recorded(output: str, exit_code: int = 0) -> FakeEngine:
 
 
 def _image(env=None):
-    from composer.engine.engine import ImageInfo
+    from composer.engine.interface import ImageInfo
 
     return ImageInfo(id="sha256:" + "a" * 64, ref="team/t:1", tags=("team/t:1",), repo_digests=(), env=env or {},
                      labels={}, size=0)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from composer.verify import smoke
-from composer.engine.engine import RunResult
+from composer.engine.interface import RunResult
 from composer.core.errors import UsageError
 from composer.verify.smoke import SmokePlan, server_reasons, smoke_test
 from composer.verify.triton_client import InferenceError, TensorData

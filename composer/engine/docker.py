@@ -1,359 +1,35 @@
-"""The container engine: one interface (ContainerEngine); engines by kind over the Docker SDK
-(DockerEngine, PodmanEngine: chosen by connect() from what the endpoint says it is). ssh
-tunnels to a remote engine's published ports live in composer/tunnels.py.
-
-Everything else in the composer speaks in plain values (image references, folders,
-dataclasses) and gets engine failures as ComposerError subclasses with a one-line message:
-no Docker SDK or requests exception ever leaves this module. The same Docker API is served by
-Docker engines (local, remote over tcp:// or ssh://, in a container) and by Podman's service,
-whose builds differ.
-"""
+"""DockerEngine: the ContainerEngine over the Docker SDK. The same Docker API is served by Docker
+engines (local, remote over tcp:// or ssh://, in a container) and by Podman's service, whose
+builds differ (podman.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
-import os
 import re
 import shutil
 import tarfile
 import time
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, Union
-from urllib.parse import urlsplit
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
 
-import docker
-import docker.auth
 import docker.errors
 import docker.types
-import docker.utils
 import requests.exceptions
 
 from composer.core import interrupts
 from composer.core.docker_config import login_for
-from composer.engine import tunnels
-from composer.core.errors import BuildFailed, ComposerError, EngineError, EngineUnavailable, ImageNotFound, RegistryError, UsageError
-from composer.core.redaction import redact
+from composer.core.errors import BuildFailed, EngineError, EngineUnavailable, ImageNotFound, RegistryError
 from composer.core.progress import Heartbeat, LineSink, quiet
-from composer.core.refs import ImageRef, digest_for
-
-START_HINT = "start one with scripts/ensure-docker, or point DOCKER_HOST at a running engine"
-
-# GPUs a container asks for: "all", "none" or a count.
-Gpus = Union[str, int]
-
+from composer.core.refs import ImageRef
+from composer.engine import tunnels
+from composer.engine.endpoints import Endpoint
+from composer.engine.errors import (_Absent, _explain, _not_found_command, _one_line, _patiently, _response_message,
+                                    _translated, with_runtime_hint)
+from composer.engine.interface import Container, ContainerEngine, Gpus, ImageInfo, Layer, RunResult, gpu_request
 
 _RUNNING = re.compile(r"---> Running in ([0-9a-f]{12})")  # a build step's container, as the engine names it
-LIST_PATIENCE = 60.0  # seconds an image list or inspect may keep failing while another run removes images (Podman)
-
-@dataclass(frozen=True)
-class ImageInfo:
-    """What the composer needs to know of a local image."""
-
-    id: str
-    ref: str
-    tags: tuple[str, ...]
-    repo_digests: tuple[str, ...]
-    env: Mapping[str, str]
-    labels: Mapping[str, str]
-    size: int
-    layers: tuple[str, ...] = ()  # diff ids of its root filesystem, bottom first
-    # The rest of its configuration, which an image built FROM scratch on a copy of it must restate:
-    entrypoint: tuple[str, ...] = ()
-    cmd: tuple[str, ...] = ()
-    workdir: str = ""
-    created: str = ""  # when its configuration says it was made (RFC 3339), "" when it does not say
-
-    @property
-    def digest(self) -> str | None:
-        """The registry digest (sha256:...) recorded for this ref's own repository, if any."""
-        return digest_for(self.ref, self.repo_digests)
-
-
-@dataclass(frozen=True)
-class Layer:
-    """One step of an image's history: the instruction that made it and the bytes it added."""
-
-    created_by: str
-    size: int
-
-
-@dataclass(frozen=True)
-class RunResult:
-    exit_code: int
-    output: str
-
-
-@dataclass
-class Container:
-    """A container the composer started; remove() is safe to call more than once.
-
-    Its published ports are reached at `host` (where the engine publishes them, which is not
-    127.0.0.1 for a remote engine).
-    """
-
-    engine: "ContainerEngine"
-    id: str
-    host: str = "127.0.0.1"
-    ports: dict[int, int] = field(default_factory=dict)
-    _tunnels: list = field(default_factory=list, repr=False)
-
-    def host_port(self, container_port: int) -> int:
-        return self.ports[container_port]
-
-    def url(self, container_port: int) -> str:
-        """http://HOST:PORT of a published port."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.host_port(container_port)}"
-
-    def logs(self, tail: int | str = "all") -> str:
-        return self.engine.container_logs(self.id, tail=tail)
-
-    def running(self) -> bool:
-        return self.engine.container_running(self.id)
-
-    def remove(self) -> None:
-        for tunnel in self._tunnels:
-            tunnels.stop(tunnel)
-        self._tunnels.clear()
-        self.engine.remove_container(self.id)
-
-
-def gpu_request(gpus: Gpus | None) -> int | None:
-    """How many GPUs `gpus` asks for: None for none, -1 for all; a bad value is refused."""
-    if gpus is None or gpus == "none" or gpus == 0:
-        return None
-    if gpus == "all":
-        return -1
-    if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0:
-        return gpus
-    raise EngineError(f"gpus {gpus!r}: give all, none or a positive number")
-
-
-class ContainerEngine(ABC):
-    """What the composer asks of a container engine. `connect()` gives the Docker API one.
-
-    Every method raises only ComposerError subclasses; "not there" is a value (None, no-op),
-    never an exception, where the caller has nothing to do about it.
-    """
-
-    loads_partial_archives = True  # whether a loaded archive may leave out layers the engine holds
-
-    @staticmethod
-    def connect(timeout: int = 600, host: str | None = None) -> "ContainerEngine":
-        """The engine at `host` (a DOCKER_HOST value), else the one the docker CLI would use
-        (DOCKER_HOST, DOCKER_CONTEXT, the current context, the local socket): a DockerEngine, or
-        a PodmanEngine when the endpoint says it is Podman's service."""
-        return DockerEngine.connect(timeout=timeout, host=host)
-
-    # -- images -------------------------------------------------------------
-
-    @abstractmethod
-    def image(self, ref: str) -> ImageInfo | None:
-        """The local image named `ref` (a tag, digest reference or id), or None."""
-
-    def require_image(self, ref: str, *, pull: bool = True, on_line: LineSink = quiet) -> ImageInfo:
-        """The image `ref`, pulled if it is not local (and `pull` allows)."""
-        info = self.image(ref)
-        if info is not None:
-            return info
-        if not pull:
-            raise ImageNotFound(f"image {ref} is not on the engine")
-        return self.pull(ref, on_line=on_line)
-
-    @abstractmethod
-    def pull(self, ref: str, *, on_line: LineSink = quiet, auth: Mapping[str, str] | None = None) -> ImageInfo: ...
-
-    @abstractmethod
-    def tag(self, image_id: str, ref: str) -> None: ...
-
-    @abstractmethod
-    def remove_image(self, ref: str, *, force: bool = False, prune: bool = True) -> None:
-        """Remove a name (or, by id, an image); an absent one is fine, one in use is an error.
-        `prune` False keeps its untagged parents (a stage's build cache under a label image)."""
-
-    @abstractmethod
-    def image_config(self, ref: str) -> dict:
-        """What an image runs with, as its configuration says: {"config": Env, Cmd, Labels, ...,
-        "architecture", "os", "variant"} (the parts a new image made of its layers restates)."""
-
-    @abstractmethod
-    def export_path(self, image: str, path: str, *, labels: Mapping[str, str] | None = None) -> Iterator[bytes]:
-        """A tar of `path` in `image` (its entries named from the path's last part), read through a
-        container that is created, never started, and removed once the stream ends or stops."""
-
-    @abstractmethod
-    def load_stream(self, archive: BinaryIO, what: str) -> None:
-        """Load an image archive read from `archive` (a docker save archive, or one that leaves out
-        the layers the engine holds already)."""
-
-    def discard_untagged(self, image_id: str) -> None:
-        """Remove an image only if nothing names it, so no existing tag is ever touched."""
-        info = self.image(image_id)
-        if info is None or info.tags:
-            return
-        try:
-            self.remove_image(image_id)
-        except ComposerError:
-            pass  # still used by a container or as a parent: leave it
-
-    def identity(self) -> str:
-        """What tells this engine from another on the host (locks on what runs make are per engine)."""
-        endpoint = getattr(self, "endpoint", None)
-        return str(getattr(endpoint, "url", "") or "engine")
-
-    def where(self) -> str:
-        """The engine's address as a message names it (its credentials, if any, redacted)."""
-        endpoint = getattr(self, "endpoint", None)
-        url = getattr(endpoint, "url", None)
-        return redact(url)[:200] if url else type(self).__name__
-
-    def storage(self) -> tuple[str, "shutil._ntuple_diskusage"] | None:
-        """Where the engine stores images and that disk's usage; None when this machine cannot see it."""
-        return None
-
-    def disk_usage(self) -> dict[str, dict]:
-        """Per image id: its bytes ("size"), those it shares with other images ("shared") and the
-        containers using it, as the engine counts them (docker system df); {} when it cannot say."""
-        return {}
-
-    @abstractmethod
-    def images_labelled(self, label: str, *, untagged: bool = False) -> list[str]:
-        """Ids of images carrying `label` (key or key=value); with `untagged`, only those no tag
-        names (a multi-stage build's stage images, which label themselves only by inheritance)."""
-
-    @abstractmethod
-    def first_labelled(self, label: str) -> str | None:
-        """The image a label first appears on: of the images carrying it (intermediate ones too),
-        the one built on an image that does not. A stage's last image, when its label is set there,
-        though the stages built FROM it inherit the label."""
-
-    @abstractmethod
-    def image_names(self) -> list[str]:
-        """Every local tag and digest reference."""
-
-    @abstractmethod
-    def history(self, ref: str) -> list[str]:
-        """The instruction that made each layer of `ref`, newest first."""
-
-    @abstractmethod
-    def layers(self, ref: str) -> list[Layer]:
-        """The history of `ref`, oldest step first, with the bytes each step added (0 for steps
-        that only change the configuration)."""
-
-    @abstractmethod
-    def import_rootfs(self, tarball: Path, ref: str, changes: Iterable[str] = ()) -> str:
-        """Load a root filesystem tarball as an image (docker import); its id."""
-
-    @abstractmethod
-    def build(
-        self,
-        context: Path,
-        *,
-        dockerfile: str = "Dockerfile",
-        tag: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        network_mode: str | None = None,
-        buildargs: Mapping[str, str] | None = None,
-        nocache: bool = False,
-        redact: Callable[[str], str] = lambda line: line,
-        on_line: LineSink = quiet,
-    ) -> str:
-        """Build `context` and return the image id; on failure the output tail is kept.
-
-        `redact` scrubs every line before it is shown or kept (build arguments may hold secrets).
-        """
-
-    # -- containers ---------------------------------------------------------
-
-    @abstractmethod
-    def run_once(
-        self,
-        image: str,
-        command: list[str],
-        *,
-        entrypoint: list[str] | None = None,
-        files: Mapping[str, bytes] | None = None,
-        user: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        timeout: float = 300,
-    ) -> RunResult:
-        """Run `command` with no network in a short-lived container of `image`; its output.
-
-        A command the image lacks gives exit code 127, as in a shell.
-        """
-
-    @abstractmethod
-    def start(
-        self,
-        image: str,
-        command: list[str] | None = None,
-        *,
-        ports: Iterable[int] = (),
-        files: Mapping[str, bytes | Path] | None = None,
-        labels: Mapping[str, str] | None = None,
-        shm_size: str | None = None,
-        environment: Mapping[str, str] | None = None,
-        user: str | None = None,
-        gpus: Gpus | None = None,
-    ) -> Container:
-        """Start a container with `ports` published where only this machine reaches them
-        (the local engine's loopback), or where the remote engine publishes them."""
-
-    @abstractmethod
-    def containers_labelled(self, label: str) -> list[str]: ...
-
-    @abstractmethod
-    def container_logs(self, container_id: str, tail: int | str = "all") -> str:
-        """Its output so far ("" once it is gone)."""
-
-    @abstractmethod
-    def container_running(self, container_id: str) -> bool: ...
-
-    @abstractmethod
-    def remove_container(self, container_id: str) -> None:
-        """Remove it, running or not, with its volumes; an absent one is fine."""
-
-    @abstractmethod
-    def runtimes(self) -> frozenset[str]:
-        """The container runtimes the engine offers (docker info: Runtimes)."""
-
-    def offers_nvidia_runtime(self) -> bool:
-        """True when the engine can give containers GPUs (the NVIDIA container runtime)."""
-        return "nvidia" in self.runtimes()
-
-    # -- registries and archives ---------------------------------------------
-
-    @abstractmethod
-    def push(self, ref: str, *, auth: Mapping[str, str] | None = None, on_line: LineSink = quiet) -> str:
-        """Push `ref` and return the digest the registry reported."""
-
-    @abstractmethod
-    def registry_config(self) -> dict:
-        """The engine's RegistryConfig (insecure registries and CIDRs), as `docker info` shows it."""
-
-    @abstractmethod
-    def credentials_for(self, registry: str) -> dict[str, str] | None:
-        """The engine's own credentials for `registry`: {"username", "password"} or None."""
-
-    @abstractmethod
-    def save(self, refs: list[str], out: Path) -> None:
-        """Write `refs` to one tar archive (docker save); shared layers are stored once."""
-
-    @abstractmethod
-    def load(self, archive: Path) -> None:
-        """Load a `save` archive (docker load)."""
-
-    @abstractmethod
-    def save_stream(self, ref: str) -> Iterator[bytes]:
-        """The `save` archive of one image, streamed (its layers as the engine stores them)."""
-
-
-# The name the rest of the composer uses for the interface.
-Engine = ContainerEngine
 
 
 def tar_of(files: Mapping[str, bytes | Path]) -> bytes:
@@ -371,52 +47,6 @@ def tar_of(files: Mapping[str, bytes | Path]) -> bytes:
     return buf.getvalue()
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """Where the engine listens, and so where the ports it publishes are reached.
-
-    A local engine (unix socket) publishes on this machine's 127.0.0.1. A tcp:// engine
-    publishes on its own host at the address its operator configured (dockerd --ip, 0.0.0.0 by
-    default) and is reached at the host DOCKER_HOST names. An ssh:// engine publishes on the
-    remote's 127.0.0.1, reached through an ssh tunnel per port.
-    """
-
-    url: str
-    tls: object = None
-
-    @property
-    def scheme(self) -> str:
-        return urlsplit(self.url).scheme or "unix"
-
-    @property
-    def publish_ip(self) -> str | None:
-        """The host address to publish on; None leaves it to the engine's configuration."""
-        return None if self.scheme == "tcp" else "127.0.0.1"
-
-    @property
-    def reach_host(self) -> str:
-        if self.scheme == "tcp":
-            return urlsplit(self.url).hostname or "127.0.0.1"
-        return "127.0.0.1"
-
-    @classmethod
-    def from_environment(cls) -> "Endpoint":
-        """DOCKER_HOST, else the docker context (DOCKER_CONTEXT or the CLI's current one)."""
-        host = os.environ.get("DOCKER_HOST")
-        if host:
-            return cls(host)
-        try:
-            from docker.context import ContextAPI
-
-            context = ContextAPI.get_current_context()
-        except (docker.errors.DockerException, OSError, ValueError, KeyError, TypeError):
-            # a broken context store: fall back to the local socket, as the SDK does
-            context = None
-        if context is not None and context.Host:
-            return cls(context.Host, context.TLSConfig or None)
-        return cls("unix:///var/run/docker.sock")
-
-
 class DockerEngine(ContainerEngine):
     """A Docker engine reached through the Docker SDK (Podman's service: PodmanEngine)."""
 
@@ -427,32 +57,6 @@ class DockerEngine(ContainerEngine):
         self._api = client.api
         self.endpoint = endpoint or Endpoint.from_environment()
         self._data_root: str | None = None
-
-    @classmethod
-    def connect(cls, timeout: int = 600, host: str | None = None) -> "DockerEngine":
-        """Connect to `host`, or the way the docker CLI would (DOCKER_HOST, a docker context, the socket)."""
-        endpoint = Endpoint(host) if host else Endpoint.from_environment()
-        try:
-            if host:
-                client = docker.DockerClient(base_url=host, timeout=timeout, use_ssh_client=endpoint.scheme == "ssh")
-            elif os.environ.get("DOCKER_HOST"):
-                client = docker.from_env(timeout=timeout, use_ssh_client=endpoint.scheme == "ssh")
-            else:
-                client = docker.DockerClient(base_url=endpoint.url, tls=endpoint.tls or False, timeout=timeout,
-                                             use_ssh_client=endpoint.scheme == "ssh")
-            client.ping()
-        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-            if "DOCKER_HOST" in str(exc) or "Invalid bind address" in str(exc) or "scheme" in str(exc).lower():
-                raise UsageError(f"DOCKER_HOST {redact(endpoint.url)[:200]}: not an engine address "
-                                 "(unix:///PATH, tcp://HOST:PORT or ssh://HOST)") from None
-            raise EngineUnavailable(f"no Docker engine answers at {redact(endpoint.url)[:200]}: {START_HINT}") from exc
-        except (ValueError, TypeError, IndexError, KeyError) as exc:  # the SDK's parse of a malformed address
-            raise UsageError(f"DOCKER_HOST {redact(endpoint.url)[:200]}: not an engine address "
-                             "(unix:///PATH, tcp://HOST:PORT or ssh://HOST)") from exc
-        with _translated("cannot ask the engine its version", EngineError):
-            components = client.api.version().get("Components") or []
-        podman = any("podman" in str(c.get("Name", "")).lower() for c in components)
-        return (PodmanEngine if podman else DockerEngine)(client, endpoint)
 
     # -- images -------------------------------------------------------------
 
@@ -913,54 +517,6 @@ class DockerEngine(ContainerEngine):
                         raise BuildFailed(f"cannot load {archive}: {_one_line(event['error'])}")
 
 
-class PodmanEngine(DockerEngine):
-    """Podman's service: the Docker API, except for builds (its libpod endpoint keeps a build
-    off the network and keeps stage images); chosen by connect() from the endpoint's version."""
-
-    is_podman = True
-    loads_partial_archives = False  # containers/image's docker-archive reader wants every layer
-
-    def _identity_in(self, info: dict) -> str:
-        """Podman's storage root: its `info` ID is new on every request, so two runs on one service
-        would never share a lock (both made the same pruned base at once)."""
-        root = str(info.get("DockerRootDir") or "")
-        return f"podman:{root}" if root else ""
-
-    def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
-        """A build through Podman's own endpoint: its Docker-compatible one ignores network_mode
-        "none" (RUN steps would share the host's network), the libpod one takes networkmode=1.
-        layers=1 keeps stage images as Docker's builder does: without it, Podman 4.3 deletes a
-        stage that is only a FROM, and that is the base image itself."""
-        if network_mode not in (None, "none"):
-            raise BuildFailed(f"image build failed: Podman builds take no network mode {network_mode!r}")
-        api = self._api
-        params = {"dockerfile": dockerfile, "labels": json.dumps(dict(labels or {})),
-                  "buildargs": json.dumps(dict(buildargs or {})), "rm": "1", "forcerm": "1", "layers": "1"}
-        if tag:
-            params["t"] = tag
-        if nocache:
-            params["nocache"] = "1"
-        if network_mode == "none":
-            params["networkmode"] = "1"  # buildah's NetworkDisabled
-        archive = docker.utils.tar(str(context))
-        response = None
-        try:
-            response = api.post(f"{api.base_url}/v4.0.0/libpod/build", params=params, data=archive, stream=True,
-                                headers={"Content-Type": "application/x-tar"}, timeout=api.timeout)
-            if response.status_code != 200:
-                raise BuildFailed(f"image build failed: {_response_message(response)}")
-            for line in response.iter_lines():
-                if line.strip():
-                    event = json.loads(line)
-                    if "error" in event:
-                        event["error"] = str(event["error"])
-                    yield event
-        finally:
-            if response is not None:  # closed: the service stops the build
-                response.close()
-            archive.close()
-
-
 def split_ref(ref: str) -> tuple[str, str]:
     """Split an image reference into repository and tag (or digest), as the engine API takes them."""
     parsed = ImageRef.parse(ref)
@@ -968,89 +524,6 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 
 _DIGEST_STATUS = re.compile(r"\bdigest: (sha256:[0-9a-f]{64})\b")
-
-
-class _Absent(Exception):
-    """Raised by _translated for a 404 the caller treats as a value."""
-
-
-def _patiently(call, *args, listing: bool = False, **kwargs):
-    """An engine call that Podman fails while another run removes images: a list, or an inspect or
-    history that walks the image tree, fails on an image it met there that is gone by the time it reads
-    it ("image not known", not a 404 of the image asked for). Asked again for up to LIST_PATIENCE: a
-    run's cleanup removes its images one at a time, a minute at most."""
-    deadline = time.monotonic() + LIST_PATIENCE
-    attempt = 0
-    while True:
-        try:
-            return call(*args, **kwargs)
-        except docker.errors.APIError as error:
-            asked_for_is_absent = isinstance(error, docker.errors.NotFound) and not listing
-            if asked_for_is_absent or "image not known" not in str(error) or time.monotonic() > deadline:
-                raise
-            attempt += 1
-            time.sleep(min(2.0, 0.2 * attempt))
-
-
-@contextlib.contextmanager
-def _translated(what: str, error: type[ComposerError], *, absent_is_error: bool = False) -> Iterator[None]:
-    """SDK and transport failures as `error` (or EngineUnavailable) with a one-line message."""
-    try:
-        yield
-    except docker.errors.NotFound as exc:
-        if not absent_is_error:
-            raise _Absent() from exc
-        raise error(f"{what}: {_explain(exc)}") from exc
-    except docker.errors.APIError as exc:
-        raise error(f"{what}: {_explain(exc)}") from exc
-    except requests.exceptions.Timeout as exc:
-        raise error(f"{what}: the engine gave no answer in time") from exc
-    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        raise EngineUnavailable(f"{what}: lost the engine: {_one_line(str(exc)) or type(exc).__name__}") from exc
-
-
-def _not_found_command(message: str) -> bool:
-    """An engine's way of saying the command to start is not in the image."""
-    lowered = message.lower()
-    return "executable file not found" in lowered or "no such file or directory" in lowered \
-        or "not found in $path" in lowered
-
-
-def _one_line(text: object) -> str:
-    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    return lines[0] if lines else ""
-
-
-def _explain(exc: docker.errors.APIError) -> str:
-    explanation = getattr(exc, "explanation", None) or str(exc)
-    if isinstance(explanation, bytes):
-        explanation = explanation.decode("utf-8", "replace")
-    return with_runtime_hint(_one_line(explanation) or _one_line(str(exc)) or type(exc).__name__)
-
-
-# OCI runtimes' refusals of the host itself: what the engine's operator changes, not the user's input.
-RUNTIME_REFUSALS = {
-    "cgroups in hybrid mode not supported": (
-        "the engine's OCI runtime (crun) refuses this host's cgroup layout (v1 controllers beside a cgroup2 "
-        "mount): run containers with runc (Podman: runtime = \"runc\" under [engine] in containers.conf; "
-        "scripts/podman-service picks a runtime that works)"),
-}
-
-
-def with_runtime_hint(message: str, evidence: str = "") -> str:
-    """`message`, followed by what to change when it (or `evidence`) is a runtime refusing the host."""
-    for refusal, hint in RUNTIME_REFUSALS.items():
-        if refusal in message or refusal in evidence:
-            return f"{message}: {hint}"
-    return message
-
-
-def _response_message(response) -> str:
-    try:
-        message = response.json().get("message")
-    except ValueError:
-        message = None
-    return _one_line(message or response.text) or f"HTTP {response.status_code}"
 
 
 def _short(ref: str) -> str:

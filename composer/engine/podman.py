@@ -1,0 +1,60 @@
+"""PodmanEngine: Podman's service, which serves the Docker API but builds its own way."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import docker.utils
+
+from composer.core.errors import BuildFailed
+from composer.engine.docker import DockerEngine
+from composer.engine.errors import _response_message
+
+
+class PodmanEngine(DockerEngine):
+    """Podman's service: the Docker API, except for builds (its libpod endpoint keeps a build
+    off the network and keeps stage images); chosen by connect() from the endpoint's version."""
+
+    is_podman = True
+    loads_partial_archives = False  # containers/image's docker-archive reader wants every layer
+
+    def _identity_in(self, info: dict) -> str:
+        """Podman's storage root: its `info` ID is new on every request, so two runs on one service
+        would never share a lock (both made the same pruned base at once)."""
+        root = str(info.get("DockerRootDir") or "")
+        return f"podman:{root}" if root else ""
+
+    def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
+        """A build through Podman's own endpoint: its Docker-compatible one ignores network_mode
+        "none" (RUN steps would share the host's network), the libpod one takes networkmode=1.
+        layers=1 keeps stage images as Docker's builder does: without it, Podman 4.3 deletes a
+        stage that is only a FROM, and that is the base image itself."""
+        if network_mode not in (None, "none"):
+            raise BuildFailed(f"image build failed: Podman builds take no network mode {network_mode!r}")
+        api = self._api
+        params = {"dockerfile": dockerfile, "labels": json.dumps(dict(labels or {})),
+                  "buildargs": json.dumps(dict(buildargs or {})), "rm": "1", "forcerm": "1", "layers": "1"}
+        if tag:
+            params["t"] = tag
+        if nocache:
+            params["nocache"] = "1"
+        if network_mode == "none":
+            params["networkmode"] = "1"  # buildah's NetworkDisabled
+        archive = docker.utils.tar(str(context))
+        response = None
+        try:
+            response = api.post(f"{api.base_url}/v4.0.0/libpod/build", params=params, data=archive, stream=True,
+                                headers={"Content-Type": "application/x-tar"}, timeout=api.timeout)
+            if response.status_code != 200:
+                raise BuildFailed(f"image build failed: {_response_message(response)}")
+            for line in response.iter_lines():
+                if line.strip():
+                    event = json.loads(line)
+                    if "error" in event:
+                        event["error"] = str(event["error"])
+                    yield event
+        finally:
+            if response is not None:  # closed: the service stops the build
+                response.close()
+            archive.close()
