@@ -35,7 +35,9 @@ from composer.publish.inspect import Difference, inspect as inspect_image
 from composer.publish.junit import check_junit_output, outcome_entries, write_junit
 from composer.sources.lock import check_lock_output, check_locked, lock_spec
 from composer.sources.mirror import mirror_release, mirror_through_engine
-from composer.registry.client import load_auth, Registries, retry_policy
+from composer.registry.client import Registries
+from composer.registry.credentials import load_auth
+from composer.registry.retries import retry_policy
 from composer.render.render import check_output, write_context
 from composer.resolve.packages import python_target
 from composer.resolve.resolve import (
