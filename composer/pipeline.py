@@ -470,7 +470,7 @@ def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catal
 
 def compose_bundle(engine: Engine, read: ReadBundle, spec: CompositionSpec, catalog: Catalog, run: Run) -> list[Outcome]:
     """Load the bundle's images and compose `spec`: the bundle's own, checked with the result
-    options given (composer.config.options.check, as for every build)."""
+    options given (composer.config.rules.validate, as for every build)."""
     inspection = open_bundle(engine, read, on_line=run.on_line)
     return compose_all(engine, [spec], catalog, run, inspection)
 
