@@ -48,7 +48,8 @@ from composer.verify.smoke import SmokePlan, SmokeReport, smoke_test
 from composer.config.types import CompositionSpec, Providers
 from composer.sources.bundle import ReadBundle, open_bundle
 from composer.sources.lock import verify_lock
-from composer.registry.client import Registries, retry_policy
+from composer.registry.client import Registries
+from composer.registry.retries import retry_policy
 from composer.publish.image_push import image_manifest, own_layers, push_assembled
 from composer.publish.blobs import compressor_id
 from composer.publish.provenance import SLSA_PROVENANCE, Made, now, statement, wheel_dependencies
@@ -312,7 +313,7 @@ class Run:
     """How images are composed in this run (not what goes into them)."""
 
     locked: bool = False
-    registry_auth: Any = None  # composer.registry.client.RegistryAuth, for pushes and registry reads
+    registry_auth: Any = None  # composer.registry.credentials.RegistryAuth, for pushes and registry reads
     labels: Mapping[str, str] | None = None  # marks what the run leaves on the engine (tests)
     on_line: LineSink = quiet  # progress
     on_build_line: LineSink | None = None  # build output
@@ -473,7 +474,7 @@ def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catal
 
 def compose_bundle(engine: Engine, read: ReadBundle, spec: CompositionSpec, catalog: Catalog, run: Run) -> list[Outcome]:
     """Load the bundle's images and compose `spec`: the bundle's own, checked with the result
-    options given (composer.config.options.check, as for every build)."""
+    options given (composer.config.rules.validate, as for every build)."""
     inspection = open_bundle(engine, read, on_line=run.on_line)
     return compose_all(engine, [spec], catalog, run, inspection)
 

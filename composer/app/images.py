@@ -26,7 +26,8 @@ from composer.engine.interface import Engine
 from composer.pipeline import Run, rebuild
 from composer.publish.inspect import Difference, inspect as inspect_image
 from composer.publish.verify import VerificationFailed, verify as check_image
-from composer.registry.client import Registries, retry_policy
+from composer.registry.client import Registries
+from composer.registry.retries import retry_policy
 from composer.sources.mirror import mirror_release, mirror_through_engine
 from composer.verify.smoke import image_smoke_plan, smoke_test as run_smoke_test
 

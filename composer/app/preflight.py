@@ -21,7 +21,9 @@ from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef
 from composer.engine.interface import Engine
 from composer.publish.sign import SigningKey, load_public_key
-from composer.registry.client import RegistryAuth, Registries, load_auth, retry_policy
+from composer.registry.client import Registries
+from composer.registry.credentials import RegistryAuth, load_auth
+from composer.registry.retries import retry_policy
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The release catalog: which Triton container release carries which server, OS and python.
 
-The facts live in composer/data/releases.yaml; this module only loads and looks them up.
+The facts live in composer/catalog/releases.yaml; this module only loads and looks them up.
 """
 
 from __future__ import annotations

@@ -70,5 +70,5 @@ class NoSpace(ComposerError):
 
 class RegistryUnavailable(RegistryError):
     """One try at a registry failed in a way a later try may not: the connection refused or lost,
-    no answer in time, HTTP 5xx or 429. composer.registry.client.RetryPolicy tries again; once its
+    no answer in time, HTTP 5xx or 429. composer.registry.retries.RetryPolicy tries again; once its
     tries are spent the failure is a plain RegistryError ("unreachable after N tries")."""

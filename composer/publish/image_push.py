@@ -32,7 +32,9 @@ from composer.core.units import human_size
 from composer.engine.archives import ChunkReader, may_be_layer
 from composer.engine.interface import Engine
 from composer.publish.blobs import COMPRESSION_OF, MEDIA_TYPES, Blob, BlobCache, compress
-from composer.registry.client import CHUNK, Registries, RegistryApi, RetryPolicy, VerifiedBlob
+from composer.registry.blobs import VerifiedBlob
+from composer.registry.client import CHUNK, Registries, RegistryApi
+from composer.registry.retries import RetryPolicy
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"

@@ -1,7 +1,7 @@
 """`composer inspect`: an image's versions and parts without pulling it, and what differs between two.
 
 A remote image is read from its registry (manifest, config, the SBOM artifact next to it) with
-the same credentials and trust as `lock` and `mirror` (composer.registry.client); a local image
+the same credentials and trust as `lock` and `mirror` (composer.registry.client.Registries); a local image
 from the engine (its configuration, history and the SBOM file it holds). The versions come from
 what NGC's images state in their environment (CUDA_VERSION, CUDNN_VERSION, TRT_VERSION, ...),
 the labels a composed image adds, and its SBOM.

@@ -15,7 +15,7 @@ from composer.engine.interface import Engine, ImageInfo
 from composer.core.errors import ImageNotFound, RegistryError, UsageError
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef, parse_tag_ref
-from composer.registry.client import RegistryAuth
+from composer.registry.credentials import RegistryAuth
 
 
 # -- failures -----------------------------------------------------------------

@@ -1,36 +1,34 @@
-"""Talking to registries over their HTTP API v2: credentials, trust (which CA, where plain
-http is allowed) and reads of what a registry holds (manifests, digests).
+"""A registry's HTTP API v2 (manifests, digests, blobs, referrers, mounts, uploads), and the
+registry clients of one command (Registries).
 
 Apart from composer.publish.push (push, mirror) so a lock or a --locked build can ask a registry
-without the push machinery. Credentials never appear in a message: RegistryAuth's repr hides
-the password.
+without the push machinery. Retries, credentials, trust and a blob's checked stream are the
+modules beside this one.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import ipaddress
 import json
-import os
 import queue
 import re
-import ssl
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Iterator
 from urllib.parse import quote, urlsplit
 
 import requests
-import requests.adapters
 
-from composer.core import interrupts
 from composer.core.docker_config import HostDockerConfig
 from composer.engine.interface import Engine, ImageInfo
-from composer.core.errors import Invalid, RegistryError, RegistryUnavailable, UsageError
-from composer.core.files import read_text
+from composer.core.errors import RegistryError, RegistryUnavailable
 from composer.core.refs import DOCKER_HUB, ImageRef, digest_for
+from composer.registry.blobs import VerifiedBlob
+from composer.registry.credentials import RegistryAuth
+from composer.registry.retries import RETRY_STATUSES, RetryPolicy
+from composer.registry.trust import SYSTEM_CERTS_D, InsecureRegistries, TrustAdapter, ca_files, may_send_credentials
+
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -52,324 +50,6 @@ REGISTRY_TIMEOUT = 5.0
 STREAM_TIMEOUT = 120.0
 CHUNK = 1 << 20  # bytes read and sent at a time: a layer is never held whole in memory
 MAX_MANIFEST = 4 << 20  # OCI's recommended limit for a manifest
-
-
-# -- retries: a registry that drops a connection, restarts or says 5xx/429 -------------------
-
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-MAX_DELAY = 30.0  # seconds between two tries at most, however many tries are allowed
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How often the composer tries a registry again, and how long it waits between tries (`backoff`
-    seconds, doubled each time, at most MAX_DELAY). A request whose body can be sent again is
-    retried as it is; a blob's upload (streamed: sent once) is retried whole by `run`, which first
-    asks whether the registry holds the blob already. One try (the default of a bare client) is no
-    retry; the command's clients take --registry-tries and --registry-backoff."""
-
-    tries: int = 1
-    backoff: float = 1.0
-    sleep: Callable[[float], None] = field(default=interrupts.pause, compare=False, repr=False)
-    say: Callable[[str], None] = field(default=lambda line: None, compare=False, repr=False)  # each retry, a line
-
-    def delay(self, attempt: int) -> float:
-        return min(MAX_DELAY, self.backoff * (2 ** attempt))
-
-    def run(self, host: str, step: Callable[[], object], on_retry: Callable[[str], None] | None = None):
-        """`step()` until it does not fail with RegistryUnavailable, `tries` times at most; then the
-        one line: "<host>: unreachable after N tries (<the last failure>)"."""
-        on_retry = on_retry or self.say
-        last: RegistryUnavailable | None = None
-        for attempt in range(max(1, self.tries)):
-            if attempt:
-                if interrupts.STOPPING.is_set():  # the command is being interrupted: no more tries
-                    raise last
-                delay = self.delay(attempt - 1)
-                on_retry(f"{host}: {last.message}; try {attempt + 1} of {self.tries} in {delay:g} s")
-                self.sleep(delay)
-            try:
-                return step()
-            except RegistryUnavailable as failure:
-                last = failure
-        assert last is not None
-        raise self.spent(host, last.message)
-
-    def spent(self, host: str, last: str) -> RegistryError:
-        if self.tries <= 1:
-            return RegistryUnavailable(last)
-        return RegistryError(f"{host}: unreachable after {self.tries} tries ({last})")
-
-
-def retry_policy(images, say: Callable[[str], None] = lambda line: None) -> RetryPolicy:
-    """The policy a spec's images options give (--registry-tries, --registry-backoff); `say` hears
-    of each retry."""
-    return RetryPolicy(images.registry_tries, images.registry_backoff, say=say)
-
-
-# -- credentials --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RegistryAuth:
-    """A registry user and password; repr and str never show the password."""
-
-    username: str
-    password: str = field(repr=False)
-
-    def __repr__(self) -> str:
-        return f"RegistryAuth(username={self.username!r}, password='***')"
-
-    __str__ = __repr__
-
-    def as_config(self) -> dict[str, str]:
-        """The auth_config the engine (Docker SDK) takes."""
-        return {"username": self.username, "password": self.password}
-
-    def redact(self, text: str) -> str:
-        """`text` with the password (and its base64 forms) replaced by ***."""
-        for secret in _secret_forms(self):
-            text = text.replace(secret, "***")
-        return text
-
-
-def _secret_forms(auth: RegistryAuth) -> list[str]:
-    pair = f"{auth.username}:{auth.password}".encode()
-    forms = [auth.password, base64.b64encode(pair).decode(), base64.urlsafe_b64encode(pair).decode()]
-    return [form for form in forms if form]
-
-
-def load_auth(spec: str | None, *, environ: Mapping[str, str] | None = None,
-              flag: str = "--registry-auth") -> RegistryAuth | None:
-    """Credentials from `file:PATH` or `env:NAME`; None (no spec) leaves the engine's own.
-
-    A file holds `user:password` or JSON {"username": .., "password": ..}; a variable holds
-    `user:password`. Messages name the flag (`flag`) and the file or variable, never what it holds.
-    """
-    if spec is None:
-        return None
-    try:
-        return _load_auth(spec, os.environ if environ is None else environ)
-    except UsageError as error:
-        raise UsageError(f"{flag}: {error.message}") from None
-
-
-def _load_auth(spec: str, env: Mapping[str, str]) -> RegistryAuth:
-    scheme, _, where = spec.partition(":")
-    if scheme == "file" and where:
-        path = Path(where).expanduser()
-        try:  # a small regular file of text: /dev/zero, a FIFO or a huge file is refused, not read
-            text = read_text(path, "credentials file", 64 << 10)
-        except Invalid as problem:
-            message = str(problem)
-            if message.startswith("no such"):
-                message = message.replace("no such credentials file", "cannot read the credentials file") + \
-                    ": no such file"
-            raise UsageError(message) from None
-        auth = _parse_credentials(text)
-        if auth is None:
-            raise UsageError(
-                f"the credentials file {path} holds neither user:password nor JSON "
-                '{"username": .., "password": ..}'
-            )
-        return auth
-    if scheme == "env" and where:
-        if where not in env:
-            raise UsageError(f"the credentials variable {where} is not set")
-        auth = _parse_pair(env[where])
-        if auth is None:
-            raise UsageError(f"the credentials variable {where} does not hold user:password")
-        return auth
-    # The spec is not echoed: a mistyped one may be the password itself.
-    raise UsageError("registry credentials are given as file:PATH or env:NAME (holding user:password)")
-
-
-def _parse_credentials(text: str) -> RegistryAuth | None:
-    stripped = text.strip()
-    if stripped.startswith("{"):
-        try:
-            data = json.loads(stripped)
-        except (json.JSONDecodeError, RecursionError):
-            return None
-        if not isinstance(data, dict):
-            return None
-        username, password = data.get("username"), data.get("password")
-        if not username and not password and isinstance(data.get("auth"), str):
-            try:  # docker config's "auth": base64 of user:password
-                return _parse_pair(base64.b64decode(data["auth"]).decode("utf-8"))
-            except (ValueError, UnicodeDecodeError):
-                return None
-        if isinstance(username, str) and isinstance(password, str) and username and password:
-            return RegistryAuth(username, password)
-        return None
-    return _parse_pair(stripped)
-
-
-def _parse_pair(text: str) -> RegistryAuth | None:
-    username, sep, password = text.strip("\r\n").partition(":")
-    if not sep or not username or not password or "\n" in text.strip("\r\n"):
-        return None
-    return RegistryAuth(username, password)
-
-
-# -- trust: which CA, and where plain http is allowed -----------------------------------------
-
-SYSTEM_CERTS_D = Path("/etc/docker/certs.d")
-LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
-
-
-def certs_dirs(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
-    """Where engines keep a CA per registry: the system engine's folder, then a rootless
-    engine's ($XDG_CONFIG_HOME/docker/certs.d) and the user's docker config folder."""
-    env = os.environ if environ is None else environ
-    home = Path(env.get("HOME") or Path.home())
-    config = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
-    return (SYSTEM_CERTS_D, config / "docker" / "certs.d", home / ".docker" / "certs.d")
-
-
-def ca_files(host: str, *, explicit: Path | None = None, dirs: Sequence[Path] | None = None) -> tuple[Path, ...]:
-    """The CA files to trust for `host`, besides the system's: every *.crt in <certs.d>/<host>/
-    (as the engine reads them), then the explicit one (--registry-ca)."""
-    found: list[Path] = []
-    for folder in certs_dirs() if dirs is None else dirs:
-        try:
-            found += sorted(path for path in (Path(folder) / host).glob("*.crt") if path.is_file())
-        except OSError:
-            continue
-    if explicit is not None:
-        found.append(Path(explicit))
-    return tuple(found)
-
-
-def check_ca_file(path: Path, what: str = "--registry-ca") -> Path:
-    """A readable PEM file holding at least one certificate."""
-    try:
-        text = Path(path).read_text(encoding="ascii", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
-    if "-----BEGIN CERTIFICATE-----" not in text:
-        raise UsageError(f"{what} {path}: not a PEM certificate file (expected -----BEGIN CERTIFICATE-----)")
-    return Path(path)
-
-
-@dataclass(frozen=True)
-class InsecureRegistries:
-    """The registries the engine calls insecure, the only ones spoken to over plain http:
-    its configured ones (`docker info`: RegistryConfig), 127.0.0.0/8 and localhost."""
-
-    names: frozenset[str] = frozenset()
-    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
-
-    @classmethod
-    def from_engine_config(cls, config: Mapping) -> "InsecureRegistries":
-        indexes = config.get("IndexConfigs") or {}
-        names = frozenset(
-            name for name, index in indexes.items() if isinstance(index, Mapping) and index.get("Secure") is False
-        )
-        networks = []
-        for cidr in config.get("InsecureRegistryCIDRs") or ():
-            try:
-                networks.append(ipaddress.ip_network(cidr, strict=False))
-            except (TypeError, ValueError):
-                continue
-        return cls(names, tuple(networks))
-
-    def allows_http(self, host: str) -> bool:
-        if host in self.names:
-            return True
-        hostname = _hostname(host)
-        if hostname == "localhost":
-            return True
-        try:
-            address = ipaddress.ip_address(hostname)
-        except ValueError:
-            return False  # a name: only the engine's IndexConfigs can make it insecure
-        return address in LOOPBACK or any(address in network for network in self.networks)
-
-
-def _hostname(host: str) -> str:
-    """host[:port] without the port (IPv6 in brackets unwrapped)."""
-    if host.startswith("["):
-        return host[1:].split("]", 1)[0]
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-
-
-def may_send_credentials(realm: str, registry_host: str) -> bool:
-    """Credentials go to a token realm only over https, or to the registry's own host."""
-    url = urlsplit(realm)
-    if url.scheme == "https":
-        return True
-    return url.scheme == "http" and url.netloc.lower() == registry_host.lower()
-
-
-class _TrustAdapter(requests.adapters.HTTPAdapter):
-    """Verifies TLS against the system's CAs plus the registry's own (as the engine does)."""
-
-    def __init__(self, cafiles: Sequence[Path]):
-        self._context = ssl.create_default_context()
-        for cafile in cafiles:
-            try:
-                self._context.load_verify_locations(cafile=str(cafile))
-            except FileNotFoundError:
-                continue  # a certs.d file removed since it was listed: the engine would not read it either
-            except (OSError, ssl.SSLError):
-                raise UsageError(f"{cafile}: not a readable PEM CA certificate") from None
-        super().__init__()
-
-    def init_poolmanager(self, *args, **kwargs):
-        kwargs["ssl_context"] = self._context
-        return super().init_poolmanager(*args, **kwargs)
-
-
-# -- a blob's bytes on their way: hashed, counted, the last chunk held back -----------------
-
-
-class VerifiedBlob:
-    """The bytes of one blob from a source stream, hashed and counted as they pass.
-
-    The last chunk is held back until the size and digest are proven, so a wrong blob raises a
-    RegistryError naming it before its last byte is sent: the registry never completes (and so
-    never keeps) a blob that is not what the manifest says. `len()` is the expected size, which
-    lets an HTTP client send it with a Content-Length, chunk by chunk, never whole in memory.
-    """
-
-    def __init__(self, chunks: Iterable[bytes], digest: str, size: int, what: str,
-                 on_bytes: Callable[[int], None] = lambda n: None):
-        algorithm, _, _ = digest.partition(":")
-        if algorithm not in ("sha256", "sha384", "sha512"):
-            raise RegistryError(f"{what}: cannot verify a {algorithm or 'bare'} digest")
-        self._chunks, self.digest, self.size, self.what = chunks, digest, size, what
-        self._hash = hashlib.new(algorithm)
-        self._on_bytes = on_bytes
-        self.seen = 0
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __iter__(self) -> Iterator[bytes]:
-        held = b""
-        for chunk in self._chunks:
-            if not chunk:
-                continue
-            self.seen += len(chunk)
-            if self.seen > self.size:
-                raise RegistryError(f"{self.what}: the source sent more than the {self.size} bytes its manifest "
-                                    "gives; nothing was tagged")
-            self._hash.update(chunk)
-            if held:
-                yield held
-                self._on_bytes(len(held))
-            held = chunk
-        if self.seen != self.size:
-            raise RegistryError(f"{self.what}: the source sent {self.seen} of the {self.size} bytes its manifest "
-                                "gives; nothing was tagged")
-        actual = f"{self._hash.name}:{self._hash.hexdigest()}"
-        if actual != self.digest:
-            raise RegistryError(f"{self.what}: the bytes the source sent hash to {actual}, not to the blob's "
-                                "digest; nothing was tagged")
-        if held:
-            yield held
-            self._on_bytes(len(held))
 
 
 # -- registry HTTP API --------------------------------------------------------
@@ -408,7 +88,7 @@ class RegistryApi:
 
     def __post_init__(self) -> None:
         if self.ca_files and hasattr(self.session, "mount"):
-            self.session.mount("https://", _TrustAdapter(self.ca_files))
+            self.session.mount("https://", TrustAdapter(self.ca_files))
 
     @property
     def api_host(self) -> str:

@@ -4,7 +4,7 @@ First a plan (`plan_copy`): the manifests under a tag (every platform of an inde
 asked for), the blobs they name and the referrers beside each image, read from the source
 only. Then `copy_image` moves what the target lacks: a blob it already holds whole is skipped
 (HEAD), one of the same registry is mounted from the source repository, any other is streamed
-and verified on its way (registry.client.VerifiedBlob). Manifests go in only once every blob
+and verified on its way (registry.blobs.VerifiedBlob). Manifests go in only once every blob
 they name is there, children before their index, and the tag last, so an interrupted copy
 leaves no tag naming a half-copied image and a re-run moves only the rest.
 """
@@ -23,7 +23,8 @@ from composer.core.platforms import Platform
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef
 from composer.core.units import human_size
-from composer.registry.client import INDEX_TYPES, RegistryApi, VerifiedBlob
+from composer.registry.blobs import VerifiedBlob
+from composer.registry.client import INDEX_TYPES, RegistryApi
 
 SCHEMA1_TYPES = (
     "application/vnd.docker.distribution.manifest.v1+json",

@@ -23,7 +23,8 @@ from composer.core.units import human_size
 from composer.engine.interface import Engine
 from composer.publish.artifacts import fallback_tag
 from composer.publish.push import push_image
-from composer.registry.client import Registries, RegistryApi, RegistryAuth
+from composer.registry.client import Registries, RegistryApi
+from composer.registry.credentials import RegistryAuth
 from composer.registry.copy import CopyPlan, CopyStats, Meter, copy_image, plan_copy, same_registry
 from composer.registry.recompress import recompress
 from composer.verify.sbom import MEDIA_TYPE as SBOM_TYPE

@@ -24,7 +24,7 @@ FINAL = "triton_final_response"  # the response parameter that carries the final
 
 class TritonGRPC:
     """A Triton server's gRPC endpoint at `url` (127.0.0.1:PORT, or http://127.0.0.1:PORT as
-    composer.engine.Container.url gives it)."""
+    composer.engine.interface.Container.url gives it)."""
 
     def __init__(self, url: str):
         self.address = url.split("://", 1)[-1].rstrip("/")

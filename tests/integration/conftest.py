@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from composer.registry.client import MANIFEST_TYPES, RegistryAuth
+from composer.registry.client import MANIFEST_TYPES
+from composer.registry.credentials import RegistryAuth
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY_SCRIPT = REPO / "scripts" / "registry"

@@ -12,7 +12,7 @@ from composer.core.errors import RegistryError
 from composer.core.refs import ImageRef
 from composer.sources.mirror import mirror_through_engine
 from composer.publish.push import push_image
-from composer.registry.client import RegistryAuth
+from composer.registry.credentials import RegistryAuth
 
 pytestmark = pytest.mark.integration
 

@@ -258,7 +258,8 @@ def test_composer_verify_accepts_the_image_and_a_signature_skopeo_makes(pushed, 
 def test_the_provenance_names_the_pushed_digest_and_every_base_by_digest(pushed, target, engine):
     from composer.core.docker_config import HostDockerConfig
     from composer.publish.verify import provenance_of
-    from composer.registry.client import Registries, load_auth
+    from composer.registry.client import Registries
+    from composer.registry.credentials import load_auth
 
     digest, statement = provenance_of(Registries(HostDockerConfig(), load_auth(f"file:{target['auth']}")),
                                       pushed["ref"])

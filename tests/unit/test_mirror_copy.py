@@ -12,7 +12,8 @@ import pytest
 from composer.core.errors import RegistryError, UsageError
 from composer.core.platforms import Platform, platform_problem
 from composer.core.refs import ImageRef
-from composer.registry.client import RetryPolicy, VerifiedBlob
+from composer.registry.blobs import VerifiedBlob
+from composer.registry.retries import RetryPolicy
 from composer.registry.copy import CopyStats, choose, copy_image, plan_copy
 from composer.config.options import MIRROR, given_on_command_line
 from composer.config.rules import validate as check

@@ -11,17 +11,9 @@ import pytest
 from composer.engine.interface import ImageInfo
 from composer.core.errors import ImageNotFound, RegistryError, UsageError
 from composer.publish.push import Failure, classify, push_image
-from composer.registry.client import (
-    InsecureRegistries,
-    Registries,
-    RegistryApi,
-    RegistryAuth,
-    ca_files,
-    certs_dirs,
-    check_ca_file,
-    load_auth,
-    may_send_credentials,
-)
+from composer.registry.client import Registries, RegistryApi
+from composer.registry.credentials import RegistryAuth, load_auth
+from composer.registry.trust import InsecureRegistries, ca_files, certs_dirs, check_ca_file, may_send_credentials
 from tests.unit.fake_engine import FakeEngine
 
 SECRET = "pa:ss-w0rd"

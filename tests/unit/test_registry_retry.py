@@ -1,4 +1,4 @@
-"""Registry loss: the retry policy (composer.registry.client.RetryPolicy), requests retried by the
+"""Registry loss: the retry policy (composer.registry.retries.RetryPolicy), requests retried by the
 client, blobs retried whole by a copy (HEAD first), and no manifest put while a blob is missing."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 import requests
 
 from composer.core.errors import RegistryError, RegistryUnavailable
-from composer.registry.client import MAX_DELAY, RegistryApi, RetryPolicy
+from composer.registry.client import RegistryApi
+from composer.registry.retries import MAX_DELAY, RetryPolicy
 from composer.registry.copy import copy_image, plan_copy
 from composer.core.refs import ImageRef
 

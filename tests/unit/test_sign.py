@@ -181,7 +181,7 @@ def test_a_base_source_that_goes_away_in_the_push_gives_way_to_the_engines_layer
     from composer.core.errors import RegistryError
     from composer.publish import image_push
     from composer.publish.blobs import BlobCache
-    from composer.registry.client import RetryPolicy
+    from composer.registry.retries import RetryPolicy
 
     @dataclasses.dataclass
     class Gone:

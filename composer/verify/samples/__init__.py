@@ -23,7 +23,7 @@ FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64", "BF16"})
 class Sample:
     """One sample model and the answer it must give."""
 
-    model: str  # model name == folder name under composer/samples/models/
+    model: str  # model name == folder name under composer/verify/samples/models/
     backend: str  # the backend it exercises
     needs: tuple[str, ...]  # every backend that must be in the image
     inputs: tuple[TensorData, ...]
