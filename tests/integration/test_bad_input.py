@@ -495,8 +495,9 @@ def test_json_answers_bad_input_too(tmp_path):
 
     run = _run(("build", "--version", "24.9", *B, "--json"), tmp_path)
     assert run.returncode == 2
-    assert json.loads(run.stdout) == {"error": "--version 24.9: '24.9' is not a release: releases are named YY.MM, "
-                                      "e.g. 24.09", "exit_code": 2}
+    assert json.loads(run.stdout) == {"command": "build", "exit_code": 2, "images": [], "summary": {},
+                                      "error": "--version 24.9: '24.9' is not a release: releases are named YY.MM, "
+                                      "e.g. 24.09"}
 
 
 @pytest.mark.parametrize("args", [("--version",), ("version",)])

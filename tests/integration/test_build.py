@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import composer
+from tests.cli import composer, image_json
 
 from composer.catalog.catalog import Catalog
 from composer.core.errors import SmokeTestFailed
@@ -101,7 +101,7 @@ def test_cli_build_python_only_json(engine, standin_images, test_tag):
     run = composer("build", "--registry", REGISTRY, "--version", "24.09", "--backend", "python",
                    "--tag", test_tag, "--json")
     assert run.returncode == 0, run.stderr
-    payload = json.loads(run.stdout)
+    payload = image_json(run.stdout)
     assert payload["tag"] == test_tag
     assert payload["backends"] == ["python"]
     assert payload["smoke_test"]["passed"] is True

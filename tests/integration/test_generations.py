@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import composer
+from tests.cli import composer, image_json
 
 from composer.in_image import probe as probe_module
 from composer.verify.samples import load_samples, models_dir
@@ -225,7 +225,7 @@ def test_compose_ubuntu_24_04_generation_onnxruntime_python(engine, standins, re
     run = composer("build", "--registry", REGISTRY, "--version", release, "-b", "onnxruntime", "-b", "python",
                    "--tag", test_tag, "--json")
     assert run.returncode == 0, run.stderr[-3000:]
-    payload = json.loads(run.stdout)
+    payload = image_json(run.stdout)
     assert payload["smoke_test"]["passed"] is True
     rows = {(r["subject"], r["status"]) for r in payload["smoke_test"]["rows"]}
     assert ("onnxruntime", "PASS") in rows and ("python", "PASS") in rows
@@ -241,7 +241,7 @@ def test_compose_ubuntu_24_04_generation_onnxruntime_python(engine, standins, re
 def test_compose_identity_alone_has_no_python_and_reports_its_libraries(engine, standin_images, test_tag):
     run = composer("build", "--registry", REGISTRY, "--version", "24.09", "-b", "identity", "--tag", test_tag, "--json")
     assert run.returncode == 0, run.stderr[-3000:]
-    payload = json.loads(run.stdout)
+    payload = image_json(run.stdout)
     assert payload["smoke_test"]["passed"] is True  # the identity sample, through the C backend
     assert ("identity", "PASS") in {(r["subject"], r["status"]) for r in payload["smoke_test"]["rows"]}
     out = sh(engine, test_tag, "ls /usr/bin/python3* /usr/lib/python3* 2>/dev/null; echo ---; "

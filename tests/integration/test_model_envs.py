@@ -19,7 +19,7 @@ from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.config.cases import TensorData
 from composer.verify.triton_client import TritonHTTP
-from tests.cli import composer
+from tests.cli import composer, image_json
 from tests.conftest import TEST_LABEL
 from tests.specs import spec
 
@@ -122,7 +122,7 @@ def test_a_mounted_model_runs_in_its_env_by_the_printed_line_and_a_broken_one_na
         f"    expected: [{{name: TABULATE, datatype: BYTES, shape: [1], data: [\"{EXTRA_PIN}\"]}}]\n")
     run = composer("smoke-test", tag, "--model-repository", str(repository), "--no-samples", "--json")
     assert run.returncode != 0
-    rows = {r["model"]: r for r in json.loads(run.stdout)["smoke_test"]["rows"] if r["subject"] == "model"}
+    rows = {r["model"]: r for r in image_json(run.stdout)["smoke_test"]["rows"] if r["subject"] == "model"}
     assert rows["extra"]["status"] == "PASS", rows["extra"]
     assert rows["broken"]["status"] == "FAIL"
     assert "ModuleNotFoundError: No module named 'docopt'" in rows["broken"]["detail"]

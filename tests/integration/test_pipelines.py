@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from tests.cli import composer
+from tests.cli import composer, image_json
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ def test_mirror_build_from_mirror_and_push(engine, standin_images, registry, log
                      env={**login, "TEST_REGISTRY_AUTH": f"{registry.username}:{registry.password}"})
     try:
         assert build.returncode == 0, build.stderr
-        payload = json.loads(build.stdout)
+        payload = image_json(build.stdout)
         digest = payload["pushed"]["digest"]
         assert payload["smoke_test"]["passed"]
         assert registry.manifest(target.split("/", 1)[1].split(":")[0], digest).status_code == 200
@@ -94,7 +94,7 @@ def test_bundle_then_build_with_the_registry_stopped(engine, standin_images, reg
     try:
         built = composer("build", "--bundle", str(archive), "--json", env=login)
         assert built.returncode == 0, built.stderr
-        payload = json.loads(built.stdout)
+        payload = image_json(built.stdout)
         assert payload["tag"] == "triton-composer-test/pipeline:bundled" and payload["smoke_test"]["passed"]
     finally:
         engine.remove_image("triton-composer-test/pipeline:bundled", force=True)
@@ -114,7 +114,7 @@ def test_lock_against_a_registry_then_the_tag_moves(engine, standin_images, regi
     try:
         built = composer("build", "--set", str(path), "--locked", "--no-smoke-test", "--json", env=login)
         assert built.returncode == 0, built.stderr
-        assert "@sha256:" in json.loads(built.stdout)["base_images"]["full"]["ref"]  # built from the digest
+        assert "@sha256:" in image_json(built.stdout)["base_images"]["full"]["ref"]  # built from the digest
 
         # Someone pushes another image under the full tag: --locked refuses, without pulling it.
         from composer.publish.push import push_image

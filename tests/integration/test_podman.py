@@ -21,6 +21,7 @@ from composer.engine.connect import connect
 from composer.engine.interface import ContainerEngine
 from composer.core.errors import BuildFailed, ComposerError
 from tests.integration.test_build import REGISTRY, composer
+from tests.cli import image_json
 
 pytestmark = pytest.mark.integration
 
@@ -108,7 +109,7 @@ def test_build_smoke_test_tag_and_push_through_podman(engine, podman, registry):
                        "--push", push, "--registry-auth", "env:PODMAN_TEST_AUTH", "--json",
                        env={"DOCKER_HOST": podman.host, "PODMAN_TEST_AUTH": f"{registry.username}:{registry.password}"})
         assert run.returncode == 0, run.stderr
-        record = json.loads(run.stdout)
+        record = image_json(run.stdout)
         assert record["smoke_test"]["passed"]
         assert {(r["subject"], r["status"]) for r in record["smoke_test"]["rows"]} >= {("python", "PASS")}
         image = podman.engine.image(tag)

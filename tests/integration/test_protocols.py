@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from composer.verify.protocols import RESPONSE_TIMEOUT
-from tests.cli import composer
+from tests.cli import composer, image_json
 from tests.conftest import TEST_LABEL_KEY, TEST_RUN
 
 pytestmark = pytest.mark.integration
@@ -82,14 +82,16 @@ def served(engine, standin_images, root):
 
 def rows_of(payload: dict) -> dict:
     """The model rows of a --json result: build's (and a failure's) under smoke_test, smoke-test's at the top."""
-    report = payload["smoke_test"] if "smoke_test" in payload else payload
+    if "images" in payload:  # the whole answer: its one image
+        payload = payload["images"][0]
+    report = payload["smoke_test"]
     return {r["model"]: r for r in report["rows"] if r["subject"] == "model"}
 
 
 def test_streaming_and_sequence_models_pass_and_the_tag_moves(engine, served):
     run = served["run"]
     assert run.returncode == 0, run.stderr[-3000:]
-    payload = json.loads(run.stdout)
+    payload = image_json(run.stdout)
     assert payload["smoke_test"]["passed"] is True and engine.image(served["tag"]) is not None
     rows = rows_of(payload)
     assert {name: row["status"] for name, row in rows.items()} == {

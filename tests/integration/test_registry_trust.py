@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import composer as run_composer
+from tests.cli import composer as run_composer, image_json
 import yaml
 
 from composer.core.refs import ImageRef
@@ -84,7 +84,7 @@ def test_tls_registry_with_its_own_ca_mirror_lock_build_push_pull(engine, standi
                      docker_config=docker_config)
     assert built.returncode == 0, built.stderr
     assert LOCKED_OK in built.stderr
-    result = json.loads(built.stdout)
+    result = image_json(built.stdout)
     assert result["base_images"]["min"]["digest"] == digests["min"]
     pushed = result["pushed"]["digest"]
     assert reg.manifest("composed/triton", suffix).headers["Docker-Content-Digest"] == pushed
@@ -177,7 +177,7 @@ def test_mirror_then_build_never_uses_another_repositorys_digest(engine, standin
     built = composer("build", "--registry", STANDIN, "--version", RELEASE, "--backend", "python",
                      "--no-smoke-test", "--tag", tag, "--json", docker_config=docker_config)
     assert built.returncode == 0, built.stderr
-    bases = json.loads(built.stdout)["base_images"]
+    bases = image_json(built.stdout)["base_images"]
     assert {bases["full"]["digest"], bases["min"]["digest"]}.isdisjoint(other)
     assert not any(digest in built.stderr for digest in other)
     assert engine.image(tag) is not None

@@ -26,6 +26,7 @@ from composer.engine.interface import ContainerEngine
 from composer.core.errors import ComposerError
 from tests.conftest import TEST_LABEL, TEST_LABEL_KEY, TEST_RUN
 from tests.integration.test_build import REGISTRY, composer
+from tests.cli import image_json
 
 pytestmark = pytest.mark.integration
 
@@ -125,8 +126,7 @@ def test_build_smoke_test_and_tag_through_the_engine_in_a_container(engine, inne
         run = composer("build", "--registry", REGISTRY, "--version", "24.09", "-b", "python", "--tag", tag, "--json",
                        env={"DOCKER_HOST": inner.host})
         assert run.returncode == 0, run.stderr
-        record = json.loads(run.stdout)
-        smoke = record["images"][0]["smoke_test"] if "images" in record else record["smoke_test"]
+        smoke = image_json(run.stdout)["smoke_test"]
         assert smoke["passed"] and smoke["gpus"] == "none"
         assert {(r["subject"], r["status"]) for r in smoke["rows"]} >= {("python", "PASS"), ("server", "PASS")}
         assert inner.engine.image(tag) is not None  # tagged on the inner engine...

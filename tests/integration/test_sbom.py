@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from composer.verify.sbom import SBOM_PATH, validate
-from tests.cli import composer
+from tests.cli import composer, image_json
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ def composed(engine, standin_images, tmp_path_factory):
                    env={"SOURCE_DATE_EPOCH": EPOCH})
     try:
         assert run.returncode == 0, run.stderr[-2000:]
-        yield tag, json.loads(run.stdout), folder
+        yield tag, image_json(run.stdout), folder
     finally:
         engine.remove_image(tag, force=True)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import composer as run_composer
+from tests.cli import composer as run_composer, image_json
 
 pytestmark = pytest.mark.integration
 
@@ -149,7 +149,7 @@ def test_planted_tokens_land_nowhere(engine, standin_images, registry, index, tm
                          "--tag", tag, "--push", target, "--registry-auth", "env:TEST_REGISTRY_AUTH",
                          "--json", "--junit", str(tmp_path / "junit.xml"), env=auth)
         assert build.returncode == 0, build.stderr
-        payload = json.loads(build.stdout)
+        payload = image_json(build.stdout)
         assert payload["smoke_test"]["passed"] and payload["pushed"]["digest"].startswith("sha256:")
         rows = {(r["subject"], r["status"]) for r in payload["smoke_test"]["rows"]}
         assert ("package six", "PASS") in rows or any(s.startswith("package") for s, _ in rows)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import composer
+from tests.cli import composer, image_json
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def test_cli_overrides_set(engine, standin_images, tmp_path, names):
     path = write_set(tmp_path, "base", f'version: "24.09"\nregistry: {REGISTRY}\nbackends: [onnxruntime, python]\n')
     run = composer("build", "--set", str(path), "--backend", "python", "--tag", tag, "--no-smoke-test", "--json")
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout)["backends"] == ["python"]
+    assert image_json(run.stdout)["backends"] == ["python"]
 
 
 def test_wrong_set_names_file_line_and_key(tmp_path):

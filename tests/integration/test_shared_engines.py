@@ -30,6 +30,7 @@ from composer.engine.interface import Engine
 from composer.resolve.plan import RUN_LABEL
 from composer.resolve.plan import STAGE_LABEL as PLAN_STAGE_LABEL
 from tests.conftest import TEST_LABEL_KEY, TEST_RUN
+from tests.cli import image_json
 
 pytestmark = pytest.mark.integration
 # One worker runs this file and the others making small pruned bases (WORKER_GROUPS, tests/conftest.py).
@@ -101,7 +102,7 @@ def three(engine, standin_images, state):
         TIMES["three builds at once"] = time.monotonic() - started
         watch.done.set()
         watch.join()
-        results = {name: json.loads(out) if code == 0 else None for name, (code, out, _) in outputs.items()}
+        results = {name: image_json(out) if code == 0 else None for name, (code, out, _) in outputs.items()}
         yield {"tags": tags, "outputs": outputs, "results": results, "before": before, "runs": watch.seen}
     finally:
         watch.done.set()

@@ -20,6 +20,7 @@ import requests
 
 from tests.conftest import TEST_LABEL_KEY, TEST_RUN
 from tests.integration.conftest import TestRegistry, _free_port
+from tests.cli import image_json
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDINS = ["localhost/standin/tritonserver:24.09-py3", "localhost/standin/tritonserver:24.09-py3-min"]
@@ -148,7 +149,7 @@ def pushed(engines, target, keys):
                             "--sign-passphrase", "env:TC_TEST_PASS",
                             host=node.host, env={"TC_TEST_KEY": keys["encrypted"], "TC_TEST_PASS": "test-passphrase-41"})
         assert done.returncode == 0, done.stderr[-3000:]
-        runs.append({"result": json.loads(done.stdout), "stdout": done.stdout, "stderr": done.stderr, "engine": node})
+        runs.append({"result": image_json(done.stdout), "stdout": done.stdout, "stderr": done.stderr, "engine": node})
     return {"ref": ref, "runs": runs}
 
 
