@@ -76,6 +76,7 @@ def _cases(tmp: Path) -> list[Case]:
             ("plan", "engine", 'platform: "tensorrt_plan"\n')):
         (tmp / f"repo-{name}" / model).mkdir(parents=True)
         (tmp / f"repo-{name}" / model / "config.pbtxt").write_text(config)
+    _keys(tmp)
     one, two = str(tmp / "one.yaml"), str(tmp / "two.yaml")
     files = _files(tmp)
     return _new_cases(tmp, files, one) + [
@@ -435,6 +436,49 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("inspect", "h.example/t:1", "h.example/t:2", "h.example/t:3"), "one image, or two to compare"),
         C(("inspect", "h.example/t:1", "--registry-ca", f"{t}/absent.crt"), "--registry-ca"),
         C(("inspect",), "Missing argument"),
+        # Secrets are loaded by the preflight, before the engine is asked (it is not here: a check after it
+        # would say so), and a refused one is never shown back (TOKEN).
+        *_key_cases(t),
+    ]
+
+
+def _keys(tmp: Path) -> None:
+    """Keys of the kinds --sign-key and verify --key must refuse, and an encrypted one to unlock."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    private = serialization.PrivateFormat.PKCS8
+    for name, key in (("p384", ec.generate_private_key(ec.SECP384R1())), ("rsa", rsa.generate_private_key(65537, 2048)),
+                      ("p256", ec.generate_private_key(ec.SECP256R1()))):
+        (tmp / f"{name}.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, private,
+                                                             serialization.NoEncryption()))
+        (tmp / f"{name}.pub").write_bytes(key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        if name == "p256":
+            (tmp / "enc.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, private,
+                                                             serialization.BestAvailableEncryption(b"right-one")))
+
+
+def _key_cases(t: str) -> list[Case]:
+    push = ("build", *V, *B, "--push", "127.0.0.1:5999/team/x:1")
+    ref = ("verify", "127.0.0.1:5999/team/x:1")
+    return [
+        C((*push, "--sign-key", "env:TC_NO_SUCH_KEY_VAR"), "--sign-key: the variable TC_NO_SUCH_KEY_VAR is not set"),
+        C((*push, "--sign-key", f"file:{t}/absent.pem"), "--sign-key"),
+        C((*push, "--sign-key", f"file:{t}/p384.pem"), "an ECDSA P-256 key is needed"),
+        C((*push, "--sign-key", f"file:{t}/rsa.pem"), "an ECDSA P-256 key is needed"),
+        C((*push, "--sign-key", f"file:{t}/p256.pub"), "not a PEM private key"),
+        C((*push, "--sign-key", f"file:{t}/enc.pem"), "is encrypted: give its passphrase"),
+        C((*push, "--sign-key", f"file:{t}/enc.pem", "--sign-passphrase", "env:TC_WRONG_PASS"),
+          "or the passphrase is wrong", env={"TC_WRONG_PASS": "wrong-one"}),
+        C((*push, "--sign-key", f"file:{t}/p256.pem", "--sign-passphrase", TOKEN), "--sign-passphrase: the value "
+          "(not shown) is not file:PATH or env:NAME"),
+        C((*push, "--sign-key", TOKEN), "--sign-key: the value (not shown) is not file:PATH or env:NAME"),
+        C((*ref, "--key", f"{t}/absent.pub"), f"--key {t}/absent.pub: no such file"),
+        C((*ref, "--key", t), "a folder, not a PEM public key file"),
+        C((*ref, "--key", f"{t}/p384.pub"), "an ECDSA P-256 public key is needed"),
+        C((*ref, "--key", f"{t}/rsa.pub"), "an ECDSA P-256 public key is needed"),
+        C((*ref, "--key", f"{t}/afile"), "not a PEM public key"),
     ]
 
 
