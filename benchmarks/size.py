@@ -27,7 +27,7 @@ from composer.engine.connect import connect
 from composer.core.errors import ComposerError
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.resolve.plan import ROOT
+from composer.resolve.plan_types import ROOT
 from composer.render.render import collect_paths
 from composer.config.types import CompositionSpec
 

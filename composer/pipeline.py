@@ -29,7 +29,7 @@ from composer.core.errors import (BuildFailed, ComposerError, EngineUnavailable,
                                    UsageError)
 from composer.core.files import check_output_file, write_file
 from composer.resolve.packages import explain_pip_failure, redactor, secrets_of
-from composer.resolve.plan import RUN_LABEL, CompositionPlan
+from composer.resolve.plan_types import RUN_LABEL, CompositionPlan
 from composer.core.progress import LineSink, quiet
 from composer.assembly.assemble import Assembled, Sources, assemble, find_stages
 from composer.assembly import space

@@ -30,7 +30,15 @@ from composer.core.errors import BuildFailed, ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.engine.interface import Engine, ImageInfo
 from composer.engine.archives import copy_saved_layers
-from composer.resolve.plan import FROM_CONTEXT, FROM_FULL, ROOT, RUN_LABEL, STAGE_LABEL, CompositionPlan, LayerPart
+from composer.resolve.plan_types import (
+    FROM_CONTEXT,
+    FROM_FULL,
+    ROOT,
+    RUN_LABEL,
+    STAGE_LABEL,
+    CompositionPlan,
+    LayerPart,
+)
 
 # The runtime configuration an image restates (the rest of the engine's Config is a container's).
 RUNTIME_KEYS = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "WorkingDir", "Labels",

@@ -23,8 +23,8 @@ from composer.core.errors import ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.core.units import human_size
 from composer.engine import locks
-from composer.resolve.plan import BACKENDS_LABEL, RUN_LABEL
-from composer.resolve.plan import STAGE_LABEL as PLAN_STAGE_LABEL
+from composer.resolve.plan_types import BACKENDS_LABEL, RUN_LABEL
+from composer.resolve.plan_types import STAGE_LABEL as PLAN_STAGE_LABEL
 
 DAY = 24 * 3600
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterable, Iterator
 
-from composer.resolve.plan import Copy
+from composer.resolve.plan_types import Copy
 
 TAR_FORMAT = tarfile.PAX_FORMAT  # ustar headers; PAX records only where ustar cannot hold a value
 KEPT_PAX = ("SCHILY.xattr.",)  # extended attributes (file capabilities) stay with their files

@@ -25,8 +25,9 @@ from composer.engine import locks
 from composer.engine.interface import Engine
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.units import human_size
-from composer.resolve.plan import ROOT, CompositionPlan, RUN_LABEL
-from composer.resolve.plan import STAGE_LABEL as PLAN_STAGE_LABEL
+from composer.backends import tensorrt
+from composer.resolve.plan_types import ROOT, CompositionPlan, RUN_LABEL
+from composer.resolve.plan_types import STAGE_LABEL as PLAN_STAGE_LABEL
 from composer.core.progress import LineSink, quiet
 
 REPORT = f"{ROOT}/pruned.json"
@@ -37,7 +38,7 @@ PROOF_FAILED = "proof failed: "
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # the engine colours a step's stderr
 # Families of what pruning removes, by package name (the size report's rows), first match wins.
 FAMILIES = (
-    ("TensorRT", re.compile(r"nvinfer|tensorrt|nvonnxparser|nvparsers")),
+    ("TensorRT", tensorrt.PACKAGES),
     ("CUDA", re.compile(r"^(cuda-|libcu|libnccl|libnpp|libnvjpeg|libnvjitlink|libnvrtc|libnvtx|libnvptx|"
                         r"nsight|libcudnn|hpcx|nvidia-)")),
 )

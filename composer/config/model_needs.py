@@ -17,15 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from composer.backends import ONNXRUNTIME, TENSORRT
 from composer.core.errors import Invalid
 from composer.core.files import printable, read_text
 from composer.config.model_envs import CONFIG
 from composer.config.pbtxt import MAX_CONFIG_BYTES, scalar_fields
 
 ACCELERATORS = "optimization.execution_accelerators."
-# Accelerator names of ONNX Runtime's backend that are providers of the same name.
-ORT_ACCELERATORS = ("tensorrt", "cuda", "openvino")
-ORT_PLATFORMS = ("onnxruntime_onnx",)
 
 
 @dataclass(frozen=True)
@@ -41,14 +39,12 @@ class ModelNeeds:
 
     @property
     def tensorrt(self) -> bool:
-        return self.platform == "tensorrt_plan" or self.backend == "tensorrt"
+        return TENSORRT.serves(self.backend, self.platform)
 
     @property
     def onnxruntime(self) -> bool:
         """Served by ONNX Runtime (or not said: a model.onnx the server completes)."""
-        if self.backend is not None:
-            return self.backend == "onnxruntime"
-        return self.platform is None or self.platform in ORT_PLATFORMS
+        return ONNXRUNTIME.serves(self.backend, self.platform)
 
     @classmethod
     def of(cls, model: str, text: str) -> "ModelNeeds":
@@ -71,8 +67,7 @@ class ModelNeeds:
         name = f"model {printable(self.model)}"
         if cpu_only:
             if self.tensorrt:
-                why = f"platform {self.platform}" if self.platform == "tensorrt_plan" else "backend tensorrt"
-                return f"{name} needs TensorRT ({why}), which runs only on a GPU: a CPU-only image cannot serve it"
+                return TENSORRT.model_refusal(self.model, self.platform)
             if self.gpu_instances:
                 return (f"{name} asks for a KIND_GPU instance group: a CPU-only image has no GPU (give it "
                         "instance_group [ { kind: KIND_CPU } ])")
@@ -80,13 +75,7 @@ class ModelNeeds:
                 return (f"{name} asks for the GPU execution accelerator {printable(self.gpu_accelerators[0])}: a "
                         "CPU-only image has no GPU")
         if providers is not None and self.onnxruntime:
-            for accelerator in self.gpu_accelerators + self.cpu_accelerators:
-                wanted = accelerator.lower()
-                if wanted in ORT_ACCELERATORS and wanted not in providers:
-                    kept = ", ".join(["CPU", *providers])
-                    return (f"{name} asks for the {printable(accelerator)} execution accelerator, whose ONNX Runtime "
-                            f"provider this image leaves out (kept: {kept}): add --ort-provider {wanted}, or take "
-                            "the accelerator out of its config.pbtxt")
+            return ONNXRUNTIME.model_refusal(self.model, self.gpu_accelerators + self.cpu_accelerators, providers)
         return None
 
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from composer.backends import ONNXRUNTIME, PYTHON, TENSORRT, Refusal, unit
 from composer.catalog.catalog import Catalog
 from composer.config.cases import model_folders
 from composer.config.model_needs import repository_needs_problem
 from composer.config.options import BACKENDS, BUILD, BUNDLE, MIRROR, RENDER, SMOKE, VERIFY, WHEELS
-from composer.config.types import Base, CompositionSpec, Device, Providers, Result
+from composer.config.types import Base, CompositionSpec, Device, Result
 from composer.core.errors import UsageError
-from composer.core.words import did_you_mean
 
 
 
@@ -35,6 +35,11 @@ class Problem:
     key: str
     in_set: str
     on_command_line: str
+
+    @classmethod
+    def of(cls, refusal: Refusal | None) -> "Problem | None":
+        """A backend unit's refusal (composer.backends), as the rule book reports it."""
+        return None if refusal is None else cls(refusal.key, refusal.in_set, refusal.on_command_line)
 
 
 @dataclass(frozen=True)
@@ -168,7 +173,7 @@ def own_backends_take_no_selected_name(spec: CompositionSpec, run: Invocation) -
 def custom_backends_hold_a_backend(spec: CompositionSpec, run: Invocation) -> Problem | None:
     """A backend folder holds libtriton_NAME.so (a C++ backend) or model.py (a Python-based one)."""
     for name, source in spec.selection.custom_backends:
-        if not (source / f"libtriton_{name}.so").is_file() and not (source / "model.py").is_file():
+        if not unit(name).holds_a_backend(source):
             message = f"{source} holds neither libtriton_{name}.so nor model.py"
             return Problem("custom_backends", f"{name}: {message}", f"--custom-backend {name}={source}: the folder "
                            f"holds neither libtriton_{name}.so nor model.py")
@@ -177,44 +182,29 @@ def custom_backends_hold_a_backend(spec: CompositionSpec, run: Invocation) -> Pr
 
 def _has_python(spec: CompositionSpec) -> bool:
     """The image will hold the python backend: selected, or kept from the flavour's image."""
-    s = spec.selection
-    if "python" in s.backends:
-        return True
-    if s.flavour.on_min_image:
-        return False
-    entry = Catalog.load().flavours.get(s.flavour.name) or {}
-    return "python" in (entry.get("backends") or ())
+    return PYTHON.held(spec.selection.backends, spec.selection.flavour)
 
 
 def model_envs_need_python(spec: CompositionSpec, run: Invocation) -> Problem | None:
     s = spec.selection
     if s.model_envs and not _has_python(spec):
-        return Problem(
-            "model_envs", "model_envs are python models' environments: add python to backends",
-            f"--model-env {s.model_envs[0][0]}=...: environments are for python models; select --backend python too")
+        return Problem.of(PYTHON.model_envs_refusal(s.model_envs[0][0]))
     if run.is_(BUILD, RENDER, BUNDLE, WHEELS) and s.bake_models is not None and not _has_python(spec):
         envs = spec.model_envs()
         if envs:
-            return Problem("bake_models", f"model {envs[0].model} carries a requirements.txt (its own python "
-                           "environment): add python to backends",
-                           f"--bake-models: model {envs[0].model} carries a requirements.txt, an environment for "
-                           "a python model: select --backend python too")
+            return Problem.of(PYTHON.baked_env_refusal(envs[0].model))
     return None
 
 
 def packages_need_python(spec: CompositionSpec, run: Invocation) -> Problem | None:
     if spec.packages and run.is_(None, BUILD, RENDER, BUNDLE) and not _has_python(spec):
-        return Problem("packages", "python packages are for python models: add python to backends",
-                       "--pip/--requirements add packages for python models: select --backend python too")
+        return Problem.of(PYTHON.packages_refusal())
     return None
 
 
 def tensorrt_builder_needs_a_pruned_base(spec: CompositionSpec, run: Invocation) -> Problem | None:
     s = spec.selection
-    if s.keep_tensorrt_builder and s.base_of is not Base.PRUNED:
-        return Problem("keep_tensorrt_builder", "keep_tensorrt_builder applies to a pruned base: add base: pruned",
-                       "--keep-tensorrt-builder applies to a pruned base: add --base pruned")
-    return None
+    return Problem.of(TENSORRT.builder_refusal(s.keep_tensorrt_builder, s.base_of is Base.PRUNED))
 
 
 def explain_needs_a_pruned_base(spec: CompositionSpec, run: Invocation) -> Problem | None:
@@ -229,17 +219,8 @@ def explain_needs_a_pruned_base(spec: CompositionSpec, run: Invocation) -> Probl
 
 def providers_need_onnxruntime(spec: CompositionSpec, run: Invocation) -> Problem | None:
     s = spec.selection
-    if not s.ort_providers:
-        return None
-    if "onnxruntime" in {n for n, _ in s.custom_backends} | {n for n, _ in s.backend_images}:
-        return Problem("ort_providers", "ort_providers are chosen for NGC's onnxruntime backend, not your own",
-                       f"--ort-provider {s.ort_providers[0]}: ONNX Runtime's providers are chosen for NGC's "
-                       "onnxruntime backend of the full image, not one from --custom-backend or --backend-image")
-    if "onnxruntime" not in s.backends:
-        return Problem("ort_providers", "ort_providers are ONNX Runtime's: add onnxruntime to backends",
-                       f"--ort-provider {s.ort_providers[0]}: ONNX Runtime's providers are chosen for the "
-                       "onnxruntime backend; select --backend onnxruntime too")
-    return None
+    own = {n for n, _ in s.custom_backends} | {n for n, _ in s.backend_images}
+    return Problem.of(ONNXRUNTIME.providers_refusal(s.ort_providers, s.backends, own))
 
 
 def providers_are_the_releases(spec: CompositionSpec, run: Invocation) -> Problem | None:
@@ -249,14 +230,7 @@ def providers_are_the_releases(spec: CompositionSpec, run: Invocation) -> Proble
     if not s.ort_providers or not spec.images.version or spec.images.full:
         return None
     offered = Catalog.load().ngc_layout.ort_providers
-    for name in s.ort_providers:
-        if name != Providers.CPU and name not in offered:
-            hint = did_you_mean(name, offered)
-            listing = ", ".join(offered)
-            message = (f"unknown ONNX Runtime provider '{name}'{hint}: NGC's {spec.images.version} onnxruntime "
-                       f"backend holds {listing} (and CPU, always there)")
-            return Problem("ort_providers", message, f"--ort-provider {name}: {message}")
-    return None
+    return Problem.of(ONNXRUNTIME.unknown_provider_refusal(s.ort_providers, offered, spec.images.version))
 
 
 # -- a CPU-only image --------------------------------------------------------------------------
@@ -264,10 +238,7 @@ def providers_are_the_releases(spec: CompositionSpec, run: Invocation) -> Proble
 
 def cpu_image_has_no_tensorrt(spec: CompositionSpec, run: Invocation) -> Problem | None:
     s = spec.selection
-    if s.device.cpu_only and "tensorrt" in s.backends:
-        return Problem("backends", "device: cpu: the tensorrt backend runs only on a GPU; leave tensorrt out",
-                       "--device cpu -b tensorrt: the tensorrt backend runs only on a GPU; leave it out")
-    return None
+    return Problem.of(TENSORRT.cpu_image_refusal(s.device.cpu_only, s.backends))
 
 
 def cpu_image_is_pruned(spec: CompositionSpec, run: Invocation) -> Problem | None:
@@ -282,14 +253,7 @@ def cpu_image_is_pruned(spec: CompositionSpec, run: Invocation) -> Problem | Non
 
 def cpu_image_keeps_cpu_providers(spec: CompositionSpec, run: Invocation) -> Problem | None:
     s = spec.selection
-    gpu_only = s.providers.needing_a_gpu if s.device.cpu_only else ()
-    if gpu_only:
-        extras = ", ".join(Providers.CPU_IMAGE)
-        return Problem("ort_providers", f"device: cpu keeps only ONNX Runtime's CPU provider (and {extras}): "
-                       f"{gpu_only[0]} needs a GPU",
-                       f"--device cpu --ort-provider {gpu_only[0]}: a CPU-only image keeps only ONNX Runtime's "
-                       f"CPU provider (and {extras}); {gpu_only[0]} needs a GPU")
-    return None
+    return Problem.of(ONNXRUNTIME.cpu_image_refusal(s.providers.needing_a_gpu if s.device.cpu_only else ()))
 
 
 def flavour_is_for_gpu_hosts(spec: CompositionSpec, run: Invocation) -> Problem | None:

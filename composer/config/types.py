@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from composer.backends import onnxruntime
 from composer.catalog.catalog import Flavour
 from composer.config.model_envs import ModelEnv, requested
 
@@ -51,19 +52,15 @@ class Base(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Providers:
-    """ONNX Runtime's execution providers an image keeps: the one notion of them.
-
-    The CPU provider is built into libonnxruntime and always there; `shared` is the library every
-    other provider loads through (kept with any of them, never a choice); a CPU-only image may keep
-    the providers of CPU_IMAGE (OpenVINO runs on the CPU) and none that needs a GPU.
-    """
+    """ONNX Runtime's execution providers an image keeps: the one notion of them (the names are
+    the onnxruntime unit's, composer.backends.onnxruntime)."""
 
     asked: tuple[str, ...] = ()  # as the user named them (--ort-provider), "cpu" included
     device: Device = Device.GPU
 
-    CPU = "cpu"
-    SHARED = "shared"
-    CPU_IMAGE = ("openvino",)
+    CPU = onnxruntime.CPU
+    SHARED = onnxruntime.SHARED
+    CPU_IMAGE = onnxruntime.CPU_IMAGE
 
     @property
     def kept(self) -> tuple[str, ...] | None:

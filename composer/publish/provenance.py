@@ -16,7 +16,7 @@ from typing import Iterable
 from composer import __version__
 from composer.config.options import spec_record
 from composer.config.types import CompositionSpec
-from composer.resolve.plan import BaseImage, CompositionPlan
+from composer.resolve.plan_types import BaseImage, CompositionPlan
 
 STATEMENT = "https://in-toto.io/Statement/v1"
 SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"

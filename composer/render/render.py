@@ -22,7 +22,7 @@ from composer.core.errors import Invalid, UsageError
 from composer.core.files import check_output_file, digest, make_folders, path_problem, printable, read_text, write_file
 from composer.config.model_envs import CONFIG, pointed_config
 from composer.config.requirements import installable_requirement
-from composer.resolve.plan import MODELS_ROOT, ROOT, RUN_LABEL, STAGE_LABEL, SYSTEM_TREE, CompositionPlan
+from composer.resolve.plan_types import MODELS_ROOT, ROOT, RUN_LABEL, STAGE_LABEL, SYSTEM_TREE, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
 BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py", "system.sh")

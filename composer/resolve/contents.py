@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Iterable, Mapping
 
+from composer.backends import PYTHON
 from composer.core.errors import ComposerError
 
 PROBE_PATH = "/tmp/composer_probe.py"
@@ -71,7 +72,7 @@ class Component:
         python_based = bool(d.get("python_based"))
         requires = d.get("requires")
         if requires is None:
-            requires = ["python"] if python_based else []
+            requires = [PYTHON.name] if python_based else []
         return cls(
             kind=str(d["kind"]),
             name=str(d["name"]),

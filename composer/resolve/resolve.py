@@ -17,24 +17,14 @@ from typing import Callable, Mapping
 
 from composer.catalog.catalog import Catalog, FlavourImage, Release
 from composer.resolve.contents import FullImageContents, inspect_full
+from composer.backends import PYTHON
 from composer.engine.interface import Engine, ImageInfo
 from composer.core.errors import EngineUnavailable, ImageNotFound, UsageError
 from composer.config.model_envs import ModelEnv
 from composer.resolve.packages import PythonTarget, check_wheelhouse, download_wheels, python_target
-from composer.resolve.plan import (
-    BaseConfig,
-    BaseImage,
-    CompositionPlan,
-    FlavourBase,
-    Offer,
-    check_image_release,
-    created_label,
-    foreign_backend,
-    image_refs,
-    make_plan,
-    release_constraints,
-    resolve_release,
-)
+from composer.resolve.offer import FlavourBase, Offer
+from composer.resolve.plan_types import BaseConfig, BaseImage, CompositionPlan, created_label
+from composer.resolve.plan import check_image_release, foreign_backend, image_refs, make_plan, resolve_release
 from composer.core.progress import Heartbeat, LineSink, quiet
 from composer.core.refs import ImageRef, build_source
 from composer.config.types import CompositionSpec, Packages
@@ -146,7 +136,7 @@ def _model_envs(spec: CompositionSpec, release: Release, contents: FullImageCont
             if given is not None or folder is None:
                 wheelhouse = given
                 if given is not None:
-                    check_wheelhouse(target, packages, release_constraints(release))
+                    check_wheelhouse(target, packages, PYTHON.constraints(release))
             else:
                 wheelhouse = folder if shared else folder / "model-envs" / env.model
                 on_line(f"model {env.model}: its own environment")
@@ -169,7 +159,7 @@ def fetch_wheels(target: PythonTarget, packages: Packages, release: Release, fol
                  on_line: LineSink = quiet) -> list[Path]:
     """Fetch on the host, into `folder`, the wheels `packages` need for the python target (with
     the release's pins)."""
-    constraints = release_constraints(release)
+    constraints = PYTHON.constraints(release)
     on_line(f"fetching wheels on this machine for python {target.version} ({target.platform}), "
             f"pins: {', '.join(constraints) or 'none'}")
     return download_wheels(target, packages, constraints, folder, on_line=on_line)

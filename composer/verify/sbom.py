@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from composer import __version__
 from composer.core.errors import BuildFailed
 from composer.config.model_envs import ENVS_ROOT
-from composer.resolve.plan import ROOT, BaseImage, CompositionPlan
+from composer.resolve.plan_types import ROOT, BaseImage, CompositionPlan
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef, is_image_id
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from composer.engine.interface import Engine, Layer
 from composer.core.units import human_size
-from composer.resolve.plan import CompositionPlan, LayerPart
+from composer.resolve.plan_types import CompositionPlan, LayerPart
 from composer.config.types import Device
 
 FOLDER_KINDS = {"backends": "backend", "repoagents": "repoagent", "caches": "cache", "model_envs": "model env"}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.resolve.plan import RUN_LABEL, STAGE_LABEL
+from composer.resolve.plan_types import RUN_LABEL, STAGE_LABEL
 from composer.verify.smoke import SMOKE_LABEL
 from tests.conftest import TEST_RUN
 

@@ -27,8 +27,8 @@ import pytest
 from composer.assembly.cache import clear
 from composer.assembly.pruning import STAGE_LABEL, run_of
 from composer.engine.interface import Engine
-from composer.resolve.plan import RUN_LABEL
-from composer.resolve.plan import STAGE_LABEL as PLAN_STAGE_LABEL
+from composer.resolve.plan_types import RUN_LABEL
+from composer.resolve.plan_types import STAGE_LABEL as PLAN_STAGE_LABEL
 from tests.conftest import TEST_LABEL_KEY, TEST_RUN
 from tests.cli import image_json
 

@@ -3,7 +3,9 @@
 import pytest
 
 from composer.catalog.catalog import Catalog
-from composer.resolve.plan import BaseConfig, BaseImage, Offer, make_plan
+from composer.resolve.offer import Offer
+from composer.resolve.plan_types import BaseConfig, BaseImage
+from composer.resolve.plan import make_plan
 from tests.specs import spec
 
 FULL_DIGEST = "sha256:" + "f" * 64

@@ -13,7 +13,7 @@ from pathlib import Path
 from composer.assembly.assemble import Sources, assemble, image_config
 from composer.assembly.canonical import archive_entries, host_entries, parent_folders, write_layer
 from composer.engine.interface import ImageInfo
-from composer.resolve.plan import Copy, LayerPart
+from composer.resolve.plan_types import Copy, LayerPart
 from tests.unit.fake_engine import FakeEngine
 
 EPOCH = 1_700_000_000

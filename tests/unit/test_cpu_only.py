@@ -8,7 +8,7 @@ import pytest
 from composer.core.errors import UsageError
 from composer.render.render import render_dockerfile, render_pruned_base
 from composer.resolve.contents import FullImageContents
-from composer.resolve.plan import Offer
+from composer.resolve.offer import Offer
 from composer.config.model_needs import ModelNeeds, read_needs, repository_needs_problem
 from composer.config.options import given_on_command_line
 from composer.config.rules import validate as check

@@ -21,12 +21,6 @@ ROOT = REPO / "composer"
 DOTTED = re.compile(r"(?<![\w./-])composer(?:\.[A-Za-z_]\w*)+")
 PATH = re.compile(r"(?<![\w./-])composer/[\w./-]*\w")
 
-# Stale names in files another branch is splitting now (engine/engine.py, resolve/plan.py): to be
-# fixed there, not here (the right name beside each). An entry no longer found fails the test
-# below, so it goes once its file is fixed.
-KNOWN_STALE = {
-    ("composer/resolve/plan.py", "composer.resolve.model_envs"),  # composer.config.model_envs
-}
 
 
 def _module_name(path: Path) -> str:
@@ -116,14 +110,9 @@ def stale_names() -> dict[tuple[str, str], int]:
 
 
 def test_every_module_a_docstring_names_exists():
-    stale = {key: line for key, line in stale_names().items() if key not in KNOWN_STALE}
+    stale = {key: line for key, line in stale_names().items()}
     assert not stale, "docstrings and comments naming what does not exist:\n" + "\n".join(
         f"{where}:{line}: {name}" for (where, name), line in sorted(stale.items()))
-
-
-def test_the_known_stale_names_are_still_there():
-    gone = sorted(set(KNOWN_STALE) - set(stale_names()))
-    assert not gone, f"fixed now: take these out of KNOWN_STALE: {gone}"
 
 
 def test_the_reader_tells_a_name_from_a_stale_one():

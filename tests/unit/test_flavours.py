@@ -13,7 +13,9 @@ from composer.catalog.catalog import Flavour
 from composer.core.errors import UsageError
 from composer.render.render import python_prune, render_dockerfile, render_pruned_base
 from composer.resolve.contents import FullImageContents
-from composer.resolve.plan import BaseImage, FlavourBase, Offer, make_plan
+from composer.resolve.offer import FlavourBase, Offer
+from composer.resolve.plan_types import BaseImage
+from composer.resolve.plan import make_plan
 from composer.resolve.resolve import resolve_offline, resolve_targets
 from composer.config.rules import validate as check
 from tests.specs import spec

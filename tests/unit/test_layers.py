@@ -13,8 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2] / "composer"
 
 # Bottom to top. A package not listed here is not allowed to hold Python code of the product.
-LAYERS = ("core", "catalog", "config", "engine", "registry", "resolve", "render", "assembly", "verify", "publish", "sources",
-          "pipeline", "app", "cli")
+LAYERS = ("core", "catalog", "backends", "config", "engine", "registry", "resolve", "render", "assembly", "verify",
+          "publish", "sources", "pipeline", "app", "cli")
 APART = ("in_image", "verify.samples.models", "verify.samples.package_check")  # run inside images: no composer imports
 
 

@@ -11,7 +11,7 @@ from composer.core.errors import UsageError
 import dataclasses
 
 from composer.resolve.packages import python_target
-from composer.resolve.plan import check_server
+from composer.backends import PYTHON
 from composer.config.model_envs import ENVS_ROOT, ModelEnv, hints, pointed_config, requested
 from composer.resolve.contents import PythonRuntime
 from tests.unit.test_pipeline import _contents
@@ -95,9 +95,9 @@ def test_packages_are_for_the_stubs_python_which_must_be_the_images():
 
 
 def test_servers_before_2_36_take_only_archives():
-    check_server("2.50.0")
+    PYTHON.check_server("2.50.0")
     with pytest.raises(UsageError, match="2.36.0"):
-        check_server("2.35.0")
+        PYTHON.check_server("2.35.0")
 
 
 def test_config_is_pointed_and_mounted_models_get_the_line(tmp_path):

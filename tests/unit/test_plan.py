@@ -4,7 +4,9 @@ import pytest
 
 from composer.core.errors import UsageError
 from composer.core.words import suggest
-from composer.resolve.plan import BaseImage, Offer, default_tag, make_plan, resolve_release
+from composer.resolve.offer import Offer
+from composer.resolve.plan_types import BaseImage
+from composer.resolve.plan import default_tag, make_plan, resolve_release
 from tests.specs import spec
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from composer.engine.interface import ImageInfo
 from composer.core.errors import Invalid, UsageError
-from composer.resolve.plan import Offer, make_plan
+from composer.resolve.offer import Offer
+from composer.resolve.plan import make_plan
 from composer.assembly.pruning import BASE_LABEL, base_key, proof_failure, pruned_base
 from composer.render.render import render_dockerfile, write_context
 from composer.config.options import OPTIONS
