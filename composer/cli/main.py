@@ -50,7 +50,8 @@ from composer.resolve.resolve import (
 )
 from composer.catalog.catalog import Catalog
 from composer.config.sets import specs_from_sets
-from composer.verify.smoke import image_smoke_plan, smoke_test
+from composer.verify.smoke import smoke_test
+from composer.verify.smoke_plan import image_smoke_plan
 from composer.config.options import (
     BACKENDS,
     BUILD,
