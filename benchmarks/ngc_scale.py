@@ -41,7 +41,8 @@ from composer.core.errors import ComposerError
 from composer.pipeline import build_image
 from composer.assembly.pruning import sweep_stages
 from composer.resolve.resolve import resolve
-from composer.verify.smoke import SmokePlan, smoke_test
+from composer.verify.smoke import smoke_test
+from composer.verify.smoke_plan import SmokePlan
 from composer.config.types import CompositionSpec
 from triton_standins import ngc, ngc_vllm
 

@@ -44,7 +44,8 @@ from composer.resolve.resolve import Inspection, Resolved, resolve, resolve_reco
 from composer.config.values import is_sbom
 from composer.verify.sbom import SBOM_PATH, make_sbom, read_facts, version_labels
 from composer.verify.sizes import SizeReport, measure
-from composer.verify.smoke import SmokePlan, SmokeReport, smoke_test
+from composer.verify.smoke import smoke_test
+from composer.verify.smoke_plan import SmokePlan, SmokeReport
 from composer.config.types import CompositionSpec, Providers
 from composer.sources.bundle import ReadBundle, open_bundle
 from composer.sources.lock import verify_lock

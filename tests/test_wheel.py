@@ -48,7 +48,7 @@ def test_wheel_installs_and_renders(wheel, tmp_path):
     dockerfile = (out / "Dockerfile").read_text()
     assert "FROM nvcr.io/nvidia/tritonserver:24.09-py3 AS full" in dockerfile
     assert "/opt/tritonserver/backends/onnxruntime" in dockerfile
-    for script in ("collect.py", "probe.py", "record_packages.py"):
+    for script in ("collect.py", "probe.py", "elfdeps.py", "record_packages.py"):
         assert (out / script).is_file()
     # Rendered from the installed package, not from this checkout.
     where = run(python, "-c", "import composer, composer.verify.samples as s; print(composer.__file__); "

@@ -29,7 +29,8 @@ from composer.publish.verify import VerificationFailed, verify as check_image
 from composer.registry.client import Registries
 from composer.registry.retries import retry_policy
 from composer.sources.mirror import mirror_release, mirror_through_engine
-from composer.verify.smoke import image_smoke_plan, smoke_test as run_smoke_test
+from composer.verify.smoke import smoke_test as run_smoke_test
+from composer.verify.smoke_plan import image_smoke_plan
 
 
 def check_image_argument(ref: str, name: str, *, ids: bool = True) -> None:

@@ -12,7 +12,7 @@ from composer.core.interrupts import Phases
 from composer.core.redaction import redact
 
 if TYPE_CHECKING:
-    from composer.verify.smoke import SmokeReport
+    from composer.verify.smoke_plan import SmokeReport
 
 
 # What the running command is doing, as its progress says: an interrupt names it.

@@ -2,7 +2,8 @@
 
 Gathers into an output tree what the selected parts of /opt/tritonserver need at run time and
 the min image lacks, and the final stage copies that tree onto the min image:
-- system libraries, from the ELF dependencies of every file of the selected parts (probe.py);
+- system libraries, from the ELF dependencies of every file of the selected parts (probe.py,
+  elfdeps.py);
 - libraries loaded at run time with dlopen, which no ELF entry names: each system library
   taken brings the runtime shared libraries of the dpkg package that installed it (the
   full image's /var/lib/dpkg/info/*.list), as DCGM's modules come with libdcgm. Libraries
@@ -31,7 +32,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import probe  # noqa: E402  (copied beside this script)
+import elfdeps  # noqa: E402  (copied beside this script)
+import probe  # noqa: E402
 
 FOLDER_KINDS = {"backends": "backend", "repoagents": "repoagent", "caches": "cache"}
 # Parts of the standard library a server never imports; ensurepip would bring pip back.
@@ -150,7 +152,7 @@ def copy_tree(out, top, roots, skip=()):
             dst = out_path(out, src)
             if os.path.islink(src):
                 target = os.path.realpath(src)
-                if any(probe.is_under(target, r) for r in roots):
+                if any(elfdeps.is_under(target, r) for r in roots):
                     link(dst, os.readlink(src))
                 elif os.path.isfile(target):
                     copy_file(target, dst)
@@ -312,7 +314,7 @@ def main(argv):
             print("collect: %s needs %s, found in neither the full image nor the min image" % (who, soname),
                   file=sys.stderr)
         return 4
-    resolver = probe.Resolver(os.path.normpath(args.root), report["system_dirs"], report["ld_library_path"])
+    resolver = elfdeps.Resolver(os.path.normpath(args.root), report["system_dirs"], report["ld_library_path"])
     packages = Packages(args.dpkg_info)
     system, siblings, drivers, skipped = gather(needs, present, resolver, packages, os.path.normpath(args.root))
     drivers = sorted(set(drivers) | {s for s, _ in missing if is_driver_library(s)})

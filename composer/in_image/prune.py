@@ -35,6 +35,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import collect  # noqa: E402  (copied beside this script)
+import elfdeps  # noqa: E402
 import probe  # noqa: E402
 import pydists  # noqa: E402
 
@@ -153,7 +154,7 @@ class Keeper(object):
     """The keep decision: which packages stay and why, following needs until nothing changes.
 
     A library is reached through NEEDED entries and through the names reached files hold in their
-    data (what they may dlopen: probe.named_libraries), resolved as the loader would for the file
+    data (what they may dlopen: elfdeps.named_libraries), resolved as the loader would for the file
     that names them; the catalog adds what no string shows (`loaded`, per release family). Each
     named library the image will hold is required by the proof; one it will not hold (the CUDA
     driver, other platforms' libraries) is listed as named, not in the image."""
@@ -192,10 +193,10 @@ class Keeper(object):
 
     def walk(self, seeds, part):
         """Follow NEEDED and named libraries from `seeds` (files of `part`); keep each one's package."""
-        stack = [(path, os.path.relpath(path, self.root) if probe.is_under(path, self.root) else path)
+        stack = [(path, os.path.relpath(path, self.root) if elfdeps.is_under(path, self.root) else path)
                  for path in seeds]
         for path in seeds:  # a seed outside the Triton root (the python runtime) is the image's own file
-            if not probe.is_under(path, self.root):
+            if not elfdeps.is_under(path, self.root):
                 self.keep_owner(path, "%s: %s" % (part, path))
         while stack:
             path, chain = stack.pop()
@@ -207,7 +208,7 @@ class Keeper(object):
             own = {os.path.basename(path), os.path.basename(real)} | ({info.soname} if info and info.soname else set())
             for name in sorted(own):
                 self.trigger(path, name, part, chain, stack)
-            for name in probe.named_libraries(real):
+            for name in elfdeps.named_libraries(real):
                 if name not in own:
                     self.load(path, name, "%s: %s names %s (loaded by name)" % (part, chain, name), chain, stack)
             for soname, resolved in self.resolver.deps(path):
@@ -270,8 +271,8 @@ class Keeper(object):
         """Whether the composed image holds `path`: a file of a selected part, or one of a package
         of the min image that stays (a file only the full image has, outside the selection, is not
         copied; a -dev package never stays)."""
-        if probe.is_under(path, self.root):
-            return any(probe.is_under(path, part) for part in self.parts_paths)
+        if elfdeps.is_under(path, self.root):
+            return any(elfdeps.is_under(path, part) for part in self.parts_paths)
         package = self.db.package_of(path)
         return package is not None and not is_dev(package) or self.dist_of(path) is not None
 
@@ -422,7 +423,7 @@ def write_unresolved(out, resolver, root, parts):
     lines = []
     for _, files in parts:
         for path in files:
-            if not probe.is_under(path, root):
+            if not elfdeps.is_under(path, root):
                 continue
             missing = [name for name, found in resolver.deps(path) if found is None]
             if missing:
@@ -553,7 +554,7 @@ def main(argv):
     with open(args.loaded) as fh:
         loaded = json.load(fh)
     db = Database(args.min_dpkg)
-    resolver = probe.Resolver(root, report["system_dirs"], report["ld_library_path"])
+    resolver = elfdeps.Resolver(root, report["system_dirs"], report["ld_library_path"])
     parts = selected_seeds(report, resolver, root, args.paths)
     keeper = Keeper(db, resolver, root, loaded, args.keep_tensorrt_builder, args.paths)
     sites, imported = [], {}

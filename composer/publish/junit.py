@@ -14,7 +14,7 @@ from typing import Sequence, Union
 from composer.core.errors import Invalid, UsageError
 from composer.core.files import check_output_file, make_folders, write_file
 from composer.core.redaction import redact
-from composer.verify.smoke import SmokeReport
+from composer.verify.smoke_plan import SmokeReport
 
 # An image's tag with its smoke report, or with None and the error that stopped its build.
 Outcome = Union[tuple[str, SmokeReport], tuple[str, None, str]]

@@ -25,7 +25,7 @@ from composer.config.requirements import installable_requirement
 from composer.resolve.plan_types import MODELS_ROOT, ROOT, RUN_LABEL, STAGE_LABEL, SYSTEM_TREE, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
-BUILD_SCRIPTS = ("collect.py", "probe.py", "record_packages.py", "system.sh")
+BUILD_SCRIPTS = ("collect.py", "probe.py", "elfdeps.py", "record_packages.py", "system.sh")
 PRUNE_SCRIPTS = ("prune.py", "pydists.py", "prove.sh")  # and these, for a pruned base
 LAYER_SCRIPTS = ("layers.py", "keep_layer.sh")  # and these in the pruned base's own context
 # A requirement line's distribution name, with the extras it asks for (prune.py --python-dist).
@@ -290,7 +290,7 @@ def _context_files(plan: CompositionPlan, run: str | None = None) -> dict[str, C
         files.update(_tree(custom.source, f"custom-backends/{custom.name}", keep_links=True))
     if plan.pruning:  # the pruned base's context: what its Dockerfile copies, and no more
         files[f"{PRUNED_BASE}/Dockerfile"] = (render_pruned_base(plan).encode(), 0o644)
-        for name in ("collect.py", "probe.py", "prune.py", "pydists.py", "loaded-at-run-time.json"):
+        for name in ("collect.py", "probe.py", "elfdeps.py", "prune.py", "pydists.py", "loaded-at-run-time.json"):
             files[f"{PRUNED_BASE}/{name}"] = files[name]
         for script in LAYER_SCRIPTS:
             files[f"{PRUNED_BASE}/{script}"] = (package.joinpath(script).read_bytes(), 0o644)

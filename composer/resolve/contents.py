@@ -15,11 +15,21 @@ from composer.backends import PYTHON
 from composer.core.errors import ComposerError
 
 PROBE_PATH = "/tmp/composer_probe.py"
+PROBE_SIBLINGS = ("elfdeps.py",)  # the modules the probe imports from its own folder
 
 
 def probe_source() -> bytes:
-    """The probe script, copied into the full image as one file."""
+    """The probe script, copied into the full image (with its siblings: probe_files)."""
     return resources.files("composer.in_image").joinpath("probe.py").read_bytes()
+
+
+def probe_files() -> dict[str, bytes]:
+    """What is copied into the full image to run the probe: the script at PROBE_PATH and the
+    modules it imports beside it (container path -> content)."""
+    folder = PROBE_PATH.rsplit("/", 1)[0]
+    package = resources.files("composer.in_image")
+    siblings = {f"{folder}/{name}": package.joinpath(name).read_bytes() for name in PROBE_SIBLINGS}
+    return {PROBE_PATH: probe_source(), **siblings}
 
 
 @dataclass(frozen=True)
@@ -273,7 +283,7 @@ def inspect_full(engine, ref: str) -> FullImageContents:
     """Run the probe inside the full image `ref` (no network) and read its report."""
     engine.require_image(ref, pull=False)
     # The engine gives exit code 127 when the image has no python3 to start.
-    result = engine.run_once(ref, ["python3", PROBE_PATH], entrypoint=[], files={PROBE_PATH: probe_source()})
+    result = engine.run_once(ref, ["python3", PROBE_PATH], entrypoint=[], files=probe_files())
     if result.exit_code in (126, 127) or (result.exit_code != 0 and "python3" in result.output and "not found" in result.output):
         raise _not_full(ref, "it has no python3 to run the probe")
     try:

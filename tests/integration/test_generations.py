@@ -15,7 +15,7 @@ import pytest
 
 from tests.cli import composer, image_json
 
-from composer.in_image import probe as probe_module
+from composer.resolve.contents import probe_files
 from composer.verify.samples import load_samples, models_dir
 from composer.config.cases import TensorData
 from composer.verify.triton_client import TritonHTTP
@@ -109,13 +109,13 @@ IDENTITY = "/opt/tritonserver/backends/identity"
 def test_identity_backend_is_c_with_bundled_system_and_dlopened_libraries(engine, standins, standin_images, release):
     images = images_of(release, standins, standin_images)
     script = (
-        "import json, os, sys; sys.path.insert(0, '/tmp'); import composer_probe as p; "
+        "import json, os, sys; sys.path.insert(0, '/tmp'); import elfdeps as p; "
         f"d = '{IDENTITY}'; "
         "print(json.dumps({n: (lambda i: {'needed': i.needed, 'runpath': i.runpath})(p.read_elf(os.path.join(d, n))) "
         "for n in sorted(os.listdir(d))}))"
     )
     out = engine.run_once(images.full_id, ["python3", "-c", script], entrypoint=[], labels=TEST_LABEL,
-                          files={"/tmp/composer_probe.py": Path(probe_module.__file__).read_bytes()})
+                          files=probe_files())
     assert out.exit_code == 0, out.output
     elves = json.loads(out.output)
     assert sorted(elves) == ["libidentity_config.so", "libidentity_copy.so", "libtriton_identity.so"]  # no model.py

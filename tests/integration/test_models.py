@@ -21,7 +21,7 @@ from composer.core.errors import SmokeTestFailed
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.verify.samples import models_dir
-from composer.verify.smoke import SmokePlan
+from composer.verify.smoke_plan import SmokePlan
 from composer.config.cases import TensorData
 from composer.verify.triton_client import TritonHTTP
 from tests.conftest import TEST_LABEL

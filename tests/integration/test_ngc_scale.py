@@ -16,7 +16,8 @@ import pytest
 from composer.catalog.catalog import Catalog
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
-from composer.verify.smoke import SmokePlan, smoke_test
+from composer.verify.smoke import smoke_test
+from composer.verify.smoke_plan import SmokePlan
 from triton_standins import ngc
 from tests.conftest import TEST_LABEL
 from tests.specs import spec

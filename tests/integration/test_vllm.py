@@ -18,7 +18,8 @@ from composer.assembly.pruning import sweep_stages
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.catalog.catalog import Catalog
-from composer.verify.smoke import SmokePlan, smoke_test
+from composer.verify.smoke import smoke_test
+from composer.verify.smoke_plan import SmokePlan
 from tests.cli import composer
 from tests.conftest import TEST_LABEL
 from tests.integration.test_ngc_scale import MODELS, _expected

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.in_image import collect, probe
+from composer.in_image import collect, elfdeps
 from tests.unit.test_probe import make_elf
 
 
@@ -102,7 +102,7 @@ def test_package_index_follows_merged_usr(tmp_path):
 
 def test_gather_takes_package_siblings_with_their_needs_and_skips_unloadable_ones(image):
     root, system, info = image
-    resolver = probe.Resolver(str(root), [str(system)], [])
+    resolver = elfdeps.Resolver(str(root), [str(system)], [])
     packages = collect.Packages(str(info))
     need = resolver.need("libdcgm.so.4", str(system / "libdcgm.so.4"))
     gomp = resolver.need("libgomp.so.1", str(system / "libgomp.so.1"))
@@ -122,7 +122,7 @@ def test_gather_takes_package_siblings_with_their_needs_and_skips_unloadable_one
 
 def test_gather_leaves_what_the_min_image_has(image):
     root, system, info = image
-    resolver = probe.Resolver(str(root), [str(system)], [])
+    resolver = elfdeps.Resolver(str(root), [str(system)], [])
     need = resolver.need("libdcgm.so.4", str(system / "libdcgm.so.4"))
     present = {"libdcgm.so.4"}
     assert collect.gather([need], present, resolver, collect.Packages(str(info)), str(root)) == ([], [], [], [])

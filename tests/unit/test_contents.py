@@ -107,7 +107,9 @@ def test_inspect_full_runs_the_probe_without_network():
     command, entrypoint, files = run["command"], run["entrypoint"], run["files"]
     assert command == ["python3", "/tmp/composer_probe.py"] and entrypoint == []
     assert files["/tmp/composer_probe.py"] == contents.probe_source()
-    assert b"def read_elf" in files["/tmp/composer_probe.py"]
+    # The probe's sibling module goes beside it, where it imports it from.
+    assert sorted(files) == ["/tmp/composer_probe.py", "/tmp/elfdeps.py"] and files == contents.probe_files()
+    assert b"def read_elf" in files["/tmp/elfdeps.py"] and b"import elfdeps" in files["/tmp/composer_probe.py"]
 
 
 def test_inspect_full_without_tritonserver():

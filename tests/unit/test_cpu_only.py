@@ -15,7 +15,7 @@ from composer.config.rules import validate as check
 from composer.config.pbtxt import scalar_fields
 from composer.verify.samples import samples_for
 from composer.config.types import Device
-from composer.verify.smoke import SmokePlan, resolve_gpus
+from composer.verify.smoke_plan import SmokePlan, resolve_gpus
 from tests.specs import spec
 
 # The onnxruntime backend folder of the 24.09 NGC-scale full stand-in, as the probe reports it.

@@ -6,7 +6,7 @@ import pytest
 
 from composer.core.errors import UsageError
 from composer.publish.junit import write_junit
-from composer.verify.smoke import SmokeReport, SmokeRow
+from composer.verify.smoke_plan import SmokeReport, SmokeRow
 
 REPORT = SmokeReport(
     image="team/triton:onnx",

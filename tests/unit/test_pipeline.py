@@ -16,7 +16,7 @@ from composer.core.errors import RegistryError, UsageError
 from composer.resolve import resolve as resolving
 from composer.pipeline import Run, build_image, compose
 from composer.resolve.resolve import Inspection, plan_from_inspection, resolve_targets
-from composer.verify.smoke import SmokeReport, SmokeRow
+from composer.verify.smoke_plan import SmokeReport, SmokeRow
 from composer.config.rules import validate as check
 from tests.specs import spec
 from tests.unit.fake_engine import FakeEngine, recorded_facts

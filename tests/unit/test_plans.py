@@ -12,7 +12,8 @@ from composer.config.cases import TensorData
 from composer.verify import smoke
 from composer.verify.plans import read_plan
 from composer.verify.samples import load_samples
-from composer.verify.smoke import SmokePlan, smoke_test
+from composer.verify.smoke import smoke_test
+from composer.verify.smoke_plan import SmokePlan
 from tests.unit.fake_engine import FakeEngine
 
 PLAN = b"\x00serialized-engine\xff" * 8

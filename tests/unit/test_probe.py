@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.in_image import probe
+from composer.in_image import elfdeps, probe
+from composer.resolve import contents
 
 HOST_LIB_DIRS = [d for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
                               "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib") if os.path.isdir(d)]
@@ -66,7 +67,7 @@ def make_elf(path: Path, needed=(), soname=None, rpath=None, runpath=None, machi
 
 
 def test_reads_needed_of_a_host_binary():
-    info = probe.read_elf("/bin/ls")
+    info = elfdeps.read_elf("/bin/ls")
     assert info is not None
     assert "libc.so.6" in info.needed
     assert info.machine == MACHINE
@@ -74,7 +75,7 @@ def test_reads_needed_of_a_host_binary():
 
 def test_reads_soname_of_a_host_library():
     libc = next(Path(d) / "libc.so.6" for d in HOST_LIB_DIRS if (Path(d) / "libc.so.6").exists())
-    info = probe.read_elf(str(libc))
+    info = elfdeps.read_elf(str(libc))
     assert info.soname == "libc.so.6"
 
 
@@ -83,7 +84,7 @@ def test_reads_python_extension_modules():
     modules = sorted(m for d in dynloads for m in d.glob("*.so"))
     if not modules:
         pytest.skip("this python has no lib-dynload modules")
-    infos = [probe.read_elf(str(m)) for m in modules]
+    infos = [elfdeps.read_elf(str(m)) for m in modules]
     assert all(i is not None for i in infos)
     ssl = [i for m, i in zip(modules, infos) if m.name.startswith("_ssl.")]
     if ssl:
@@ -93,26 +94,26 @@ def test_reads_python_extension_modules():
 def test_non_elf_and_truncated_files_are_skipped(tmp_path):
     text = tmp_path / "model.py"
     text.write_text("print('hi')\n")
-    assert probe.read_elf(str(text)) is None
-    assert probe.read_elf(str(tmp_path / "absent.so")) is None
+    assert elfdeps.read_elf(str(text)) is None
+    assert elfdeps.read_elf(str(tmp_path / "absent.so")) is None
     real = Path("/bin/ls").read_bytes()
     for cut in (10, 64, 200, len(real) // 3):
         short = tmp_path / f"short{cut}"
         short.write_bytes(real[:cut])
-        probe.read_elf(str(short))  # must not raise
-    assert probe.read_elf(str(tmp_path / "short10")) is None
+        elfdeps.read_elf(str(short))  # must not raise
+    assert elfdeps.read_elf(str(tmp_path / "short10")) is None
 
 
 def test_32_bit_elf_is_skipped(tmp_path):
     obj = tmp_path / "lib32.so"
     obj.write_bytes(b"\x7fELF" + bytes([1, 1, 1]) + bytes(57))
-    assert probe.read_elf(str(obj)) is None
+    assert elfdeps.read_elf(str(obj)) is None
 
 
 def test_synthetic_elf_round_trip(tmp_path):
     obj = make_elf(tmp_path / "libx.so", needed=["liba.so.1", "libb.so.2"], soname="libx.so",
                    rpath="$ORIGIN:/opt/x", runpath=None)
-    info = probe.read_elf(str(obj))
+    info = elfdeps.read_elf(str(obj))
     assert info.needed == ["liba.so.1", "libb.so.2"]
     assert info.soname == "libx.so"
     assert info.rpath == ["$ORIGIN", "/opt/x"]
@@ -123,10 +124,10 @@ def test_synthetic_elf_round_trip(tmp_path):
 
 
 def test_expand_origin():
-    assert probe.expand_origin("$ORIGIN/../lib", "/opt/t/bin") == "/opt/t/lib"
-    assert probe.expand_origin("${ORIGIN}/x", "/a") == "/a/x"
-    assert probe.expand_origin("/abs/dir/", "/a") == "/abs/dir"
-    assert probe.expand_origin("$PLATFORM/x", "/a") is None
+    assert elfdeps.expand_origin("$ORIGIN/../lib", "/opt/t/bin") == "/opt/t/lib"
+    assert elfdeps.expand_origin("${ORIGIN}/x", "/a") == "/a/x"
+    assert elfdeps.expand_origin("/abs/dir/", "/a") == "/abs/dir"
+    assert elfdeps.expand_origin("$PLATFORM/x", "/a") is None
 
 
 def test_symlink_chain_through_an_alternatives_folder(tmp_path):
@@ -135,16 +136,16 @@ def test_symlink_chain_through_an_alternatives_folder(tmp_path):
     (tmp_path / "alt" / "libblas.so.3").symlink_to(tmp_path / "real" / "libblas.so.3.11.0")
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "libblas.so.3").symlink_to("../alt/libblas.so.3")
-    assert probe.symlink_chain(str(tmp_path / "lib" / "libblas.so.3")) == [
+    assert elfdeps.symlink_chain(str(tmp_path / "lib" / "libblas.so.3")) == [
         str(tmp_path / "lib" / "libblas.so.3"), str(tmp_path / "alt" / "libblas.so.3")]
-    assert probe.symlink_chain(str(tmp_path / "real" / "libblas.so.3.11.0")) == []
+    assert elfdeps.symlink_chain(str(tmp_path / "real" / "libblas.so.3.11.0")) == []
 
 
 def test_loader_and_vdso_are_not_needs():
-    assert probe.is_loader("ld-linux-x86-64.so.2")
-    assert probe.is_loader("/lib64/ld-linux-x86-64.so.2")
-    assert probe.is_loader("ld-linux-aarch64.so.1")
-    assert not probe.is_loader("libc.so.6")
+    assert elfdeps.is_loader("ld-linux-x86-64.so.2")
+    assert elfdeps.is_loader("/lib64/ld-linux-x86-64.so.2")
+    assert elfdeps.is_loader("ld-linux-aarch64.so.1")
+    assert not elfdeps.is_loader("libc.so.6")
 
 
 def test_ld_so_conf_with_includes(tmp_path):
@@ -153,7 +154,7 @@ def test_ld_so_conf_with_includes(tmp_path):
     (tmp_path / "conf.d" / "a.conf").write_text("# comment\n/opt/a  # trailing\n")
     main = tmp_path / "ld.so.conf"
     main.write_text(f"include {tmp_path}/conf.d/*.conf\n/usr/local/lib\n")
-    assert probe.parse_ld_so_conf(str(main)) == ["/opt/a", "/opt/b", "/usr/local/lib"]
+    assert elfdeps.parse_ld_so_conf(str(main)) == ["/opt/a", "/opt/b", "/usr/local/lib"]
 
 
 def test_rpath_before_ld_library_path_before_runpath(tmp_path):
@@ -161,7 +162,7 @@ def test_rpath_before_ld_library_path_before_runpath(tmp_path):
     make_elf(tmp_path / "env" / "libdep.so.1", soname="libdep.so.1")
     with_rpath = make_elf(tmp_path / "x" / "librp.so", needed=["libdep.so.1"], rpath=str(tmp_path / "r"))
     with_runpath = make_elf(tmp_path / "x" / "librun.so", needed=["libdep.so.1"], runpath=str(tmp_path / "r"))
-    resolver = probe.Resolver(str(tmp_path / "root"), [], [str(tmp_path / "env")])
+    resolver = elfdeps.Resolver(str(tmp_path / "root"), [], [str(tmp_path / "env")])
     assert resolver.deps(str(with_rpath)) == [("libdep.so.1", str(tmp_path / "r" / "libdep.so.1"))]
     assert resolver.deps(str(with_runpath)) == [("libdep.so.1", str(tmp_path / "env" / "libdep.so.1"))]
 
@@ -170,7 +171,7 @@ def test_wrong_machine_candidates_are_skipped(tmp_path):
     make_elf(tmp_path / "other" / "libdep.so.1", machine=183 if MACHINE == 62 else 62)
     make_elf(tmp_path / "good" / "libdep.so.1")
     user = make_elf(tmp_path / "libuser.so", needed=["libdep.so.1"])
-    resolver = probe.Resolver("/nonexistent", [str(tmp_path / "other"), str(tmp_path / "good")], [])
+    resolver = elfdeps.Resolver("/nonexistent", [str(tmp_path / "other"), str(tmp_path / "good")], [])
     assert resolver.deps(str(user)) == [("libdep.so.1", str(tmp_path / "good" / "libdep.so.1"))]
 
 
@@ -276,7 +277,7 @@ def test_stub_python_without_that_python_reports_libpython_missing(fake_image):
 
 def test_python_falls_back_to_python3_when_the_stub_version_is_absent(fake_image):
     root, system = fake_image
-    report = probe.probe(str(root), system_dirs=probe.default_system_dirs(), ld_library_path=[])
+    report = probe.probe(str(root), system_dirs=elfdeps.default_system_dirs(), ld_library_path=[])
     py = report["python"]
     assert py is not None
     assert py["version"] == "%d.%d" % sys.version_info[:2]
@@ -288,7 +289,7 @@ def test_python_runtime_of_this_interpreter(tmp_path):
     root = tmp_path / "opt" / "tritonserver"
     version = "%d.%d" % sys.version_info[:2]
     make_elf(root / "backends" / "python" / "triton_python_backend_stub", needed=[f"libpython{version}.so.1.0"], etype=2)
-    report = probe.probe(str(root), system_dirs=probe.default_system_dirs(), ld_library_path=[])
+    report = probe.probe(str(root), system_dirs=elfdeps.default_system_dirs(), ld_library_path=[])
     assert report["stub_python"] == version
     py = report["python"]
     assert py["version"] == version
@@ -326,11 +327,15 @@ def test_missing_root_is_an_error(tmp_path):
 
 
 def test_runs_as_a_script_with_only_the_stdlib(fake_image, tmp_path):
-    """The probe is copied alone into the image: it must run without the composer package."""
+    """The probe is copied into the image with its sibling modules only (what resolve copies): it
+    must run without the composer package."""
     root, _system = fake_image
-    alone = tmp_path / "composer_probe.py"
-    shutil.copy(probe.__file__, alone)
-    out = subprocess.run([sys.executable, "-I", str(alone), str(root)], capture_output=True, text=True,
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    for path, content in contents.probe_files().items():
+        (alone / Path(path).name).write_bytes(content)
+    script = alone / Path(contents.PROBE_PATH).name
+    out = subprocess.run([sys.executable, "-I", str(script), str(root)], capture_output=True, text=True,
                          cwd=tmp_path, check=True).stdout
     doc = json.loads(out)
     assert doc["root"] == str(root)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.in_image import prune, probe
+from composer.in_image import elfdeps, prune
 from tests.unit.test_probe import make_elf
 
 PACKAGES = {  # name -> (fields, files relative to the image root)
@@ -64,7 +64,7 @@ def image(tmp_path):
         (dpkg / "info" / f"{name}.list").write_text("".join(p + "\n" for p in paths))
         (dpkg / "info" / f"{name}.md5sums").write_text("".join(f"0123  {p.lstrip('/')}\n" for p in paths))
     (dpkg / "status").write_text("\n".join(stanzas))
-    resolver = probe.Resolver(str(root), [str(system)], [])
+    resolver = elfdeps.Resolver(str(root), [str(system)], [])
     parts = [("backend demo", [str(root / "backends" / "demo" / "libtriton_demo.so")])]
     return root, dpkg, resolver, parts
 
@@ -103,10 +103,10 @@ def test_the_string_reader_finds_sonames_versioned_names_and_paths(tmp_path):
     data = (b"\0libcudnn_graph.so\0x libnvrtc-builtins.so.12.6. y\0/opt/hpcx/ucx/lib/libucp.so.0\0"
             b"libnvrtc.so.%d\0not a library: libfoo\0liba.so.1.txt\0relative/libx.so.1\0")
     path = make_elf(tmp_path / "libdemo.so.1", soname="libdemo.so.1", rodata=data)
-    assert probe.named_libraries(str(path)) == ["/opt/hpcx/ucx/lib/libucp.so.0", "libcudnn_graph.so",
+    assert elfdeps.named_libraries(str(path)) == ["/opt/hpcx/ucx/lib/libucp.so.0", "libcudnn_graph.so",
                                                 "libnvrtc-builtins.so.12.6"]
-    assert probe.named_libraries(str(make_elf(tmp_path / "plain.so"))) == []  # no section table
-    assert probe.named_libraries(str(tmp_path / "absent.so")) == []
+    assert elfdeps.named_libraries(str(make_elf(tmp_path / "plain.so"))) == []  # no section table
+    assert elfdeps.named_libraries(str(tmp_path / "absent.so")) == []
 
 
 def test_no_dev_package_even_when_nothing_else_is_asked(image):
@@ -204,7 +204,7 @@ def test_the_24_09_libraries_strings_find_every_library_of_the_old_hand_list(tmp
     catalog = Catalog.load()
     loaded = {library: [here(p) if p.startswith("/") else p for p in loads]
               for library, loads in catalog.loaded_at_run_time_for(catalog.release("24.09")).items()}
-    resolver = probe.Resolver(str(root), [here(d) for d in recorded["system_dirs"]],
+    resolver = elfdeps.Resolver(str(root), [here(d) for d in recorded["system_dirs"]],
                               [here(d) for d in recorded["ld_library_path"]])
     keeper = prune.decide(prune.Database(str(dpkg)), resolver, str(root), parts, loaded, False,
                           ["backends/demo", "backends/pytorch"])

@@ -121,8 +121,8 @@ def test_the_pruned_base_is_its_own_context_sharing_the_collect_and_decide_steps
     context = write_context(plan, tmp_path / "context")
     assert context.pruned_base == tmp_path / "context" / "pruned-base"
     assert sorted(p.name for p in context.pruned_base.iterdir()) == [
-        "Dockerfile", "collect.py", "keep_layer.sh", "layers.json", "layers.py", "loaded-at-run-time.json", "probe.py",
-        "prune.py", "pydists.py"]
+        "Dockerfile", "collect.py", "elfdeps.py", "keep_layer.sh", "layers.json", "layers.py", "loaded-at-run-time.json",
+        "probe.py", "prune.py", "pydists.py"]
     base = (context.pruned_base / "Dockerfile").read_text()
     main = context.dockerfile.read_text()
     collect = base[base.index("FROM nvcr.io"):base.index("FROM collect AS decide")].strip()

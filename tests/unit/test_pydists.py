@@ -137,7 +137,7 @@ def test_prune_keeps_kept_distributions_files_and_what_their_elf_files_need(site
     (dpkg / "info").mkdir(parents=True)
     (dpkg / "status").write_text("")
     db = prune.Database(str(dpkg))
-    resolver = prune.probe.Resolver(str(root), [], [])
+    resolver = prune.elfdeps.Resolver(str(root), [], [])
     keeper = prune.Keeper(db, resolver, str(root), {}, False, ["backends/llm"])
     imported = prune.python_roots(keeper, pydists.installed([str(site)]), str(root), ["backends/llm"], ["unused"])
     keeper = prune.decide(db, resolver, str(root), [], {}, False, ["backends/llm"], keeper)

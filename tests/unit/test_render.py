@@ -1,4 +1,5 @@
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from composer.verify.sbom import SBOM_PATH, parse_facts, version_labels
 from tests.unit.fake_engine import recorded_facts
 
 GOLDEN = Path(__file__).parent / "golden"
+IN_IMAGE = Path(__file__).parents[2] / "composer" / "in_image"
 # One release of each generation of NGC's final stage (../shared/TRITON-FACTS.md section 7).
 RELEASES = ("24.09", "24.11", "25.03", "26.07")
 SELECTIONS = {
@@ -98,6 +100,45 @@ def test_same_inputs_same_bytes(ngc_plan, tmp_path):
     b = write_context(ngc_plan("onnxruntime", "python"), tmp_path / "b")
     for name in ("Dockerfile", "composition.json", "collect.py", "probe.py"):
         assert (a.directory / name).read_bytes() == (b.directory / name).read_bytes()
+
+
+def _siblings(script: str) -> set[str]:
+    """The in_image modules `script` imports from its own folder (import probe -> probe.py)."""
+    text = (IN_IMAGE / script).read_text()
+    return {f"{name}.py" for name in re.findall(r"^import (\w+)", text, re.M) if (IN_IMAGE / f"{name}.py").is_file()}
+
+
+def _copied_scripts(dockerfile: str) -> list[set[str]]:
+    """For each COPY of context files into /composer/: what /composer/ then holds in that stage."""
+    stages: dict[str, set[str]] = {}
+    held: set[str] = set()
+    found = []
+    for line in dockerfile.splitlines():
+        words = line.split()
+        if line.startswith("FROM "):
+            held = set(stages.get(words[1], ()))
+            if len(words) == 4:
+                stages[words[3]] = held
+        elif line.startswith("COPY ") and not words[1].startswith("--from") and words[-1] == "/composer/":
+            held |= set(words[1:-1])
+            found.append(set(held))
+    return found
+
+
+def test_each_script_copied_into_a_stage_has_the_siblings_it_imports(ngc_plan, tmp_path):
+    """The scripts import their siblings from their own folder (collect.py: probe.py, which imports
+    elfdeps.py): every COPY of them, in every Dockerfile, brings those too, and the context holds them."""
+    checked = 0
+    for golden in sorted(GOLDEN.glob("*.Dockerfile")):
+        for held in _copied_scripts(golden.read_text()):
+            for script in (name for name in held if name.endswith(".py")):
+                assert _siblings(script) <= held, (golden.name, script)
+                checked += 1
+    assert checked
+    context = write_context(ngc_plan("onnxruntime", "python", base="pruned"), tmp_path / "context")
+    for folder in (context.directory, context.pruned_base):
+        for held in _copied_scripts((folder / "Dockerfile").read_text()):
+            assert all((folder / name).is_file() for name in held), (folder, held)
 
 
 def test_a_build_writes_its_run_into_the_labels_of_its_stages_and_only_there(ngc_plan, tmp_path):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from composer.verify import smoke
+from composer.verify import smoke, smoke_plan
 from composer.engine.interface import RunResult
-from composer.verify.smoke import SmokePlan, smoke_test
+from composer.verify.smoke import smoke_test
+from composer.verify.smoke_plan import SmokePlan
 from composer.core.errors import EngineError, UsageError
 from composer.config.cases import TensorData
 from tests.unit.fake_engine import FakeEngine
@@ -239,10 +240,10 @@ def test_smoke_test_image_reads_the_plan_from_the_record():
     from composer.config.types import Result
 
     engine = _recorded('{"backends": ["onnxruntime", "python"], "server_version": "2.50.0"}')
-    plan, record = smoke.image_smoke_plan(engine, _image(), "team/t:1", (), Result(strict=True))
+    plan, record = smoke_plan.image_smoke_plan(engine, _image(), "team/t:1", (), Result(strict=True))
     assert plan == SmokePlan.of(("onnxruntime", "python"), "2.50.0", Result(strict=True))
     assert record["server_version"] == "2.50.0"
-    given, _ = smoke.image_smoke_plan(engine, _image(), "team/t:1", ("python",), Result())
+    given, _ = smoke_plan.image_smoke_plan(engine, _image(), "team/t:1", ("python",), Result())
     assert given.backends == ("python",)
 
 
@@ -252,18 +253,18 @@ def test_a_corrupt_record_is_an_error_naming_the_image():
 
     for output in ("{not json", '["a list"]'):
         with pytest.raises(ComposerError, match=r"^team/t:1: its composition record .* is not a JSON object"):
-            smoke.image_smoke_plan(_recorded(output), _image(), "team/t:1", (), Result())
+            smoke_plan.image_smoke_plan(_recorded(output), _image(), "team/t:1", (), Result())
     with pytest.raises(UsageError, match="team/t:1 has no composition record: name its backends with --backend"):
-        smoke.image_smoke_plan(_recorded("", exit_code=1), _image(), "team/t:1", (), Result())
+        smoke_plan.image_smoke_plan(_recorded("", exit_code=1), _image(), "team/t:1", (), Result())
 
 
 def test_smoke_test_image_of_a_cpu_only_record_serves_with_no_gpu_and_refuses_gpu_flags():
     from composer.config.types import Device, Result
 
     engine = _recorded('{"backends": ["python"], "server_version": "2.50.0", "device": "cpu"}')
-    plan, _ = smoke.image_smoke_plan(engine, _image(), "team/t:1", (), Result())
+    plan, _ = smoke_plan.image_smoke_plan(engine, _image(), "team/t:1", (), Result())
     assert plan.device is Device.CPU and plan.server_flags == ("--pinned-memory-pool-byte-size=0",)
-    assert smoke.resolve_gpus(engine, plan.gpus, plan.device) == ("none", "CPU-only image")
+    assert smoke_plan.resolve_gpus(engine, plan.gpus, plan.device) == ("none", "CPU-only image")
     for settings, says in ((Result(gpus="all"), "leave out --gpus all"), (Result(strict=True), "leave out --strict")):
         with pytest.raises(UsageError, match=f"team/t:1 is a CPU-only image .*{says}"):
-            smoke.image_smoke_plan(engine, _image(), "team/t:1", (), settings)
+            smoke_plan.image_smoke_plan(engine, _image(), "team/t:1", (), settings)

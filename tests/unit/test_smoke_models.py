@@ -13,7 +13,8 @@ import pytest
 from composer.verify import smoke
 from composer.engine.interface import RunResult
 from composer.core.errors import UsageError
-from composer.verify.smoke import SmokePlan, server_reasons, smoke_test
+from composer.verify.smoke import server_reasons, smoke_test
+from composer.verify.smoke_plan import SmokePlan
 from composer.verify.triton_client import InferenceError, TensorData
 from tests.unit.fake_engine import FakeEngine
 

@@ -12,7 +12,8 @@ from composer.cli.output import smoke_table
 from composer.config.cases import TensorData
 from composer.verify import smoke
 from composer.verify.protocols import RESPONSE_TIMEOUT, StreamAnswer
-from composer.verify.smoke import SmokePlan, smoke_test
+from composer.verify.smoke import smoke_test
+from composer.verify.smoke_plan import SmokePlan
 from tests.unit.test_smoke_models import AFFINE_CONFIG, Server, engine_for, repository, rows_of, times_three
 
 COUNTER_CONFIG = {
@@ -122,7 +123,7 @@ def test_a_failed_smoke_tests_rows_are_in_the_json_result():
     from composer.core.errors import SmokeTestFailed
     from composer.pipeline import Outcome
     from composer.config.types import CompositionSpec
-    from composer.verify.smoke import SmokeReport, SmokeRow
+    from composer.verify.smoke_plan import SmokeReport, SmokeRow
 
     report = SmokeReport("img", (SmokeRow("model", "FAIL", "no final flag within 30 s", "endless", request="stream"),))
     payload = Outcome(CompositionSpec(), error=SmokeTestFailed("smoke test failed (model/endless)", report)).to_dict()

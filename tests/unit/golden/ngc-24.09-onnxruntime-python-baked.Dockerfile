@@ -11,7 +11,7 @@ FROM nvcr.io/nvidia/tritonserver@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa
 FROM full AS collect
 USER root
 COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
-COPY collect.py probe.py /composer/
+COPY collect.py probe.py elfdeps.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "--python-out", "/composer/python-rootfs", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
 
 # What the image copies of collect's work, marked for composer build to read (the mark is this

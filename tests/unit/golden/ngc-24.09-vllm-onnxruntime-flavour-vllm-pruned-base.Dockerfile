@@ -16,7 +16,7 @@ FROM localhost/standin-ngc/tritonserver:24.09-vllm-python-py3 AS min
 FROM full AS collect
 USER root
 COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
-COPY collect.py probe.py /composer/
+COPY collect.py probe.py elfdeps.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "backends/onnxruntime"]
 
 
@@ -27,7 +27,7 @@ USER root
 COPY --from=collect /composer/rootfs/ /
 COPY --from=collect /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
 COPY --from=min /var/lib/dpkg /composer/min-dpkg
-COPY collect.py probe.py prune.py pydists.py loaded-at-run-time.json /composer/
+COPY collect.py probe.py elfdeps.py prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "--python", "bin", "lib", "backends/python", "backends/vllm", "backends/onnxruntime"]
 
 # The min image less what prune.py dropped: a layer of deletions only; its dpkg database lists

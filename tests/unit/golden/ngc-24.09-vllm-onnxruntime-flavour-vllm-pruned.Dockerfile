@@ -14,7 +14,7 @@ FROM localhost/standin-ngc/tritonserver:24.09-vllm-python-py3 AS min
 FROM full AS collect
 USER root
 COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
-COPY collect.py probe.py /composer/
+COPY collect.py probe.py elfdeps.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "backends/onnxruntime"]
 
 # What the image copies of collect's work, marked for composer build to read (the mark is this
@@ -36,7 +36,7 @@ USER root
 COPY --from=collect /composer/rootfs/ /
 COPY --from=collect /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
 COPY --from=min /var/lib/dpkg /composer/min-dpkg
-COPY collect.py probe.py prune.py pydists.py loaded-at-run-time.json /composer/
+COPY collect.py probe.py elfdeps.py prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "--python", "bin", "lib", "backends/python", "backends/vllm", "backends/onnxruntime"]
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage-of="decide ${COMPOSER_RUN}"
