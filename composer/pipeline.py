@@ -111,6 +111,7 @@ def build_image(
     labels: dict[str, str] | None = None,
     on_line: LineSink = quiet,
     on_smoke_line: LineSink | None = None,
+    on_engine_line: LineSink | None = None,
     layers_dir: Path | None = None,
     tag: bool = True,
     contents: FullImageContents | None = None,
@@ -133,7 +134,7 @@ def build_image(
         held.enter_context(locks.run_record(run, engine.identity()))
         remove_dead_runs(engine, on_line)
         assembled, sbom, base = _build_and_assemble(engine, plan, context_dir, layers_dir, labels, on_line, run,
-                                                    held, contents, check_space)
+                                                    held, contents, check_space, on_engine_line or on_line)
         image_id = assembled.image_id
         try:  # until it is tagged, an interrupt (or a lost engine) takes the untagged new image away: every tag stays
             on_line(f"composed {image_id[:19]} ({len(assembled.layers)} layers of its own on {assembled.base[:19]})")
@@ -171,7 +172,8 @@ def build_image(
 
 def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path | None, layers_dir: Path | None,
                         labels, on_line: LineSink, run: str, held: contextlib.ExitStack,
-                        contents: FullImageContents | None, check_space: bool) -> tuple[Assembled, str, PrunedBase | None]:
+                        contents: FullImageContents | None, check_space: bool,
+                        on_engine_line: LineSink) -> tuple[Assembled, str, PrunedBase | None]:
     """The engine's build (the pruned base first, when the plan has one), then the composer's image
     of it; whatever way it ends, the run's own stage images go. A build the engine's disk cannot
     hold is refused first; one that fills it anyway ends in one line naming the disk."""
@@ -188,8 +190,9 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
             on_line(space.check(engine, space.estimate(engine, plan, contents, context.directory, to_make)))
         # A pruned base is a build of its own, made first (or found); its failure says so itself.
         if context.pruned_base:
-            base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held)
-        built = _build_composition(engine, plan, context, base, labels, redact, on_line, run)
+            base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held,
+                               on_engine_line=on_engine_line)
+        built = _build_composition(engine, plan, context, base, labels, redact, on_engine_line, run)
         on_line(f"built {built[:19]}; writing the image's own layers")
         assembled = _assemble(engine, plan, built, base, context, layers, run, containers, on_line)
     except ComposerError as error:
@@ -384,7 +387,8 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
     with contextlib.ExitStack() as stack:
         # The image's own layers stay on this machine until the composer pushed them.
         layers = Path(stack.enter_context(locks.temporary_folder("layers"))) if mine else None
-        built = build_image(engine, plan, labels=dict(run.labels or {}), on_line=run.on_build_line or run.on_line,
+        built = build_image(engine, plan, labels=dict(run.labels or {}), on_line=run.on_line,
+                            on_engine_line=run.on_build_line or run.on_line,
                             on_smoke_line=run.on_line, layers_dir=layers, contents=resolved.contents,
                             check_space=result.space_check)
         if result.sbom and built.sbom:
@@ -528,7 +532,7 @@ def rebuild(engine: Engine, registries: Registries, ref: str, catalog: Catalog, 
                     locks.temporary_folder("blobs") as blobs:
                 built = build_image(engine, resolved.plan, labels=dict(run.labels or {}), layers_dir=Path(layers),
                                     contents=resolved.contents,
-                                    on_line=run.on_build_line or run.on_line, tag=False)
+                                    on_line=run.on_line, on_engine_line=run.on_build_line, tag=False)
                 try:
                     return _compare(registries, ref, digest, built.assembled, internal["compression"], Path(blobs))
                 finally:

@@ -251,9 +251,11 @@ def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo,
     parts, extra = list(plan.all_parts()), list(extra)
     layers = []
     for index, part in enumerate(parts):
-        on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {part.description}")
+        said = part.name if part.name.split()[0] == part.kind else f"{part.kind} {part.name}"  # not "server server core"
+        on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {said}")
         layers.append(part_layer(engine, part, sources, epoch, folder, index, run_labels))
     for index, (path, description, content) in enumerate(extra, start=len(parts)):
+        on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {description}")
         layers.append(file_layer(path, content, epoch, folder, f"layer-{index:02d}.tar", description))
         parts.append(LayerPart("record", description, FROM_CONTEXT, ()))
     config = image_config(base, engine.image_config(built), tuple(layers), epoch, labels)

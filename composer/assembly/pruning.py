@@ -94,7 +94,7 @@ def base_key(plan: CompositionPlan, context: Path) -> str:
 def pruned_base(
     engine: Engine, plan: CompositionPlan, context: Path, *,
     labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, run: str = "render",
-    hold: contextlib.ExitStack | None = None,
+    hold: contextlib.ExitStack | None = None, on_engine_line: LineSink | None = None,
 ) -> PrunedBase:
     """The pruned base of `plan`: the image made before from the same inputs (its tag names their
     key, its label holds it whole), or one made now from `context` and tagged, so that later builds
@@ -104,7 +104,8 @@ def pruned_base(
     composer.engine.locks) is held while it is looked for and made, so a second run waits, then
     finds it. `hold` (the build's) keeps the base's use lock until the build ends, so `composer
     cache clear` leaves it alone. Its stages carry `run` (their label "<stage> <run>"), so the run
-    removes its own stages and no other run's (remove_run_stages)."""
+    removes its own stages and no other run's (remove_run_stages). The engine's own lines go to
+    `on_engine_line` (the CLI shows them with --verbose), the base's progress to `on_line`."""
     key = base_key(plan, context)
     tag = base_tag(plan, key)
     engine_id = engine.identity()
@@ -121,7 +122,8 @@ def pruned_base(
         started = time.monotonic()
         try:
             image = engine.build(context, tag=tag, labels={**(labels or {}), BASE_LABEL: key},
-                                 network_mode="none", buildargs={"COMPOSER_RUN": run}, on_line=on_line)
+                                 network_mode="none", buildargs={"COMPOSER_RUN": run},
+                                 on_line=on_engine_line or on_line)
         except BuildFailed as failure:
             raise BuildFailed(f"making the pruned base failed: {failure.message}", log_tail=failure.log_tail) from failure
     seconds = time.monotonic() - started

@@ -211,10 +211,11 @@ def build(
     ),
     explain: bool = typer.Option(False, "--explain", help="With --base pruned: list each package of the min image "
                                  "kept (and why) or dropped (and its size)."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show the engine's own build lines (its steps) too."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Compose, build and smoke-test a slim image; tag (and push) it only once it serves."""
-    out = Printer(as_json)
+    out = Printer(as_json, verbose=verbose, explain=explain)
     options = compose.BuildOptions(given, tuple(set_files), registry_auth, locked, junit, bundle, explain)
     _show_build(out, compose.build(options, _engine, _progress(out)))
 

@@ -22,9 +22,11 @@ PHASES = Phases()
 class Printer:
     """Where progress and results go; --json keeps stdout for the JSON document."""
 
-    def __init__(self, as_json: bool = False, quiet: bool = False):
+    def __init__(self, as_json: bool = False, quiet: bool = False, verbose: bool = False, explain: bool = False):
         self.as_json = as_json
         self.quiet = quiet
+        self.verbose = verbose  # the engine's own lines (its build steps) too
+        self.explain = explain  # the pruned base's decision, line by line, too
 
     def step(self, line: str) -> None:
         PHASES.see(line)
@@ -32,9 +34,10 @@ class Printer:
             typer.echo(redact(line), err=True)
 
     def build_line(self, line: str) -> None:
-        """A line of build output: steps stand out, the rest is indented under them."""
+        """A line of the engine's build output, shown with --verbose: steps stand out, the rest is
+        indented under them; the pruned base's per-package decisions only with --explain."""
         PHASES.see(line)
-        if self.quiet:
+        if self.quiet or not self.verbose or (line.startswith("prune: ") and not self.explain):
             return
         line = redact(line)
         if line.startswith("Step "):

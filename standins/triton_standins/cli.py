@@ -36,7 +36,7 @@ def standin(
     from composer.engine.connect import connect
     from triton_standins import build_standins, ngc, ngc_vllm
 
-    out = Printer(as_json)
+    out = Printer(as_json, verbose=True)  # the stand-ins' builds: the engine's lines are the progress
     if scale not in SCALES:
         raise UsageError(f"--scale {scale!r} is not a stand-in scale; use small or ngc")
     if flavour not in FLAVOURS:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from pathlib import Path
 
@@ -107,6 +108,12 @@ def test_cli_build_python_only_json(engine, standin_images, test_tag):
     assert payload["smoke_test"]["passed"] is True
     assert payload["base_images"]["min"]["ref"] == f"{REGISTRY}/tritonserver:24.09-py3-min"
     assert payload["size"] > 0
+    assert payload["status"] == "built" and json.loads(run.stdout)["summary"] == {"images": 1, "failed": 0, "passed": 1}
+    # Progress a person reads: no engine step lines without --verbose, and a layer count that adds up.
+    assert not [line for line in run.stderr.splitlines() if line.lstrip().startswith(("Step ", "---> ", "prune: "))]
+    counts = re.findall(r"writing layer (\d+) of (\d+): (.*)", run.stderr)
+    assert counts and counts[-1][0] == counts[-1][1] and [int(n) for n, _, _ in counts] == list(range(1, len(counts) + 1))
+    assert not [what for _, _, what in counts if what.startswith("server server")]
 
 
 def test_failed_smoke_test_keeps_previous_tag(engine, standin_images, test_tag, tmp_path):

@@ -132,7 +132,8 @@ def test_a_package_without_a_wheel_for_the_image_fails_before_the_build(standin_
     requirements = tmp_path / "requirements.txt"
     requirements.write_text("docopt==0.6.2\n")  # published as a source distribution only
     run = composer("build", "--registry", REGISTRY, "--version", "24.09", "-b", "python", "--no-smoke-test",
-                   "--model-env", f"needs_build={requirements}", "--tag", "triton-composer-test/never:built")
+                   "--model-env", f"needs_build={requirements}", "--tag", "triton-composer-test/never:built",
+                   "--verbose")
     assert run.returncode == 2, run.stderr
     last = run.stderr.strip().splitlines()[-1]
     assert "model needs_build" in last and "docopt" in last and "Traceback" not in run.stderr
@@ -151,7 +152,7 @@ def test_composer_wheels_fills_one_wheelhouse_for_every_environment_and_build_ch
     (tmp_path / "wheels" / f"tabulate-{PINS['tabulate_old']}-py3-none-any.whl").unlink()
     run = composer("build", "--registry", REGISTRY, "--version", "24.09", "-b", "python", "--no-smoke-test",
                    "--bake-models", str(MODELS), "--wheelhouse", str(tmp_path / "wheels"),
-                   "--tag", "triton-composer-test/never:built")
+                   "--tag", "triton-composer-test/never:built", "--verbose")
     assert run.returncode == 2, run.stderr
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("error: model tabulate_old:") and f"tabulate=={PINS['tabulate_old']}" in last

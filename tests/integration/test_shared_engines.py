@@ -270,7 +270,8 @@ def test_a_small_disk_refuses_then_fills_then_passes_with_room(small_disk, state
     free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
     # Leave 80 MB: less than any estimate (its margin alone is 512 MiB), less than the build writes.
     subprocess.run(["fallocate", "-l", str(free - 80 * 1000 ** 2), str(filler)], check=True)
-    refused = subprocess.run([sys.executable, "-m", "composer", "build", *SMALL, "--tag", tag], capture_output=True,
+    refused = subprocess.run([sys.executable, "-m", "composer", "build", *SMALL, "--tag", tag, "--verbose"],
+                             capture_output=True,
                              text=True, env=env, timeout=1800)
     assert refused.returncode == 1, refused.stderr
     error = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
