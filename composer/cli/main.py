@@ -363,8 +363,14 @@ def wheels(
 # -- composer cache: what the composer keeps on the engine (composer.assembly.cache) ---------------
 
 cache_app = typer.Typer(help="What the composer keeps on the engine: pruned bases, and what runs left.",
-                        no_args_is_help=True, rich_markup_mode=None)
+                        rich_markup_mode=None)
 app.add_typer(cache_app, name="cache")
+
+
+@cache_app.callback(invoke_without_command=True)
+def cache_command(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        raise UsageError("composer cache needs a command: list or clear (composer cache --help)")
 
 
 @cache_app.command("list")

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 
 from composer.core.errors import Invalid
 from composer.core.files import load_structured, read_text
-from composer.config.pbtxt import config_problem
+from composer.config.pbtxt import config_problem, field_names, scalar_fields
 
 
 @dataclass(frozen=True)
@@ -513,3 +513,23 @@ def _sequence_id(item: Mapping[str, Any], where: str) -> int | str:
     if isinstance(value, str) and not value:
         raise CaseError(f"{where}: sequence_id must not be empty")
     return value
+
+
+def sequence_case_problem(cases: Iterable[Case], folders: Mapping[str, Path]) -> str | None:
+    """The first case sent as a sequence (steps, a sequence_id) to a model of `folders` that keeps
+    no state (no sequence_batching) and is not decoupled: Triton would answer each step as a lone
+    request and the case would pass without testing what it says."""
+    for case in cases:
+        if not (isinstance(case, ProtocolCase) and case.sequence) or case.model not in folders:
+            continue
+        try:
+            text = read_text(folders[case.model] / "config.pbtxt", "config.pbtxt")
+            words = field_names(text)
+            decoupled = ("model_transaction_policy.decoupled", "true") in scalar_fields(text)
+        except (Invalid, ValueError):  # an unreadable configuration is refused by its own check
+            continue
+        if "sequence_batching" not in words and not decoupled:
+            return (f"case {case.name} sends a sequence (steps or a sequence_id) to model {case.model}, whose "
+                    "config.pbtxt has no sequence_batching and is not decoupled: give it plain inputs and "
+                    "expected outputs, or test a sequence model")
+    return None

@@ -107,6 +107,12 @@ def _tokens_or_value_error(text: str) -> list[tuple[str, str, int]]:
         raise ValueError(f"line {bad.line}: {bad.why}") from None
 
 
+def field_names(text: str) -> set[str]:
+    """Every field name a configuration writes (sequence_batching, dynamic_batching, ...), nested
+    ones included. Raises ValueError (with the line) where the text does not read as protobuf text."""
+    return {value for kind, value, _line in _tokens_or_value_error(text) if kind == "ident"}
+
+
 class _Parser:
     def __init__(self, tokens: list[tuple[str, str, int]]):
         self.tokens, self.at = tokens, 0

@@ -20,7 +20,7 @@ from typing import Callable
 
 from composer.backends import ONNXRUNTIME, PYTHON, TENSORRT, Refusal, unit
 from composer.catalog.catalog import Catalog
-from composer.config.cases import model_folders
+from composer.config.cases import CaseError, model_folders, read_cases_file, sequence_case_problem
 from composer.config.model_needs import repository_needs_problem
 from composer.config.options import BACKENDS, BUILD, BUNDLE, MIRROR, RENDER, SMOKE, VERIFY, WHEELS
 from composer.config.types import Base, CompositionSpec, Device, Result
@@ -309,6 +309,27 @@ def models_fit_the_image(spec: CompositionSpec, run: Invocation) -> Problem | No
     return None
 
 
+def sequence_cases_fit_their_models(spec: CompositionSpec, run: Invocation) -> Problem | None:
+    """--smoke-cases' sequences go to sequence (or decoupled) models of the repository served."""
+    r = spec.result
+    if not run.is_(BUILD, SMOKE) or r.smoke_cases is None:
+        return None
+    folders = {}
+    for repository in (spec.selection.bake_models, r.model_repository):
+        if repository is not None:
+            folders.update(model_folders(repository))
+    if not folders:
+        return None
+    try:
+        cases = read_cases_file(r.smoke_cases)
+    except CaseError:
+        return None  # refused when the option was read
+    problem = sequence_case_problem(cases, folders)
+    if problem:
+        return Problem("smoke_cases", problem, f"--smoke-cases {r.smoke_cases}: {problem}")
+    return None
+
+
 # -- the result and the packages ---------------------------------------------------------------
 
 
@@ -417,6 +438,7 @@ RULES: tuple[Rule, ...] = (
     flavour_exists_for_the_release,
     providers_are_the_releases,
     models_fit_the_image,
+    sequence_cases_fit_their_models,
     model_envs_are_read,
     bundles_carry_no_model_envs,
 )

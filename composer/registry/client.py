@@ -94,6 +94,23 @@ class RegistryApi:
     def api_host(self) -> str:
         return "registry-1.docker.io" if self.host == DOCKER_HUB else self.host
 
+    def refuses_connections(self) -> bool:
+        """One quick look, no retry: does nothing listen at the registry's address (https, and http
+        where the engine allows it)? A host that is a name of the engine's images only (stand-ins,
+        localhost/...) is told apart at once from a registry that is down for a moment."""
+        schemes = ("https", "http") if self.insecure else ("https",)
+        for scheme in schemes:
+            try:
+                self.session.get(f"{scheme}://{self.api_host}/v2/", timeout=self.timeout)
+                return False
+            except (requests.Timeout, requests.exceptions.SSLError):
+                return False
+            except requests.ConnectionError:
+                continue
+            except requests.RequestException:
+                return False
+        return True
+
     def base_url(self) -> str:
         """https://HOST; for an insecure registry whose https refuses or speaks no TLS, http://HOST."""
         if self._base is None:  # decided whole before it is kept: threads of one push share the client

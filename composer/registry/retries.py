@@ -29,6 +29,9 @@ class RetryPolicy:
     backoff: float = 1.0
     sleep: Callable[[float], None] = field(default=interrupts.pause, compare=False, repr=False)
     say: Callable[[str], None] = field(default=lambda line: None, compare=False, repr=False)  # each retry, a line
+    # Hosts that answered once in this command: only they earn every try after a silence (a host that
+    # takes connections and has never said a word is no registry, or a stuck one: two tries, not six).
+    answered: set = field(default_factory=set, compare=False, repr=False)
 
     def delay(self, attempt: int) -> float:
         return min(MAX_DELAY, self.backoff * (2 ** attempt))
@@ -46,9 +49,15 @@ class RetryPolicy:
                 on_retry(f"{host}: {last.message}; try {attempt + 1} of {self.tries} in {delay:g} s")
                 self.sleep(delay)
             try:
-                return step()
+                result = step()
             except RegistryUnavailable as failure:
                 last = failure
+                if attempt and host not in self.answered and "did not answer in" in failure.message:
+                    raise RegistryError(f"{host}: {failure.message}, twice, and it has not answered once: it takes "
+                                        "connections and says nothing (not a registry, or a stuck one)") from None
+                continue
+            self.answered.add(host)
+            return result
         assert last is not None
         raise self.spent(host, last.message)
 

@@ -106,6 +106,9 @@ def mirror_release(
     src_api = source_registries.client(ImageRef.parse(f"{source}/tritonserver").host)
     dst_api = registries.client(ImageRef.parse(f"{dest}/tritonserver").host)
     say = _scrubbed(on_line, registries.auth, source_registries.auth, src_api.auth, dst_api.auth)
+    if ":" not in src_api.host and src_api.refuses_connections():  # at once, not after every try
+        raise RegistryError(f"--registry {source}: nothing listens at {src_api.host}, so it is no registry; images "
+                            "only on this engine, such as stand-ins, are mirrored with --to-engine")
     plans = [_plan(src_api, dst_api, f"{source}/tritonserver:{name}{suffix}", f"{dest}/tritonserver:{name}{suffix}",
                    platform) for suffix in SUFFIXES]
     total = sum(p.size for p in plans)  # shared layers counted once per image: an upper bound

@@ -436,6 +436,10 @@ def _new_cases(tmp: Path, f: dict[str, str], one: str) -> list[Case]:
         C(("inspect", "h.example/t:1", "h.example/t:2", "h.example/t:3"), "one image, or two to compare"),
         C(("inspect", "h.example/t:1", "--registry-ca", f"{t}/absent.crt"), "--registry-ca"),
         C(("inspect",), "Missing argument"),
+        # An engine's name given as a registry: said at once, not after every try at it.
+        C(("mirror", *V, "--registry", "localhost/standin", "--to", "127.0.0.1:5999/x"),
+          "nothing listens at localhost, so it is no registry", exit=1, seconds=10),
+        C(("cache",), "composer cache needs a command: list or clear"),
         # Secrets are loaded by the preflight, before the engine is asked (it is not here: a check after it
         # would say so), and a refused one is never shown back (TOKEN).
         *_key_cases(t),

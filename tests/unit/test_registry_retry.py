@@ -205,3 +205,41 @@ def test_no_more_tries_once_the_command_is_interrupted():
     finally:
         interrupts.STOPPING.clear()
     assert calls == [1] and slept == []  # the cleanup does not wait for a back-off
+
+
+def test_a_host_that_never_answered_gets_two_tries_at_a_silence_not_six():
+    from composer.core.errors import RegistryError, RegistryUnavailable
+    from composer.registry.retries import RetryPolicy
+
+    calls = []
+
+    def silent():
+        calls.append(1)
+        raise RegistryUnavailable("cannot read r:1/x: registry r:1 did not answer in 5 s")
+
+    policy = RetryPolicy(6, 0, sleep=lambda s: None)
+    with pytest.raises(RegistryError, match="has not answered once: it takes connections and says nothing"):
+        policy.run("r:1", silent)
+    assert len(calls) == 2
+
+    calls.clear()
+    policy.run("r:1", lambda: "ok")  # it answered once: a later silence gets every try
+    with pytest.raises(RegistryError, match="unreachable after 6 tries"):
+        policy.run("r:1", silent)
+    assert len(calls) == 6
+
+
+def test_a_refused_connection_is_tried_every_time_even_before_a_first_answer():
+    """A registry restarting refuses connections for a moment: that is no proof it is not one."""
+    from composer.core.errors import RegistryError, RegistryUnavailable
+    from composer.registry.retries import RetryPolicy
+
+    calls = []
+
+    def refused():
+        calls.append(1)
+        raise RegistryUnavailable("cannot read r:1/x: registry r:1 does not answer")
+
+    with pytest.raises(RegistryError, match="unreachable after 4 tries"):
+        RetryPolicy(4, 0, sleep=lambda s: None).run("r:1", refused)
+    assert len(calls) == 4
