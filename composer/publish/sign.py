@@ -24,6 +24,7 @@ from typing import Mapping
 from composer import __version__
 from composer.core.errors import Invalid, RegistryError, UsageError
 from composer.core.files import printable, read_text
+from composer.publish import keyfile
 from composer.registry.client import RegistryApi
 
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
@@ -71,17 +72,35 @@ class SigningKey:
 
     @classmethod
     def load(cls, source: str, passphrase: str | None = None, environ: Mapping[str, str] | None = None) -> "SigningKey":
+        """The key at `source` (file:PATH or env:NAME): PKCS#8 or SEC1 PEM, encrypted or not, or
+        cosign's own encrypted format (`cosign generate-key-pair`). Its passphrase comes from
+        `passphrase` (file:PATH or env:NAME), else from COSIGN_PASSWORD as cosign reads it."""
         from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+        from cryptography.hazmat.primitives.serialization import load_der_private_key, load_pem_private_key
 
+        environ = os.environ if environ is None else environ
         data = read_secret(source, "--sign-key", environ)
-        secret = read_secret(passphrase, "--sign-passphrase", environ).strip() if passphrase else None
+        if passphrase:
+            secret = read_secret(passphrase, "--sign-passphrase", environ).strip()
+        elif "COSIGN_PASSWORD" in environ:  # cosign's own variable; it may be empty, as cosign allows
+            secret = environ["COSIGN_PASSWORD"].encode()
+        else:
+            secret = None
         try:
-            key = load_pem_private_key(data, password=secret)
-        except TypeError as exc:  # a passphrase missing, or given for a plain key
-            needs = "is encrypted: give its passphrase with --sign-passphrase" if "encrypted" in str(exc) and \
-                "not encrypted" not in str(exc) else "is not encrypted: leave out --sign-passphrase"
-            raise UsageError(f"--sign-key {source}: the key {needs}") from None
+            if keyfile.is_encrypted_cosign_key(data):
+                if secret is None:
+                    raise UsageError(f"--sign-key {source}: cosign's encrypted key needs its passphrase: "
+                                     "--sign-passphrase file:PATH|env:NAME, or COSIGN_PASSWORD set")
+                key = load_der_private_key(keyfile.decrypt(data, secret), password=None)
+            elif b"ENCRYPTED" not in data and passphrase:
+                raise UsageError(f"--sign-key {source}: the key is not encrypted: leave out --sign-passphrase")
+            else:
+                key = load_pem_private_key(data, password=secret if b"ENCRYPTED" in data else None)
+        except keyfile.KeyFileError as problem:
+            raise UsageError(f"--sign-key {source}: cosign's encrypted key: {problem}") from None
+        except TypeError:  # a passphrase missing for an encrypted PEM
+            raise UsageError(f"--sign-key {source}: the key is encrypted: give its passphrase with "
+                             "--sign-passphrase (or COSIGN_PASSWORD)") from None
         except ValueError:
             raise UsageError(f"--sign-key {source}: not a PEM private key (or the passphrase is wrong)") from None
         if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":

@@ -215,3 +215,60 @@ def test_a_base_source_that_goes_away_in_the_push_gives_way_to_the_engines_layer
     manifest = json.loads(pushed.manifest)
     assert gone.digest not in [entry["digest"] for entry in manifest["layers"]]
     assert all(("team/t", entry["digest"]) in registry.blobs for entry in manifest["layers"])
+
+
+def _cosign_key_file(tmp_path, passphrase: bytes, n: int = 1 << 15) -> tuple:
+    """A key file as `cosign generate-key-pair` writes it (scrypt, then NaCl's secretbox over the
+    PKCS#8 DER), made with PyNaCl, an independent secretbox."""
+    import base64
+    import hashlib
+    import json
+    import os
+
+    import nacl.secret
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    der = private.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    salt, nonce = os.urandom(32), os.urandom(24)
+    key = hashlib.scrypt(passphrase, salt=salt, n=n, r=8, p=1, maxmem=64 << 20, dklen=32)
+    sealed = nacl.secret.SecretBox(key).encrypt(der, nonce).ciphertext
+    box = {"kdf": {"name": "scrypt", "params": {"N": n, "r": 8, "p": 1}, "salt": base64.b64encode(salt).decode()},
+           "cipher": {"name": "nacl/secretbox", "nonce": base64.b64encode(nonce).decode()},
+           "ciphertext": base64.b64encode(sealed).decode()}
+    body = base64.encodebytes(json.dumps(box).encode()).decode()
+    path = tmp_path / "cosign.key"
+    path.write_text(f"-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n{body}-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n")
+    return path, private
+
+
+def test_cosigns_encrypted_key_opens_with_its_passphrase_from_a_flag_or_cosign_password(tmp_path):
+    from cryptography.hazmat.primitives import serialization
+
+    path, private = _cosign_key_file(tmp_path, b"pass-7")
+    public = private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    assert SigningKey.load(f"file:{path}", "env:TC_PASS", environ={"TC_PASS": "pass-7"}).public_pem() == public
+    assert SigningKey.load(f"file:{path}", environ={"COSIGN_PASSWORD": "pass-7"}).public_pem() == public
+    with pytest.raises(UsageError, match="cosign's encrypted key: the passphrase is wrong"):
+        SigningKey.load(f"file:{path}", environ={"COSIGN_PASSWORD": "pass-8"})
+    with pytest.raises(UsageError, match="needs its passphrase: --sign-passphrase file:PATH|env:NAME, or COSIGN_PASSWORD"):
+        SigningKey.load(f"file:{path}", environ={})
+
+
+def test_cosigns_key_with_an_empty_passphrase_opens_with_an_empty_cosign_password(tmp_path):
+    path, _private = _cosign_key_file(tmp_path, b"", n=1 << 10)
+    assert SigningKey.load(f"file:{path}", environ={"COSIGN_PASSWORD": ""}).public_pem()
+
+
+def test_sec1_and_pkcs8_pem_keys_both_load(tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    for name, form in (("sec1.pem", serialization.PrivateFormat.TraditionalOpenSSL),
+                       ("pkcs8.pem", serialization.PrivateFormat.PKCS8)):
+        (tmp_path / name).write_bytes(private.private_bytes(serialization.Encoding.PEM, form,
+                                                            serialization.NoEncryption()))
+        assert SigningKey.load(f"file:{tmp_path / name}", environ={}).public_pem() == SigningKey(private).public_pem()
