@@ -53,7 +53,7 @@ from composer.registry.client import Registries
 from composer.registry.retries import retry_policy
 from composer.publish.image_push import image_manifest, own_layers, push_assembled
 from composer.publish.blobs import compressor_id
-from composer.publish.provenance import SLSA_PROVENANCE, Made, now, statement, wheel_dependencies
+from composer.publish.provenance import SLSA_PROVENANCE, Made, is_wheel, now, statement, wheel_dependencies
 from composer.publish.verify import VerificationFailed, config_of, provenance_of
 from composer.config.options import BUILD, spec_from_record
 from composer.config.rules import validate
@@ -446,8 +446,8 @@ def _attach(engine: Engine, spec: CompositionSpec, plan: CompositionPlan, run: R
         run.on_line(f"pushed its SBOM as {where}")
         pushed = dataclasses.replace(pushed, sbom=where)
     compression = spec.result.layer_compression if spec.result.push_via == "composer" else "engine's"
-    made = Made(started, now(), built.image_id, compression, compressor_id(compression)
-                if spec.result.push_via == "composer" else "the engine's")
+    made = Made(started, now(), uuid.uuid4().hex, compression, compressor_id(compression)
+                if spec.result.push_via == "composer" else "the engine's", image_id=built.image_id, sbom=pushed.sbom)
     subject = f"{target.host}/{target.repository}"
     document = statement(spec, plan, subject, pushed.digest, made)
     where = push_attestation(api, target.repository, pushed.digest, document, SLSA_PROVENANCE, key)
@@ -495,6 +495,7 @@ class Rebuilt:
     digest: str  # what the registry holds
     rebuilt: str  # what the rebuild would push
     detail: str  # "same", or which layer (or input) differs
+    provenance_verified: bool = False  # the provenance rebuilt from was signed by the key given
 
     @property
     def same(self) -> bool:
@@ -502,14 +503,16 @@ class Rebuilt:
 
     def to_dict(self) -> dict:
         return {"ref": self.ref, "digest": self.digest, "rebuilt": self.rebuilt, "same": self.same,
-                "detail": self.detail}
+                "detail": self.detail, "provenance_verified": self.provenance_verified}
 
 
-def rebuild(engine: Engine, registries: Registries, ref: str, catalog: Catalog, run: Run = Run()) -> Rebuilt:
-    """Read `ref`'s provenance, build the same composition on this machine (the same bases by digest,
-    the same wheels by hash, the same epoch) and compare the manifest it would push with the pushed
-    one: the same digest, or the first layer (or input) that differs."""
-    digest, document = provenance_of(registries, ref)
+def rebuild(engine: Engine, registries: Registries, ref: str, catalog: Catalog, run: Run = Run(),
+            public_key=None) -> Rebuilt:
+    """Read `ref`'s provenance (with `public_key`, only one the key verifies), build the same
+    composition on this machine (the same bases by digest, the same wheels by hash, the same
+    epoch) and compare the manifest it would push with the pushed one: the same digest, or the
+    first layer (or input) that differs."""
+    digest, document, verified = provenance_of(registries, ref, public_key)
     definition = document["predicate"]["buildDefinition"]
     local = definition["externalParameters"].get("local_inputs") or []
     if local:
@@ -527,14 +530,15 @@ def rebuild(engine: Engine, registries: Registries, ref: str, catalog: Catalog, 
             resolved = resolve(engine, spec, catalog, wheels=Path(wheels), on_line=run.on_line)
             changed = _changed_inputs(resolved, definition["resolvedDependencies"])
             if changed:
-                return Rebuilt(ref, digest, "", f"not the same inputs: {changed}")
+                return Rebuilt(ref, digest, "", f"not the same inputs: {changed}", verified)
             with locks.temporary_folder("layers") as layers, \
                     locks.temporary_folder("blobs") as blobs:
                 built = build_image(engine, resolved.plan, labels=dict(run.labels or {}), layers_dir=Path(layers),
                                     contents=resolved.contents,
                                     on_line=run.on_line, on_engine_line=run.on_build_line, tag=False)
                 try:
-                    return _compare(registries, ref, digest, built.assembled, internal["compression"], Path(blobs))
+                    compared = _compare(registries, ref, digest, built.assembled, internal["compression"], Path(blobs))
+                    return dataclasses.replace(compared, provenance_verified=verified)
                 finally:
                     engine.discard_untagged(built.image_id)
     finally:
@@ -545,19 +549,33 @@ def rebuild(engine: Engine, registries: Registries, ref: str, catalog: Catalog, 
 
 
 def _changed_inputs(resolved: Resolved, dependencies: list[dict]) -> str:
-    """The first base image or wheel the rebuild resolved differently from the provenance ('' : none)."""
+    """The first base image or wheel the rebuild resolved otherwise than the provenance says ('' :
+    none): bases by manifest digest (or, for an image only an engine held, its config id), wheels
+    compared both ways (one the provenance names that the rebuild did not fetch differs too)."""
     plan = resolved.plan
     recorded = {d.get("name"): d for d in dependencies}
     for image in (plan.full, plan.min, *(f.image for f in plan.foreign_backends)):
         entry = recorded.get(image.role)
-        now_digest = (image.digest or image.id or "").partition(":")[2]
-        if entry is None or entry["digest"].get("sha256") != now_digest:
-            was = entry["digest"].get("sha256", "")[:12] if entry else "nothing"
-            return f"base {image.role} {image.ref} is {now_digest[:12]} here, the provenance names {was}"
-    wheels = {d["name"]: d["digest"].get("sha256") for d in dependencies if d.get("uri", "").startswith("pypi:")}
-    for entry in wheel_dependencies([plan.packages.wheelhouse, *(env.wheelhouse for env in plan.model_envs)]):
-        if wheels.get(entry["name"]) != entry["digest"]["sha256"]:
-            return f"wheel {entry['name']} hashes otherwise than the provenance says"
+        if entry is None:
+            return f"base {image.role} {image.ref}: the provenance names no such base"
+        was = (entry.get("digest") or {}).get("sha256")
+        if was is not None:
+            now_digest = (image.digest or "").partition(":")[2]
+            if now_digest != was:
+                return (f"base {image.role} {image.ref} is {now_digest[:12] or 'not from a registry'} here, "
+                        f"the provenance names {was[:12]}")
+        elif (entry.get("annotations") or {}).get("image_id") != image.id:
+            return f"base {image.role} {image.ref} is image {str(image.id)[:19]} here, the provenance names another"
+    recorded_wheels = {d["name"]: (d.get("digest") or {}).get("sha256") for d in dependencies if is_wheel(d)}
+    fetched = {e["name"]: e["digest"]["sha256"]
+               for e in wheel_dependencies([plan.packages.wheelhouse, *(env.wheelhouse for env in plan.model_envs)])}
+    for name in sorted(set(recorded_wheels) | set(fetched)):
+        if name not in fetched:
+            return f"wheel {name}: the provenance names it, the rebuild did not fetch it"
+        if name not in recorded_wheels:
+            return f"wheel {name}: the rebuild fetched it, the provenance does not name it"
+        if recorded_wheels[name] != fetched[name]:
+            return f"wheel {name} hashes otherwise than the provenance says"
     return ""
 
 

@@ -97,10 +97,15 @@ def verify(given: dict, image_ref: str, key: Path | None, rebuild_it: bool, regi
         text.append(checked.table())
         failed = not checked.passed
     if rebuild_it:
+        if public is None:  # said first: what follows rests on a document nobody vouched for
+            progress.on_line("the provenance is unverified: no --key was given, so the rebuild trusts what the "
+                             "registry holds beside the image")
         rebuilt = rebuild(connected, Registries(connected, secrets.registry_auth, spec.images.registry_ca),
-                          image_ref, Catalog.load(), Run(on_line=progress.on_line, on_build_line=progress.on_build_line))
+                          image_ref, Catalog.load(), Run(on_line=progress.on_line, on_build_line=progress.on_build_line),
+                          public_key=public)
         extra["rebuild"] = rebuilt.to_dict()
-        text.append(f"rebuild: {'the same digest' if rebuilt.same else 'differs'}"
+        trust = "from provenance signed by the key" if rebuilt.provenance_verified else "from UNVERIFIED provenance"
+        text.append(f"rebuild ({trust}): {'the same digest' if rebuilt.same else 'differs'}"
                     + ("" if rebuilt.same else f": {rebuilt.detail} (pushed {rebuilt.digest}, rebuilt "
                                                f"{rebuilt.rebuilt or '-'})"))
         failed = failed or not rebuilt.same

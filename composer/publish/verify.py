@@ -107,14 +107,29 @@ def verify(registries: Registries, ref: str, key) -> Verification:
     return result
 
 
-def provenance_of(registries: Registries, ref: str) -> tuple[str, dict]:
-    """The digest `ref` names and the SLSA provenance stored for it (for --rebuild)."""
+def provenance_of(registries: Registries, ref: str, public_key=None) -> tuple[str, dict, bool]:
+    """The digest `ref` names, the SLSA provenance stored for it, and whether `public_key` verified
+    its envelope. With a key, only a provenance the key verifies is taken: one signed otherwise, or
+    not at all, is refused (it could say anything)."""
     target, digest = held_digest(registries, ref)
     api = registries.client(target.host)
-    for statement, _ in read_attestations(api, target.repository, digest):
-        if statement.get("predicateType") == SLSA_PROVENANCE:
-            return digest, statement
-    raise VerificationFailed(f"{ref}: no SLSA provenance is stored for {digest}: nothing to rebuild from")
+    found = [(statement, verified) for statement, verified in read_attestations(api, target.repository, digest,
+                                                                               public_key)
+             if statement.get("predicateType") == SLSA_PROVENANCE and _names(statement, digest)]
+    if not found:
+        raise VerificationFailed(f"{ref}: no SLSA provenance is stored for {digest}: nothing to rebuild from")
+    if public_key is None:
+        return digest, found[0][0], False
+    signed = [statement for statement, verified in found if verified]
+    if not signed:
+        raise VerificationFailed(f"{ref}: {len(found)} SLSA provenance(s) stored for {digest}, none signed by the "
+                                 "key: an unsigned or otherwise signed provenance is not rebuilt from")
+    return digest, signed[0], True
+
+
+def _names(statement: dict, digest: str) -> bool:
+    return any((subject.get("digest") or {}).get("sha256") == digest.partition(":")[2]
+               for subject in statement.get("subject") or [])
 
 
 def config_of(registries: Registries, ref: str, digest: str) -> tuple[dict, dict]:
