@@ -1,9 +1,9 @@
 """An image's SBOM next to it in a registry, and found there again without pulling anything.
 
 Pushed as an OCI artifact whose `subject` is the image: where the registry offers the referrers
-API (OCI distribution 1.1) it is found through that API; elsewhere (distribution 2.8, Debian's
-docker-registry) it is also stored under the tag `sha256-<hex>.sbom`, the name cosign-style
-tools read.
+API (OCI distribution 1.1) it is found through that API; everywhere it is also stored under the
+tag `sha256-<hex>.sbom`, the name cosign-style tools read, and listed under the referrers tag
+(composer.publish.referrers).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from composer.core.errors import RegistryError
+from composer.publish import referrers
 from composer.registry.client import RegistryApi
 from composer.verify.sbom import MEDIA_TYPE
 
@@ -42,12 +43,12 @@ def push_sbom(api: RegistryApi, repository: str, digest: str, document: str) -> 
                     "annotations": {"org.opencontainers.image.title": "sbom.cdx.json"}}],
         "subject": {"mediaType": subject_type, "digest": digest, "size": subject_size},
     }, sort_keys=True, separators=(",", ":")).encode()
-    if api.referrers(repository, digest) is not None:
-        stored = api.put_manifest(repository, "sha256:" + _sha256(manifest), manifest, OCI_MANIFEST)
-        return f"{api.host}/{repository}@{stored}"
+    # Under cosign's tag always (clients that read only tags), listed by the referrers API where the
+    # registry has one, and under the referrers tag too (composer.publish.referrers).
     tag = fallback_tag(digest)
-    api.put_manifest(repository, tag, manifest, OCI_MANIFEST)
-    return f"{api.host}/{repository}:{tag}"
+    stored = api.put_manifest(repository, tag, manifest, OCI_MANIFEST)
+    referrers.record(api, repository, digest, manifest, stored)
+    return f"{api.host}/{repository}@{stored}"
 
 
 def find_sbom(api: RegistryApi, repository: str, digest: str) -> str | None:

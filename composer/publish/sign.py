@@ -24,7 +24,7 @@ from typing import Mapping
 from composer import __version__
 from composer.core.errors import Invalid, RegistryError, UsageError
 from composer.core.files import printable, read_text
-from composer.publish import keyfile
+from composer.publish import keyfile, referrers
 from composer.registry.client import RegistryApi
 
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
@@ -191,9 +191,11 @@ def _attachment_config(layers: list[dict]) -> bytes:
                       "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]}})
 
 
-def _attach(api: RegistryApi, repository: str, tag: str, layer: dict, body: bytes) -> str:
+def _attach(api: RegistryApi, repository: str, tag: str, layer: dict, body: bytes, subject: dict,
+            artifact_type: str) -> str:
     """Add one layer (`body`, described by `layer`) to the attachment manifest at `tag`, keeping the
-    ones there; the same layer again is not added twice. The manifest's digest."""
+    ones there; the same layer again is not added twice. The manifest names the image as its
+    `subject` (OCI 1.1 referrers) and is listed under the image's referrers tag. Its digest."""
     if api.blob_size(repository, layer["digest"]) is None:
         api.upload_blob(repository, body)
     layers: list[dict] = []
@@ -209,11 +211,13 @@ def _attach(api: RegistryApi, repository: str, tag: str, layer: dict, body: byte
     config = _attachment_config(layers)
     if api.blob_size(repository, "sha256:" + hashlib.sha256(config).hexdigest()) is None:
         api.upload_blob(repository, config)
-    manifest = canonical({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+    manifest = canonical({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
                           "config": {"mediaType": OCI_CONFIG, "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
                                      "size": len(config)},
-                          "layers": layers})
-    return api.put_manifest(repository, tag, manifest, OCI_MANIFEST)
+                          "layers": layers, "subject": subject})
+    stored = api.put_manifest(repository, tag, manifest, OCI_MANIFEST)
+    referrers.record(api, repository, subject["digest"], manifest, stored)
+    return stored
 
 
 def push_signature(api: RegistryApi, repository: str, digest: str, reference: str, key: SigningKey) -> str:
@@ -222,7 +226,8 @@ def push_signature(api: RegistryApi, repository: str, digest: str, reference: st
     layer = {"mediaType": SIMPLE_SIGNING, "digest": "sha256:" + hashlib.sha256(payload).hexdigest(),
              "size": len(payload), "annotations": {SIGNATURE_ANNOTATION: base64.b64encode(key.sign(payload)).decode()}}
     tag = signature_tag(digest)
-    _attach(api, repository, tag, layer, payload)
+    _attach(api, repository, tag, layer, payload, referrers.subject_of(api, repository, digest),
+            referrers.SIGNATURE_ARTIFACT)
     return f"{api.host}/{repository}:{tag}"
 
 
@@ -230,10 +235,13 @@ def push_attestation(api: RegistryApi, repository: str, digest: str, statement: 
                      key: SigningKey | None) -> str:
     """Store the statement about `repository@digest` in a DSSE envelope (signed when a key is given)."""
     body = envelope(statement, key)
+    # cosign reads every attestation layer as a signature layer, whose annotation must be there: empty,
+    # as cosign's own `attest` writes it (the signature is inside the DSSE envelope).
     layer = {"mediaType": DSSE, "digest": "sha256:" + hashlib.sha256(body).hexdigest(), "size": len(body),
-             "annotations": {"predicateType": predicate_type}}
+             "annotations": {SIGNATURE_ANNOTATION: "", "predicateType": predicate_type}}
     tag = attestation_tag(digest)
-    _attach(api, repository, tag, layer, body)
+    _attach(api, repository, tag, layer, body, referrers.subject_of(api, repository, digest),
+            referrers.ATTESTATION_ARTIFACT)
     return f"{api.host}/{repository}:{tag}"
 
 

@@ -167,6 +167,10 @@ class FakeRegistry:
     def has_manifest(self, name, digest):
         return (name, digest) in self.manifests
 
+    def document(self, name, reference):
+        found = self.raw_manifest(name, reference)
+        return None if found is None else (found[0], found[1], json.loads(found[2]), len(found[2]))
+
     def blob_size(self, name, digest):
         data = self.blobs.get((name, digest))
         return None if data is None else len(data)

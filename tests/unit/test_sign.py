@@ -23,6 +23,12 @@ DIGEST = "sha256:" + "ab" * 32
 
 
 class Registry(FakeRegistry):
+    """The fake registry, holding the signed image at DIGEST in team/t (attachments name it as their subject)."""
+
+    def __init__(self, host: str):
+        super().__init__(host)
+        self.manifests[("team/t", DIGEST)] = ("application/vnd.oci.image.manifest.v1+json", b'{"schemaVersion":2}')
+
     def upload_blob(self, name, data):
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         self.blobs[(name, digest)] = data
@@ -68,6 +74,11 @@ def test_a_signature_verifies_with_its_key_only_and_names_its_digest(key_files):
     push_signature(registry, "team/t", DIGEST, "r.example/team/t:1", key)
     assert len(read_signatures(registry, "team/t", DIGEST)) == 1
     assert read_signatures(registry, "team/t", "sha256:" + "cd" * 32) == []
+    # An OCI 1.1 referrer of the image: its subject and type, listed once under the referrers tag.
+    manifest = json.loads(registry.raw_manifest("team/t", DIGEST.replace(":", "-") + ".sig")[2])
+    assert manifest["subject"]["digest"] == DIGEST and manifest["artifactType"].endswith("cosign.artifact.sig.v1+json")
+    index = json.loads(registry.raw_manifest("team/t", DIGEST.replace(":", "-"))[2])
+    assert [m["artifactType"] for m in index["manifests"]] == [manifest["artifactType"]]
 
 
 def test_an_attestation_is_a_dsse_envelope_the_key_verifies(key_files):
