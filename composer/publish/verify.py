@@ -91,7 +91,8 @@ def verify(registries: Registries, ref: str, key) -> Verification:
                   any((subject.get("digest") or {}).get("sha256") == digest.partition(":")[2]
                       for subject in s.get("subject") or [])]
     if provenance:
-        statement, verified = provenance[0]
+        # With a key, what is said of the provenance is said of the one the key verified.
+        statement, verified = next(((s, v) for s, v in provenance if v), provenance[0])
         result.provenance = statement
         if key is not None and not any(v for _, v in provenance):
             result.checks.append(Check("provenance", False, "SLSA provenance names this digest, but the key does "
