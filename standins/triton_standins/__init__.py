@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import posixpath
 import shutil
 import tempfile
 import time
@@ -369,7 +368,6 @@ def _lay_out_backends(
         lib_dir = folder / "site-packages" / module / "lib"
         if lib_dir.is_dir():
             extensions = sorted((folder / "site-packages" / module).glob("_C*.so"))
-            where = cuda_stubs.write_stubs(lib_dir, extensions, stubs / name)
-            if where is not None:
-                stubbed[name] = posixpath.normpath(f"{module}/lib/{where}")
+            if cuda_stubs.write_stubs(lib_dir, extensions, stubs / name) is not None:
+                stubbed[name] = "site-packages"
     return stubbed

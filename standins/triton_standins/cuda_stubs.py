@@ -9,10 +9,15 @@ image: every library the wheel NEEDS and does not carry gets a soname, its versi
 functions the wheel calls; each returns "no device" (100) for CUDA's runtime and driver entry
 points, 1 ("not initialized") for the rest, or an error text for the *GetErrorString family.
 torch then runs on the CPU exactly as it does on a host with CUDA installed and no GPU.
+
+Older torch wheels (and NGC's torch folders) also hold test binaries that NEED libtorch.so with no
+RUNPATH to torch/lib, which no loader resolves; the composer's pruned-base proof must tell those
+from what pruning broke. PyPI's 2.13 wheel has none, so the stand-in carries one such binary.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 import subprocess
 from collections import defaultdict
@@ -93,9 +98,10 @@ def _system_symbols() -> set[str]:
 
 def write_stubs(lib_dir: Path, extra: list[Path], dest: Path) -> str | None:
     """Write `<soname>.c` and `<soname>.map` into `dest` for every library the ELF files in
-    `lib_dir` (and `extra`) NEED and do not carry; returns the folder, relative to `lib_dir`,
-    where the stubs must be installed (the first RPATH entry below the wheel's nvidia/ tree),
-    or None when nothing is missing."""
+    `lib_dir` (and `extra`) NEED and do not carry, and `build.sh`, which compiles them into
+    OUT/<where> (the first RPATH entry below the wheel's nvidia/ tree, relative to the folder
+    above `lib_dir`'s package) and a test binary into OUT/<package>/test/; returns <where>, or
+    None when nothing is missing."""
     files = sorted(p for p in lib_dir.iterdir() if p.is_file() and ".so" in p.name) + extra
     elves = {p: _read(p) for p in files}
     own = {p.name for p in files}
@@ -132,4 +138,24 @@ def write_stubs(lib_dir: Path, extra: list[Path], dest: Path) -> str | None:
         version = version_of.get(soname, soname)
         (dest / f"{soname}.map").write_text(f"{version} {{\n  global: *;\n}};\n")
     rpath = next((r for r in elves[files[0]].rpath if "/nvidia/" in r), "$ORIGIN")
-    return rpath.replace("$ORIGIN", ".", 1)
+    package = lib_dir.parent.name  # torch
+    where = posixpath.normpath(f"{package}/lib/" + rpath.replace("$ORIGIN", ".", 1))
+    (dest / "test_api.c").write_text("int main(void) { return 0; }\n")
+    (dest / "build.sh").write_text(_BUILD.format(where=where, package=package,
+                                                 stubs=" ".join(missing)))
+    return where
+
+
+# Compiles the stubs (BUILD SRC OUT) and the unresolvable test binary, laid out as the wheel's tree
+# so one COPY (with its owner) puts every folder in place.
+_BUILD = """#!/bin/sh
+set -eu
+src=$1 out=$2
+mkdir -p "$out/{where}" "$out/{package}/test" /tmp/fake-libtorch
+for lib in {stubs}; do
+  gcc -shared -fPIC -O1 -w -Wl,-soname,$lib -Wl,--version-script,"$src/$lib.map" -o "$out/{where}/$lib" "$src/$lib.c"
+done
+echo 'void torch_test_helper(void) {{}}' > /tmp/fake-libtorch/t.c
+gcc -shared -fPIC -o /tmp/fake-libtorch/libtorch.so -Wl,-soname,libtorch.so /tmp/fake-libtorch/t.c
+gcc -o "$out/{package}/test/test_api" "$src/test_api.c" -Wl,--no-as-needed -L/tmp/fake-libtorch -ltorch
+"""

@@ -2,7 +2,7 @@
 selection on a pruned base, one on the min base) all pass with their tags, the pruned base made
 once; each run removes its own stages and no other's; `composer cache list` shows the base and the
 images using it, and `cache clear` never takes an image a tag uses; a run killed in the middle of
-its build leaves stages the next run removes; and on a second engine whose data root is a 3 GB
+its build leaves stages the next run removes; and on a second engine whose data root is a 5 GB
 loop-mounted filesystem, a build that cannot fit is refused before work, one that fills the disk
 anyway ends in one line naming it and moves no tag, and the next one, with room, passes.
 
@@ -230,21 +230,21 @@ def test_a_run_killed_mid_build_leaves_stages_the_next_run_removes(engine, stand
         TIMES["killed run and the next"] = time.monotonic() - started
 
 
-# -- a disk of 3 GB: refused before work, full during the build, passes with room ------------------
+# -- a disk of 5 GB (the stand-ins take 1.7): refused before work, full during the build, passes with room ------------------
 
 DISK_SLOT = 247  # the second dockerd's addresses (172.17.247.0/24)
 
 
 @pytest.fixture
 def small_disk(engine, standin_images, tmp_path):
-    """A second dockerd whose data root is on a 3 GB ext4 filesystem in a loop-mounted file, with
+    """A second dockerd whose data root is on a 5 GB ext4 filesystem in a loop-mounted file, with
     the 24.09 small stand-ins loaded; stopped, unmounted and removed after."""
     from triton_standins.engines import Dockerd, unmount_under
 
     if os.geteuid() != 0:
         pytest.skip("a loop-mounted filesystem needs root")
     image, mount = tmp_path / "disk.ext4", tmp_path / "disk"
-    subprocess.run(["truncate", "-s", "3G", str(image)], check=True)
+    subprocess.run(["truncate", "-s", "5G", str(image)], check=True)
     subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
     mount.mkdir()
     subprocess.run(["mount", "-o", "loop", str(image), str(mount)], check=True)
