@@ -1,7 +1,7 @@
 """What is stored beside an image (signatures, attestations, its SBOM), listed as OCI 1.1 referrers.
 
 Each of those manifests names the image as its `subject` and says its `artifactType`: a registry
-with the referrers API (Harbor 2.8+, zot, distribution v3, ACR, ECR) lists them by itself. The
+with the referrers API (Harbor 2.8+, zot, ACR, ECR, go-containerregistry's) lists them by itself. The
 composer also keeps the referrers tag schema of the distribution spec, always: the tag
 `sha256-<hex>` holds an OCI index of the referrers' descriptors, which `oras discover` and other
 OCI 1.1 clients read where the API is missing (Debian's distribution 2.8); and cosign's own tags

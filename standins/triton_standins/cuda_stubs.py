@@ -100,7 +100,7 @@ def write_stubs(lib_dir: Path, extra: list[Path], dest: Path) -> str | None:
     """Write `<soname>.c` and `<soname>.map` into `dest` for every library the ELF files in
     `lib_dir` (and `extra`) NEED and do not carry, and `build.sh`, which compiles them into
     OUT/<where> (the first RPATH entry below the wheel's nvidia/ tree, relative to the folder
-    above `lib_dir`'s package) and a test binary into OUT/<package>/test/; returns <where>, or
+    above `lib_dir`'s package) and a test binary into OUT/<package>/bin/ (test_shim); returns <where>, or
     None when nothing is missing."""
     files = sorted(p for p in lib_dir.iterdir() if p.is_file() and ".so" in p.name) + extra
     elves = {p: _read(p) for p in files}
@@ -140,7 +140,7 @@ def write_stubs(lib_dir: Path, extra: list[Path], dest: Path) -> str | None:
     rpath = next((r for r in elves[files[0]].rpath if "/nvidia/" in r), "$ORIGIN")
     package = lib_dir.parent.name  # torch
     where = posixpath.normpath(f"{package}/lib/" + rpath.replace("$ORIGIN", ".", 1))
-    (dest / "test_api.c").write_text("int main(void) { return 0; }\n")
+    (dest / "test_shim.c").write_text("int main(void) { return 0; }\n")
     (dest / "build.sh").write_text(_BUILD.format(where=where, package=package,
                                                  stubs=" ".join(missing)))
     return where
@@ -151,11 +151,11 @@ def write_stubs(lib_dir: Path, extra: list[Path], dest: Path) -> str | None:
 _BUILD = """#!/bin/sh
 set -eu
 src=$1 out=$2
-mkdir -p "$out/{where}" "$out/{package}/test" /tmp/fake-libtorch
+mkdir -p "$out/{where}" "$out/{package}/bin" /tmp/fake-libtorch
 for lib in {stubs}; do
   gcc -shared -fPIC -O1 -w -Wl,-soname,$lib -Wl,--version-script,"$src/$lib.map" -o "$out/{where}/$lib" "$src/$lib.c"
 done
 echo 'void torch_test_helper(void) {{}}' > /tmp/fake-libtorch/t.c
 gcc -shared -fPIC -o /tmp/fake-libtorch/libtorch.so -Wl,-soname,libtorch.so /tmp/fake-libtorch/t.c
-gcc -o "$out/{package}/test/test_api" "$src/test_api.c" -Wl,--no-as-needed -L/tmp/fake-libtorch -ltorch
+gcc -o "$out/{package}/bin/test_shim" "$src/test_shim.c" -Wl,--no-as-needed -L/tmp/fake-libtorch -ltorch
 """

@@ -3,7 +3,8 @@
 Real parts: cosign v3.1.2 and v2.6.4 (the line most clusters' Kyverno and policy-controller carry)
 and oras v1.3.6, built from the Go module proxy by scripts/go-tools into the machine's cache;
 Debian's registry (distribution 2.8: no referrers API, so the referrers tag) with htpasswd auth and
-distribution v3 (the referrers API), both on loopback; the engine and the 24.09 stand-ins.
+go-containerregistry's registry with its referrers API on (tests/integration/tools/referrers-registry),
+both on loopback; the engine and the 24.09 stand-ins.
 cosign runs offline: keys, no Rekor (`--insecure-ignore-tlog`), plain http on loopback.
 """
 
@@ -44,7 +45,7 @@ def _tool(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def tools() -> dict[str, str]:
-    return {name: _tool(name) for name in ("cosign", "cosign2", "oras", "registry")}
+    return {name: _tool(name) for name in ("cosign", "cosign2", "oras", "referrers-registry")}
 
 
 @pytest.fixture(scope="module")
@@ -217,12 +218,16 @@ def test_verify_rebuild_refuses_a_provenance_the_key_did_not_sign(engine, standi
         engine.remove_image(pushed["tag"], force=True)
 
 
-def _discover(tools, folder, ref: str, *extra: str) -> set[str]:
+def _discovered(tools, folder, ref: str, *extra: str) -> list[dict]:
     done = subprocess.run([tools["oras"], "discover", "--plain-http", "--format", "json", *extra, ref],
                           capture_output=True, text=True, env=_env(folder), timeout=120)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
-    return {r.get("artifactType") for r in found.get("referrers") or found.get("manifests") or []}
+    return list(found.get("referrers") or found.get("manifests") or [])
+
+
+def _discover(tools, folder, ref: str, *extra: str) -> set[str]:
+    return {r.get("artifactType") for r in _discovered(tools, folder, ref, *extra)}
 
 
 EXPECTED = {"application/vnd.dev.cosign.artifact.sig.v1+json", "application/vnd.dev.cosign.artifact.att.v1+json",
@@ -234,14 +239,12 @@ def test_oras_discovers_them_through_the_referrers_tag_on_debians_registry(tools
     assert _discover(tools, folder, ref, "--distribution-spec", "v1.1-referrers-tag") == EXPECTED
 
 
-def test_oras_discovers_them_through_the_referrers_api_of_distribution_v3(engine, standin_images, folder, tools,
-                                                                          tmp_path):
+def test_oras_discovers_them_through_a_registrys_referrers_api(engine, standin_images, folder, tools, tmp_path):
+    """go-containerregistry's registry, its referrers API on (tests/integration/tools/referrers-registry)."""
     port = _free_port()
-    config = tmp_path / "config.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'data'}"
-                      f"\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n")
-    server = subprocess.Popen([tools["registry"], "serve", str(config)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    (tmp_path / "blobs").mkdir()
+    server = subprocess.Popen([tools["referrers-registry"], f"127.0.0.1:{port}", str(tmp_path / "blobs")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -249,15 +252,22 @@ def test_oras_discovers_them_through_the_referrers_api_of_distribution_v3(engine
                 requests.get(f"http://127.0.0.1:{port}/v2/", timeout=2)
                 break
             except requests.ConnectionError:
-                assert time.monotonic() < deadline, "distribution v3 did not start"
+                assert time.monotonic() < deadline, "the registry did not start"
                 time.sleep(0.2)
-        pushed = _push(folder, f"127.0.0.1:{port}/team/v3:1", "--sign-key", f"file:{folder / 'cosign.key'}",
+        pushed = _push(folder, f"127.0.0.1:{port}/team/api:1", "--sign-key", f"file:{folder / 'cosign.key'}",
                        env={"COSIGN_PASSWORD": PASSWORD})
         digest = pushed["pushed"]["digest"]
-        listed = requests.get(f"http://127.0.0.1:{port}/v2/team/v3/referrers/{digest}", timeout=10)
-        assert listed.status_code == 200  # the registry has the API, and the composer's manifests are in it
-        assert {m.get("artifactType") for m in listed.json()["manifests"]} == EXPECTED
-        assert _discover(tools, folder, f"127.0.0.1:{port}/team/v3@{digest}") == EXPECTED
+        base = f"http://127.0.0.1:{port}/v2/team/api"
+        accept = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
+        mine = {requests.get(f"{base}/manifests/{digest.replace(':', '-')}{suffix}", headers=accept,
+                             timeout=10).headers["Docker-Content-Digest"] for suffix in (".sig", ".att", ".sbom")}
+        listed = requests.get(f"{base}/referrers/{digest}", timeout=10)
+        assert listed.status_code == 200  # the registry has the API, and found the composer's manifests by their subject
+        # (go-containerregistry's registry reports each by its config's type, not its artifactType)
+        assert {m["digest"] for m in listed.json()["manifests"]} == mine
+        found = _discovered(tools, folder, f"127.0.0.1:{port}/team/api@{digest}", "--distribution-spec",
+                            "v1.1-referrers-api")
+        assert {r["digest"] for r in found} == mine
         engine.remove_image(pushed["tag"], force=True)
     finally:
         server.send_signal(signal.SIGTERM)
