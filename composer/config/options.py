@@ -20,7 +20,7 @@ from composer.catalog.catalog import Flavour
 from composer.config.requirements import check_requirement
 from composer.config.types import DEFAULT_REGISTRY, Base, CompositionSpec, Device
 from composer.config.values import (
-    CasesFile, Flag, FromEnvironment, LocalPath, ModelRepository, Named, Number, OutputFile, RequirementFiles,
+    CasesFile, Flag, FromEnvironment, Kind, LocalPath, ModelRepository, Named, Number, OutputFile, RequirementFiles,
     RequirementsFile, Strings, Text, Tree, check_base, check_device, check_flavour, check_gpus, check_host,
     check_compression, check_label_key, check_label_value, check_name, check_prefix, check_provider,
     check_push_via, check_reference, check_release_name, check_secret_source, check_tag_reference, check_url,
@@ -87,7 +87,7 @@ _METAVARS = {"--version": "YY.MM", "--registry": "PREFIX", "--to": "PREFIX", "--
              "--pip-trusted-host": "HOST", "--registry-backoff": "SECONDS", "--registry-tries": "INT"}
 
 
-def metavar_of(flag: str | None, kind: "Kind") -> str:
+def metavar_of(flag: str | None, kind: Kind) -> str:
     """The metavar of a flag: its own above, else its kind's (a choice of words as {a,b})."""
     if isinstance(kind, Flag):
         return ""

@@ -22,7 +22,7 @@ from composer.backends import ONNXRUNTIME, PYTHON, TENSORRT, Refusal, unit
 from composer.catalog.catalog import Catalog
 from composer.config.cases import CaseError, model_folders, read_cases_file, sequence_case_problem
 from composer.config.model_needs import repository_needs_problem
-from composer.config.options import BACKENDS, BUILD, BUNDLE, MIRROR, RENDER, SMOKE, VERIFY, WHEELS
+from composer.config.options import BUILD, BUNDLE, MIRROR, RENDER, SMOKE, VERIFY, WHEELS
 from composer.config.types import Base, CompositionSpec, Device, Result
 from composer.core.errors import UsageError
 
