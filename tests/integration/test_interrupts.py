@@ -27,7 +27,7 @@ from composer.verify.smoke import SMOKE_LABEL
 from tests.conftest import TEST_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD = ["build", "--registry", "localhost/standin", "--version", "24.09", "-b", "python"]
+BUILD = ["build", "--registry", "localhost/standin", "--version", "24.09", "-b", "python", "--verbose"]  # the engine's steps: the phases
 
 
 STARTED: list[subprocess.Popen] = []  # every build this module started: killed (by PID) if a test left one

@@ -98,16 +98,19 @@ def test_push_publishes_the_sbom_and_inspect_reads_the_registry_without_pulling(
     pushed = composer(*BUILD, "--tag", tag, "--push", target, "--registry-auth", f"file:{credentials}",
                       "--no-smoke-test", "--json", env=no_login)
     assert pushed.returncode == 0, pushed.stderr[-2000:]
-    digest = json.loads(pushed.stdout)["pushed"]["digest"]
-    assert json.loads(pushed.stdout)["pushed"]["sbom"] == f"{target.rsplit(':', 1)[0]}:{digest.replace(':', '-')}.sbom"
+    digest = image_json(pushed.stdout)["pushed"]["digest"]
+    sbom_ref = image_json(pushed.stdout)["pushed"]["sbom"]  # by its digest; also under cosign's .sbom tag (below)
+    assert sbom_ref.startswith(f"{target.rsplit(':', 1)[0]}@sha256:")
 
     # Fetched straight from the registry (its API, not the composer's client): the image's own document.
     held = _in_image(engine, tag, f"cat {SBOM_PATH}")
     repository = target.split("/", 1)[1].rsplit(":", 1)[0]
-    manifest = requests.get(f"{reg.url}/v2/{repository}/manifests/{digest.replace(':', '-')}.sbom",
-                            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
-                            auth=(reg.username, reg.password), verify=reg.verify, timeout=10).json()
+    answer = requests.get(f"{reg.url}/v2/{repository}/manifests/{digest.replace(':', '-')}.sbom",
+                          headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+                          auth=(reg.username, reg.password), verify=reg.verify, timeout=10)
+    manifest = answer.json()
     assert manifest["subject"]["digest"] == digest and manifest["artifactType"] == "application/vnd.cyclonedx+json"
+    assert answer.headers["Docker-Content-Digest"] == sbom_ref.rsplit("@", 1)[1]  # the same document, by tag or digest
     blob = requests.get(f"{reg.url}/v2/{repository}/blobs/{manifest['layers'][0]['digest']}",
                         auth=(reg.username, reg.password), verify=reg.verify, timeout=10)
     assert blob.content.decode() == held
