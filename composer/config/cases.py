@@ -525,7 +525,10 @@ def sequence_case_problem(cases: Iterable[Case], folders: Mapping[str, Path]) ->
         try:
             text = read_text(folders[case.model] / "config.pbtxt", "config.pbtxt")
             words = field_names(text)
-            decoupled = ("model_transaction_policy.decoupled", "true") in scalar_fields(text)
+            fields = scalar_fields(text)
+            decoupled = ("model_transaction_policy.decoupled", "true") in fields
+            if ("platform", "ensemble") in fields or "ensemble_scheduling" in words:
+                continue  # an ensemble passes the sequence on to the models it holds
         except (Invalid, ValueError):  # an unreadable configuration is refused by its own check
             continue
         if "sequence_batching" not in words and not decoupled:

@@ -354,7 +354,7 @@ class DockerEngine(ContainerEngine):
             with _translated(f"cannot run {command[0] if command else 'a command'} in {_short(image)}", EngineError,
                              absent_is_error=True):
                 if files:
-                    api.put_archive(cid, "/", tar_of({k.lstrip("/"): v for k, v in files.items()}))
+                    self._put_files(cid, tar_of({k.lstrip("/"): v for k, v in files.items()}))
                 try:
                     api.start(cid)
                 except docker.errors.APIError as exc:
@@ -369,6 +369,19 @@ class DockerEngine(ContainerEngine):
         finally:
             if cid is not None:
                 self.remove_container(cid)
+
+    def _put_files(self, cid: str, archive: bytes) -> None:
+        """Copy files into a created container. Podman's service extracts the archive through a
+        subprocess that, under the load of builds beside it, may break its pipe: tried once more
+        then (seen with two builds at once on one service); any other failure stands."""
+        for attempt in (1, 2):
+            try:
+                self._api.put_archive(cid, "/", archive)
+                return
+            except docker.errors.APIError as exc:
+                if attempt == 2 or not getattr(self, "is_podman", False) or "broken pipe" not in str(exc).lower():
+                    raise
+                interrupts.pause(1.0)
 
     def start(
         self,
@@ -407,7 +420,7 @@ class DockerEngine(ContainerEngine):
         try:
             with _translated(f"cannot start a container of {_short(image)}", EngineError, absent_is_error=True):
                 if files:
-                    api.put_archive(container.id, "/", tar_of({k.lstrip("/"): v for k, v in files.items()}))
+                    self._put_files(container.id, tar_of({k.lstrip("/"): v for k, v in files.items()}))
                 api.start(container.id)
                 network = api.inspect_container(container.id)["NetworkSettings"]["Ports"] or {}
             for p in ports:

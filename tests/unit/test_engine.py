@@ -299,3 +299,37 @@ def test_an_inspect_that_met_an_image_removed_midway_is_asked_again_but_an_absen
 
     fake.inspect_image = absent
     assert engine.image("sha256:gone") is None and calls == ["sha256:gone"]
+
+
+class _BrokenPipeOnce:
+    """put_archive as Podman's service answers under load: a broken pipe, then it works."""
+
+    def __init__(self, failures: int):
+        self.failures, self.calls = failures, 0
+
+    def put_archive(self, cid, path, data):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise docker.errors.APIError("500 Server Error: passing bulk input to subprocess: write |1: broken pipe")
+        return True
+
+
+@pytest.mark.parametrize("podman, failures, tries, passes", [
+    (True, 1, 2, True),    # Podman's broken pipe: tried once more
+    (True, 2, 2, False),   # twice: it stands
+    (False, 1, 1, False),  # Docker's: no second try
+])
+def test_a_copy_into_a_container_podman_broke_is_tried_once_more(monkeypatch, podman, failures, tries, passes):
+    from composer.core import interrupts
+    from composer.engine.docker import DockerEngine
+    from composer.engine.podman import PodmanEngine
+
+    monkeypatch.setattr(interrupts, "pause", lambda seconds: None)
+    engine = object.__new__(PodmanEngine if podman else DockerEngine)
+    engine._api = _BrokenPipeOnce(failures)
+    if passes:
+        engine._put_files("c1", b"tar")
+    else:
+        with pytest.raises(docker.errors.APIError):
+            engine._put_files("c1", b"tar")
+    assert engine._api.calls == tries

@@ -25,6 +25,8 @@ CONFIGS = {
     "plain": 'backend: "python"\nmax_batch_size: 0\n' + IO,
     "stateful": 'backend: "python"\nmax_batch_size: 0\nsequence_batching { direct { } }\n' + IO,
     "streaming": 'backend: "python"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n' + IO,
+    "through": 'platform: "ensemble"\nmax_batch_size: 0\n' + IO + 'ensemble_scheduling { step [ { model_name: '
+               '"stateful" model_version: -1 input_map { key: "X" value: "X" } output_map { key: "SUM" value: "SUM" } } ] }\n',
 }
 
 
@@ -35,7 +37,8 @@ def _repository(tmp_path: Path) -> Path:
     return tmp_path / "models"
 
 
-@pytest.mark.parametrize("model, refused", [("plain", True), ("stateful", False), ("streaming", False)])
+@pytest.mark.parametrize("model, refused", [("plain", True), ("stateful", False), ("streaming", False),
+                                            ("through", False)])
 def test_sequence_cases_need_a_sequence_or_decoupled_model(tmp_path, model, refused):
     repository = _repository(tmp_path)
     cases = tmp_path / "cases.yaml"
