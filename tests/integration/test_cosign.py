@@ -85,10 +85,10 @@ def _push(folder: Path, target: str, *extra: str, env: dict | None = None) -> di
 def signed(engine, standin_images, reg, folder) -> dict:
     """One image pushed and signed by the composer with cosign's own encrypted key (COSIGN_PASSWORD), twice."""
     target = f"{reg.host}/team/signed:1"
-    first = _push(folder, target, "--sign-key", f"file:{folder / 'cosign.key'}",
-                  env={"COSIGN_PASSWORD": PASSWORD})
-    second = _push(folder, target, "--sign-key", f"file:{folder / 'cosign.key'}",
-                   env={"COSIGN_PASSWORD": PASSWORD})
+    # One SOURCE_DATE_EPOCH for both, as a pipeline pins it: the same inputs, the same digest.
+    env = {"COSIGN_PASSWORD": PASSWORD, "SOURCE_DATE_EPOCH": "1764201600"}
+    first = _push(folder, target, "--sign-key", f"file:{folder / 'cosign.key'}", env=env)
+    second = _push(folder, target, "--sign-key", f"file:{folder / 'cosign.key'}", env=env)
     yield {"ref": target, "digest": first["pushed"]["digest"], "second": second["pushed"]["digest"]}
     engine.remove_image(first["tag"], force=True)
     engine.remove_image(second["tag"], force=True)
