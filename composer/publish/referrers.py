@@ -36,6 +36,18 @@ def referrers_tag(digest: str) -> str:
     return digest.replace(":", "-")
 
 
+def descriptors(api: RegistryApi, repository: str, reference: str, key: str) -> list[dict]:
+    """The descriptors a stored manifest or index lists under `key` ("layers", "manifests"): []
+    when there is none, or it is not such a document (it is then written anew)."""
+    found = api.raw_manifest(repository, reference)
+    if found is None:
+        return []
+    try:
+        return [dict(item) for item in json.loads(found[2]).get(key) or []]
+    except (ValueError, AttributeError, TypeError):
+        return []
+
+
 def record(api: RegistryApi, repository: str, subject: str, manifest: bytes, stored: str) -> None:
     """List the manifest just stored (its digest `stored`) under the subject's referrers tag, in
     place of an older one of the same artifact type (a signature manifest is rewritten with every
@@ -47,13 +59,7 @@ def record(api: RegistryApi, repository: str, subject: str, manifest: bytes, sto
     if document.get("annotations"):
         entry["annotations"] = document["annotations"]
     tag = referrers_tag(subject)
-    manifests: list[dict] = []
-    found = api.raw_manifest(repository, tag)
-    if found is not None:
-        try:
-            manifests = [dict(m) for m in json.loads(found[2]).get("manifests") or []]
-        except (ValueError, AttributeError, TypeError):
-            manifests = []
+    manifests = descriptors(api, repository, tag, "manifests")
     manifests = [m for m in manifests if m.get("artifactType") != artifact and m.get("digest") != stored] + [entry]
     index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
                        sort_keys=True, separators=(",", ":")).encode()
@@ -66,10 +72,4 @@ def listed(api: RegistryApi, repository: str, digest: str) -> list[dict]:
     found = api.referrers(repository, digest)
     if found is not None:
         return list(found)
-    index = api.raw_manifest(repository, referrers_tag(digest))
-    if index is None:
-        return []
-    try:
-        return list(json.loads(index[2]).get("manifests") or [])
-    except (ValueError, AttributeError, TypeError):
-        return []
+    return descriptors(api, repository, referrers_tag(digest), "manifests")

@@ -198,13 +198,7 @@ def _attach(api: RegistryApi, repository: str, tag: str, layer: dict, body: byte
     `subject` (OCI 1.1 referrers) and is listed under the image's referrers tag. Its digest."""
     if api.blob_size(repository, layer["digest"]) is None:
         api.upload_blob(repository, body)
-    layers: list[dict] = []
-    found = api.raw_manifest(repository, tag)
-    if found is not None:
-        try:
-            layers = [dict(item) for item in json.loads(found[2]).get("layers") or []]
-        except (ValueError, AttributeError, TypeError):
-            layers = []
+    layers = referrers.descriptors(api, repository, tag, "layers")
     if not any(item.get("digest") == layer["digest"] and item.get("annotations") == layer.get("annotations")
                for item in layers):
         layers.append(layer)

@@ -13,17 +13,11 @@ import uuid
 import pytest
 
 from tests.cli import composer
+from tests.integration.test_build import test_tag  # noqa: F401 (a fixture: a tag of the test's own, removed after)
 
 pytestmark = pytest.mark.integration
 
 REGISTRY = "localhost/standin"
-
-
-@pytest.fixture
-def test_tag(engine):
-    tag = f"triton-composer-test/tritonserver:{uuid.uuid4().hex[:10]}"
-    yield tag
-    engine.remove_image(tag, force=True)
 
 
 def test_a_wrong_registry_password_fails_before_any_work(engine, standin_images, registry, test_tag):
