@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from composer import __version__
 from composer.catalog.catalog import Catalog
 from composer.engine.interface import Engine
 from composer.core import interrupts
@@ -29,21 +30,23 @@ from composer.core.errors import (BuildFailed, ComposerError, EngineUnavailable,
                                    UsageError)
 from composer.core.files import check_output_file, write_file
 from composer.resolve.packages import explain_pip_failure, redactor, secrets_of
-from composer.resolve.plan_types import RUN_LABEL, CompositionPlan
+from composer.resolve.plan_types import RUN_LABEL, STAGE_LABEL, CompositionPlan
 from composer.core.progress import LineSink, quiet
-from composer.assembly.assemble import Assembled, Sources, assemble, find_stages
+from composer.assembly.assemble import Assembled, Sources, assemble, find_stages, sbom_part
 from composer.assembly import space
+from composer.assembly import records
 from composer.assembly.cache import remove_dead_runs, remove_run
 from composer.assembly.pruning import (PrunedBase, PruningReport, proof_failure, pruned_base, pruned_base_made,
                                     remove_run_stages)
 from composer.engine import locks
 from composer.resolve.contents import FullImageContents
 from composer.core.redaction import redact
-from composer.render.render import BuildContext, write_context
+from composer.render.render import BuildContext, composition_key, write_context
 from composer.resolve.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
 from composer.config.values import is_sbom
 from composer.verify.sbom import SBOM_PATH, make_sbom, read_facts, version_labels
 from composer.verify.sizes import SizeReport, measure
+from composer.verify import smoke_record
 from composer.verify.smoke import smoke_test
 from composer.verify.smoke_plan import SmokePlan, SmokeReport
 from composer.config.types import CompositionSpec, Providers
@@ -116,30 +119,55 @@ def build_image(
     tag: bool = True,
     contents: FullImageContents | None = None,
     check_space: bool = True,
+    cache: bool = True,
+    smoke_always: bool = False,
 ) -> BuildResult:
     """Build the plan; tag the image only once its smoke test (with plan.smoke's settings) passed.
 
     The engine builds the rendered Dockerfile (its stages run the steps); the composer then writes
     the image itself from the same parts (composer.assembly.assemble), so the same inputs give the same
-    image id. A failed build or smoke test leaves the tag where it was: the new image is untagged
-    and discarded if it does not serve. `labels` mark what the build and smoke test leave on the
-    engine (tests use them to sweep); `layers_dir` keeps the image's own layers for a push after;
-    `tag` False leaves every tag alone (a rebuild that only compares). `contents` (the probe's) sizes
-    the parts for the disk check (composer.assembly.space), which `check_space` False skips.
+    image id. Everything is keyed by what it is made of (render.composition_key): the stages, shared
+    through the engine's build cache by every build of the same inputs; the image, recorded
+    (composer.assembly.records), so an unchanged build takes it as it is; a PASS of its smoke test
+    (composer.verify.smoke_record), unless `smoke_always`. `cache` False builds from scratch.
+    A failed build or smoke test leaves the tag where it was: the run's hold on the new image goes,
+    and the image with it unless another run holds it. `labels` mark what the build and smoke test
+    leave on the engine (tests use them to sweep); `layers_dir` keeps the image's own layers for a
+    push after (so the image is written, not taken from the record); `tag` False leaves every tag
+    alone (a rebuild that only compares). `contents` (the probe's) sizes the parts for the disk check
+    (composer.assembly.space), which `check_space` False skips.
     """
-    run = uuid.uuid4().hex[:16]  # this build's own stage images carry it, and only they are removed
+    run = uuid.uuid4().hex[:16]  # this build's hold on its image, its containers and record carry it
+    engine_id = engine.identity()
     with contextlib.ExitStack() as held:
         # While it works, the run is on record (a run that dies leaves a record naming what it left,
-        # which the next run removes), and it holds its pruned base's use lock.
-        held.enter_context(locks.run_record(run, engine.identity()))
+        # which the next run removes), it holds the engine's build cache (no `cache clear` under it),
+        # and its pruned base's use lock.
+        held.enter_context(locks.run_record(run, engine_id))
+        held.enter_context(locks.using(engine_id, records.CACHE_LOCK))
         remove_dead_runs(engine, on_line)
-        assembled, sbom, base = _build_and_assemble(engine, plan, context_dir, layers_dir, labels, on_line, run,
-                                                    held, contents, check_space, on_engine_line or on_line)
-        image_id = assembled.image_id
-        try:  # until it is tagged, an interrupt (or a lost engine) takes the untagged new image away: every tag stays
-            on_line(f"composed {image_id[:19]} ({len(assembled.layers)} layers of its own on {assembled.base[:19]})")
+        key = composition_key(plan, {"full": plan.full.id or plan.full.ref, "min": plan.min.id or plan.min.ref,
+                                     "backend_images": [f.image.id or f.image.ref for f in plan.foreign_backends],
+                                     "epoch": plan.epoch, "labels": dict(labels or {}), "composer": __version__})
+        found = records.find(engine, key, run) if cache and layers_dir is None else None
+        try:
+            if found is not None:
+                image_id, sbom, assembled = found.image_id, found.sbom, None
+                base = PrunedBase(**{**found.pruned_base, "made": False, "seconds": 0.0}) \
+                    if found.pruned_base else None
+                on_line(f"unchanged: {image_id[:19]}, composed before from the same inputs (key {key}), "
+                        f"is on the engine; nothing to build")
+            else:
+                assembled, sbom, base = _build_and_assemble(engine, plan, context_dir, layers_dir, labels, on_line,
+                                                            run, key, held, contents, check_space,
+                                                            on_engine_line or on_line, cache)
+                image_id = assembled.image_id
+                on_line(f"composed {image_id[:19]} ({len(assembled.layers)} layers of its own on {assembled.base[:19]})")
+                records.save(engine, key, image_id, sbom, _base_record(base))
+            # Until it is tagged, the image is the run's: an interrupt (or a lost engine) takes the
+            # run's hold away, and the image with it unless another run holds it. Every tag stays.
             try:
-                sizes = measure(engine, image_id, plan, assembled.parts)
+                sizes = measure(engine, image_id, plan, assembled.parts if assembled else (*plan.all_parts(), sbom_part()))
             except ComposerError as error:  # the image is fine; only its report is missing
                 on_line(f"note: no size report: {error.message}")
                 sizes = None
@@ -149,42 +177,59 @@ def build_image(
                     pruning = PruningReport.read(engine, image_id)
                 except ComposerError as error:
                     on_line(f"note: no pruning report: {error.message}")
-
             report = None
             if plan.smoke is not None:
-                smoke = SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke, device=plan.device)
-                report = smoke_test(engine, image_id, smoke, on_line=on_smoke_line or on_line,
-                                    labels={**dict(labels or {}), RUN_LABEL: run})
-                if not report.passed:
-                    failed = ", ".join(f"{r.subject}{'/' + r.model if r.model else ''}" for r in report.failures())
-                    raise SmokeTestFailed(
-                        f"smoke test failed ({failed}); {plan.tag} was not moved", report=report,
-                        log_tail=report.log_tail)
-        except BaseException:
-            engine.discard_untagged(image_id)
-            raise
-        if tag:
-            engine.tag(image_id, plan.tag)
-        info = engine.image(image_id)
+                report = _smoke(engine, plan, image_id, run, labels, cache and not smoke_always,
+                                on_smoke_line or on_line)
+            if tag:
+                engine.tag(image_id, plan.tag)
+            info = engine.image(image_id)
+        finally:
+            records.release(engine, run)
         return BuildResult(plan, image_id, plan.tag if tag else None, info.size if info else 0, report, sizes, pruning,
                            sbom, base, assembled)
 
 
+def _base_record(base: PrunedBase | None) -> dict | None:
+    return None if base is None else {"image": base.image, "tag": base.tag, "key": base.key}
+
+
+def _smoke(engine: Engine, plan: CompositionPlan, image_id: str, run: str, labels, reuse: bool,
+           on_line: LineSink) -> SmokeReport:
+    """The image's smoke test: a PASS recorded for the same image, models, cases and engine stands
+    when `reuse` (the table says when it passed); else the server runs. A failure raises."""
+    smoke = SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke, device=plan.device)
+    report = smoke_record.recorded(engine, image_id, smoke) if reuse else None
+    if report is not None:
+        on_line(f"smoke test: passed at {report.recorded_at} for this image, its models and cases on this engine "
+                "(--smoke-test always serves them again)")
+        return report
+    report = smoke_test(engine, image_id, smoke, on_line=on_line, labels={**dict(labels or {}), RUN_LABEL: run})
+    if not report.passed:
+        failed = ", ".join(f"{r.subject}{'/' + r.model if r.model else ''}" for r in report.failures())
+        raise SmokeTestFailed(f"smoke test failed ({failed}); {plan.tag} was not moved", report=report,
+                              log_tail=report.log_tail)
+    smoke_record.save(engine, image_id, smoke, report)
+    return report
+
+
 def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path | None, layers_dir: Path | None,
-                        labels, on_line: LineSink, run: str, held: contextlib.ExitStack,
+                        labels, on_line: LineSink, run: str, key: str, held: contextlib.ExitStack,
                         contents: FullImageContents | None, check_space: bool,
-                        on_engine_line: LineSink) -> tuple[Assembled, str, PrunedBase | None]:
+                        on_engine_line: LineSink, cache: bool) -> tuple[Assembled, str, PrunedBase | None]:
     """The engine's build (the pruned base first, when the plan has one), then the composer's image
-    of it; whatever way it ends, the run's own stage images go. A build the engine's disk cannot
-    hold is refused first; one that fills it anyway ends in one line naming the disk."""
+    of it, loaded with the run's hold on it. The stages stay as build cache, named by `key`; what
+    the run made that is its alone (a pruned base's stages, its containers) goes. A build the
+    engine's disk cannot hold is refused first; one that fills it anyway ends in one line naming
+    the disk."""
     workdir = locks.make_folder("context") if context_dir is None else context_dir
     layers = locks.make_folder("layers") if layers_dir is None else layers_dir
     redact = redactor(secrets_of(plan.packages))
     containers = {**dict(labels or {}), RUN_LABEL: run}  # what the run's containers carry
     base = assembled = None
     try:
-        context: BuildContext = write_context(plan, workdir, run)
-        on_line(f"build context: {context.directory} (run {run}: its stages carry {RUN_LABEL}={run})")
+        context: BuildContext = write_context(plan, workdir, key)
+        on_line(f"build context: {context.directory} (key {key}: the stages it reads carry {STAGE_LABEL}=<stage> {key})")
         if check_space:
             to_make = context.pruned_base is not None and not pruned_base_made(engine, plan, context.pruned_base)
             on_line(space.check(engine, space.estimate(engine, plan, contents, context.directory, to_make)))
@@ -192,9 +237,10 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
         if context.pruned_base:
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held,
                                on_engine_line=on_engine_line)
-        built = _build_composition(engine, plan, context, base, labels, redact, on_engine_line, run)
+        built = _build_composition(engine, plan, context, base, labels, redact, on_engine_line, cache)
         on_line(f"built {built[:19]}; writing the image's own layers")
-        assembled = _assemble(engine, plan, built, base, context, layers, run, containers, on_line)
+        assembled = _assemble(engine, plan, built, base, context, layers, key, run, containers, on_line,
+                              reuse=layers_dir is None and cache)
     except ComposerError as error:
         if space.no_space(error.message, getattr(error, "log_tail", "") or ""):
             raise space.disk_full(engine, plan.tag) from error
@@ -209,7 +255,7 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
         try:
             with interrupts.holding():  # an interrupt that comes now waits for the cleanup to end
                 try:
-                    _remove_run_images(engine, run)
+                    remove_run(engine, run)
                     remove_run_stages(engine, run)
                     if stopped:
                         _settle(engine, run)
@@ -223,36 +269,32 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
                 f"lost the engine {engine.where()} during the build (it stopped answering: restarted or stopped); "
                 f"{plan.tag} was not moved; what this run left there is removed by the next build on that engine, "
                 f"or by composer cache clear") from lost
-        except BaseException:  # then the new image goes too, and the run's record stays for the next run
+        except BaseException:  # then the run's hold goes too, and the run's record stays for the next run
             locks.cleanup_unfinished(run)
             if assembled is not None:
-                engine.discard_untagged(assembled[0].image_id)
+                records.release(engine, run)
             raise
     assembled, sbom = assembled
     return assembled, sbom, base
 
 
 def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBase | None, context: BuildContext,
-              layers: Path, run: str, labels, on_line: LineSink) -> tuple[Assembled, str]:
+              layers: Path, key: str, run: str, labels, on_line: LineSink, reuse: bool = False) -> tuple[Assembled, str]:
     """The composed image as the composer writes it, with its SBOM (made from what the engine's image
-    holds) as its last layer. The engine's own image goes (the composer's replaces it; the stages it
-    was made from stay as build cache)."""
-    try:
-        facts = read_facts(engine, built, labels)
-        document = make_sbom(plan, facts)
-        on_line(f"SBOM: {len(facts.debs)} packages, {len(facts.python)} python packages, at {SBOM_PATH}")
-        base_info = engine.image(base.image if base else (plan.min.id or plan.min.ref))
-        if base_info is None:
-            raise BuildFailed(f"the base image {base.image if base else plan.min.ref} is gone from the engine")
-        stages = find_stages(engine, plan.read_stages(), run)
-        foreign = {f.stage: f.image.id or f.image.ref for f in plan.foreign_backends}
-        sources = Sources(stages, plan.full.id or plan.full.ref, foreign, context.directory)
-        assembled = assemble(engine, plan, built, base_info, sources, layers, epoch=plan.epoch,
-                             labels=version_labels(facts), extra=[(SBOM_PATH, "SBOM", document.encode())],
-                             run_labels=labels, on_line=on_line)
-    except BaseException:
-        engine.discard_untagged(built)
-        raise
+    holds) as its last layer, loaded with the run's hold on it. The engine's own image stays, as the
+    stages it was made from do: build cache (its last step is labelled STAGE_LABEL "composed <key>")."""
+    facts = read_facts(engine, built, labels)
+    document = make_sbom(plan, facts)
+    on_line(f"SBOM: {len(facts.debs)} packages, {len(facts.python)} python packages, at {SBOM_PATH}")
+    base_info = engine.image(base.image if base else (plan.min.id or plan.min.ref))
+    if base_info is None:
+        raise BuildFailed(f"the base image {base.image if base else plan.min.ref} is gone from the engine")
+    stages = find_stages(engine, plan.read_stages(), key, tuple(base_info.layers) if base else ())
+    foreign = {f.stage: f.image.id or f.image.ref for f in plan.foreign_backends}
+    sources = Sources(stages, plan.full.id or plan.full.ref, foreign, context.directory)
+    assembled = assemble(engine, plan, built, base_info, sources, layers, epoch=plan.epoch,
+                         labels=version_labels(facts), extra=[(SBOM_PATH, "SBOM", document.encode())],
+                         run_labels=labels, on_line=on_line, hold=records.hold_tag(run), reuse=reuse)
     return assembled, document
 
 
@@ -268,22 +310,11 @@ def _settle(engine: Engine, run: str, quiet_for: float = 3, at_most: float = 20)
             calm_since = time.monotonic()
 
 
-def _remove_run_images(engine: Engine, run: str) -> None:
-    """What this build made that is its alone: the images marking the stages it read (their stages
-    stay as build cache, shared with other builds), and every image of its run-labelled stages (its
-    composed-files and what was built FROM it: the system and proof stages, the engine's own image
-    of the composition), so no other build's cache is touched, even one running at the same time.
-    One image at a time, leaves first, never pruning parents: the untagged steps below the run's
-    own are build cache another build may be standing on at this moment."""
-    remove_run(engine, run)
-    # What is left (one in use by a container) is swept by `composer cache clear`.
-
-
 def _build_composition(engine: Engine, plan: CompositionPlan, context: BuildContext, base: PrunedBase | None,
-                       labels, redact, on_line: LineSink, run: str) -> str:
+                       labels, redact, on_line: LineSink, cache: bool) -> str:
     """Build the composition's Dockerfile (on `base` when pruned); a failed proof or pip install
-    becomes its one line. `run` marks the stages the composer then reads (STAGE_LABEL)."""
-    arguments = {"COMPOSER_RUN": run, "SOURCE_DATE_EPOCH": str(plan.epoch)}
+    becomes its one line. `cache` False: no step of the build cache."""
+    arguments = {"SOURCE_DATE_EPOCH": str(plan.epoch)}
     if base:
         arguments["PRUNED_BASE"] = base.image
     try:
@@ -294,6 +325,7 @@ def _build_composition(engine: Engine, plan: CompositionPlan, context: BuildCont
             buildargs=arguments,
             redact=redact,
             on_line=on_line,
+            nocache=not cache,
         )
     except BuildFailed as failure:
         proof = proof_failure(failure.log_tail)
@@ -390,7 +422,8 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
         built = build_image(engine, plan, labels=dict(run.labels or {}), on_line=run.on_line,
                             on_engine_line=run.on_build_line or run.on_line,
                             on_smoke_line=run.on_line, layers_dir=layers, contents=resolved.contents,
-                            check_space=result.space_check)
+                            check_space=result.space_check, cache=result.cache,
+                            smoke_always=result.smoke_mode == "always")
         if result.sbom and built.sbom:
             try:  # checked before any work; checked again, as something may have taken the name since
                 write_file(check_output_file(result.sbom, "--sbom", is_sbom), built.sbom.encode())
@@ -536,11 +569,9 @@ def rebuild(engine: Engine, registries: Registries, ref: str, catalog: Catalog, 
                 built = build_image(engine, resolved.plan, labels=dict(run.labels or {}), layers_dir=Path(layers),
                                     contents=resolved.contents,
                                     on_line=run.on_line, on_engine_line=run.on_build_line, tag=False)
-                try:
-                    compared = _compare(registries, ref, digest, built.assembled, internal["compression"], Path(blobs))
-                    return dataclasses.replace(compared, provenance_verified=verified)
-                finally:
-                    engine.discard_untagged(built.image_id)
+                # The image went with the run's hold (unless another run holds or tagged it): its layers are here.
+                compared = _compare(registries, ref, digest, built.assembled, internal["compression"], Path(blobs))
+                return dataclasses.replace(compared, provenance_verified=verified)
     finally:
         if previous is None:
             os.environ.pop("SOURCE_DATE_EPOCH", None)

@@ -156,12 +156,22 @@ def _mirrored_line(image) -> str:
 
 def cache_list(engine: Callable[[], Engine]) -> Result:
     """The pruned bases and what runs left on the engine."""
-    from composer.assembly.cache import listing
+    from composer.assembly.cache import freed_by, listing
+    from composer.core.units import human_size
 
-    entries = listing(preflight.connect(engine))
-    text = "\n".join(e.line() for e in entries) or "nothing: no pruned base and no leftover on the engine"
+    connected = preflight.connect(engine)
+    entries = listing(connected)
+    text = "\n".join(e.line() for e in entries) or "nothing: no pruned base, no build cache and no leftover on the engine"
+    cached = [e.image for e in entries if e.kind == "cached stage"]
+    summary: dict = {"entries": len(entries)}
+    if cached:
+        graph = connected.image_graph()
+        total = freed_by(graph, cached) if graph else sum(max(e.unique, 0) for e in entries if e.kind == "cached stage")
+        summary["build_cache"] = total
+        text += (f"\nbuild cache: {len(cached)} stages, {human_size(total)} in all (what cache clear frees "
+                 "while no build is at work)")
     records = [e.to_dict() for e in entries]
-    return Result("cache list", [], {"entries": len(records)}, text, extra={"entries": records})
+    return Result("cache list", [], summary, text, extra={"entries": records})
 
 
 def cache_clear(older_than: float | None, everything: bool, engine: Callable[[], Engine],

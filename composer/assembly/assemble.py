@@ -26,6 +26,7 @@ from composer import __version__
 from composer.assembly.canonical import (
     Entry, LayerFile, archive_entries, host_entries, parent_folders, spool_archive, write_layer,
 )
+from composer.assembly import layer_reuse
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.engine.interface import Engine, ImageInfo
@@ -98,15 +99,26 @@ class Sources:
         return self.stages[source]
 
 
-def find_stages(engine: Engine, names: Iterable[str], run: str) -> dict[str, str]:
-    """The images of the build's stages the composer reads, by their label (this run's only)."""
+def find_stages(engine: Engine, names: Iterable[str], key: str, base_layers: tuple[str, ...] = ()) -> dict[str, str]:
+    """The images of the build's stages the composer reads, by their label (the composition's key).
+    Builds of the same key at once may each have made one: any serves (the same steps), the one on
+    this build's base (`base_layers`) first where a stage stands on it (a base made again)."""
     found = {}
     for name in names:
-        image = engine.first_labelled(f"{STAGE_LABEL}={name} {run}")
-        if image is None:
-            raise BuildFailed(f"the build left no image of its stage {name} (labelled {STAGE_LABEL}={name} {run})")
-        found[name] = image
+        images = engine.labelled_roots(f"{STAGE_LABEL}={name} {key}")
+        if not images:
+            raise BuildFailed(f"the build left no image of its stage {name} (labelled {STAGE_LABEL}={name} {key})")
+        on_base = [i for i in images if base_layers and tuple((engine.image(i) or _NONE).layers[:len(base_layers)])
+                   == tuple(base_layers)]
+        found[name] = (on_base or images)[0]
     return found
+
+
+class _None:
+    layers: tuple = ()
+
+
+_NONE = _None()
 
 
 def part_layer(engine: Engine, part: LayerPart, sources: Sources, epoch: int, folder: Path, index: int,
@@ -147,7 +159,7 @@ def runtime_config(config: Mapping, labels: Mapping[str, str]) -> dict:
     for key in RUNTIME_KEYS:
         value = config.get(key)
         if key == "Labels":  # the build's own mark is the engine's image's, not the composed image's
-            value = {k: v for k, v in {**dict(value or {}), **dict(labels)}.items() if k != RUN_LABEL}
+            value = {k: v for k, v in {**dict(value or {}), **dict(labels)}.items() if k not in (RUN_LABEL, STAGE_LABEL)}
         if value not in (None, "", [], {}):
             out[key] = value
     return out
@@ -187,10 +199,12 @@ def _normal_time(text: str) -> str:
 
 
 def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tuple[LayerFile, ...],
-         what: str, base_image: str | None = None) -> str:
+         what: str, base_image: str | None = None, tag: str | None = None) -> str:
     """Load the image into the engine: an archive of its configuration and its own layers only (the
     engine holds the base's), streamed, never written whole to disk. Its id. An engine that loads
-    only whole archives (Podman) gets the base's layers too, read from its own save of `base_image`."""
+    only whole archives (Podman) gets the base's layers too, read from its own save of `base_image`.
+    The archive names `tag` (the run's hold, composer.assembly.records): the image is tagged as it
+    appears, so no other run's cleanup can take it before the run tags it."""
     image_id = "sha256:" + hashlib.sha256(config).hexdigest()
     reader, writer = os.pipe()
     failure: list[BaseException] = []
@@ -209,9 +223,11 @@ def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tu
                 for layer in layers:
                     name = f"{layer.diff_id[7:]}/layer.tar"
                     paths.append(name)
+                    if engine.loads_partial_archives and not layer.path.exists():
+                        continue  # held by the engine (layer_reuse): named, not sent
                     with open(layer.path, "rb") as fh:
                         _add(tar, name, fh, layer.size)
-                manifest = json.dumps([{"Config": f"{image_id[7:]}.json", "RepoTags": None, "Layers": paths}]).encode()
+                manifest = json.dumps([{"Config": f"{image_id[7:]}.json", "RepoTags": [tag] if tag else None, "Layers": paths}]).encode()
                 _add(tar, "manifest.json", io.BytesIO(manifest), len(manifest))
         except BaseException as exc:  # noqa: BLE001 (handed to the loading thread)
             failure.append(exc)
@@ -242,22 +258,39 @@ def _add(tar: tarfile.TarFile, name: str, data: BinaryIO, size: int) -> None:
     tar.addfile(info, data)
 
 
+def sbom_part() -> LayerPart:
+    """What the SBOM's layer (the last, an `extra` of assemble) holds, as a part."""
+    return LayerPart("record", "SBOM", FROM_CONTEXT, ())
+
+
 def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo, sources: Sources, folder: Path,
              *, epoch: int, labels: Mapping[str, str], extra: Iterable[tuple[str, str, bytes]] = (),
-             run_labels: Mapping[str, str] | None = None, on_line: LineSink = quiet) -> Assembled:
+             run_labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, hold: str | None = None,
+             reuse: bool = False) -> Assembled:
     """Write the composition's layers (and `extra` files: (path, description, content), one layer
     each, after them) on `base`, with the runtime configuration of the engine's image `built`
-    (labels added), and load it."""
+    (labels added), and load it. With `reuse`, a layer the engine holds already (in the same chain)
+    is not written (composer.assembly.layer_reuse): its file is then absent from `folder`."""
     parts, extra = list(plan.all_parts()), list(extra)
-    layers = []
+    layers: list[LayerFile] = []
+    chains = layer_reuse.Chains.on(engine) if reuse else layer_reuse.Chains(set())
     for index, part in enumerate(parts):
         said = part.name if part.name.split()[0] == part.kind else f"{part.kind} {part.name}"  # not "server server core"
+        key = layer_reuse.part_key(engine, part, None if part.source == FROM_CONTEXT else sources.image_of(part.source),
+                                   epoch) if reuse else None
+        known = layer_reuse.recorded(key)
+        if known and chains.holds((*base.layers, *(layer.diff_id for layer in layers), known["diff_id"])):
+            on_line(f"layer {index + 1} of {len(parts) + len(extra)}: {said}: the engine holds it already")
+            layers.append(LayerFile(folder / f"held-{index:02d}.tar", known["diff_id"], known["size"],
+                                    known["content_bytes"], part.description))
+            continue
         on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {said}")
         layers.append(part_layer(engine, part, sources, epoch, folder, index, run_labels))
+        layer_reuse.save(key, layers[-1])
     for index, (path, description, content) in enumerate(extra, start=len(parts)):
         on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {description}")
         layers.append(file_layer(path, content, epoch, folder, f"layer-{index:02d}.tar", description))
-        parts.append(LayerPart("record", description, FROM_CONTEXT, ()))
+        parts.append(LayerPart("record", description, FROM_CONTEXT, ()) if description != "SBOM" else sbom_part())
     config = image_config(base, engine.image_config(built), tuple(layers), epoch, labels)
-    image_id = load(engine, config, tuple(base.layers), tuple(layers), f"the composed image ({plan.tag})", base.id)
+    image_id = load(engine, config, tuple(base.layers), tuple(layers), f"the composed image ({plan.tag})", base.id, hold)
     return Assembled(image_id, config, base.id, tuple(base.layers), tuple(layers), tuple(parts))

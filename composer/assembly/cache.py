@@ -1,14 +1,21 @@
 """What the composer keeps on an engine between builds, and what runs left: `composer cache`.
 
 Kept on purpose: pruned bases (tagged triton-composer/pruned-base:..., each made once per min
-image and selection; their family layers are shared by the images built on them). Left over: the
-stage images and containers of a run that did not end its own way (an engine restart, a killed
-process), found by the run id they carry (RUN_LABEL, the stages' labels) and the run records of
-composer.engine.locks: a run whose process is gone is dead, and what it left is removed by the
-next build on the engine or by `composer cache clear`.
+image and selection; their family layers are shared by the images built on them), and the build
+cache: the stages the composer reads, named by what they are made of (STAGE_LABEL "<stage> <key>",
+render.composition_key), which every build of the same inputs shares. A build holds the build cache
+(a shared lock per engine) while it works, so `cache clear` removes cached stages only when no
+build is at work on the engine. A run holds the image it made with a tag of its own
+(records.hold_tag) until its tag is on it. Left over: the containers, holds and pruned-base stages
+of a run that did not end its own way (an engine restart, a killed process), found by the run id
+they carry (RUN_LABEL, the hold tag) and the run records of composer.engine.locks: a run whose
+process is gone is dead, and what it left is removed by the next build on the engine or by
+`composer cache clear`.
 
 Nothing here removes an image a tag uses: a pruned base goes only when no tagged image holds its
-layers and no build holds its use lock; a leftover is an untagged image of a dead run.
+layers and no build holds its use lock; a cached stage is untagged build cache; a held image loses
+only a dead run's hold. Sizes are each entry's own bytes: what removing it frees (its layers no
+other image stands on), not the engine's count of bytes shared.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from composer.assembly.pruning import BASE_LABEL, STAGE_LABEL, base_tag_in, remo
 from composer.core.errors import ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.core.units import human_size
+from composer.assembly import records
 from composer.engine import locks
 from composer.resolve.plan_types import BACKENDS_LABEL, RUN_LABEL
 from composer.resolve.plan_types import STAGE_LABEL as PLAN_STAGE_LABEL
@@ -33,8 +41,9 @@ DAY = 24 * 3600
 class Entry:
     """One thing `composer cache list` shows."""
 
-    kind: str  # "pruned base", "old base" (an untagged one: its tag moved), "stage" (a leftover stage image),
-    # "run image" (a run's leftover image)
+    kind: str  # "pruned base", "old base" (an untagged one: its tag moved), "cached stage" (build cache, by
+    # content), "stage" (a leftover stage image of a pruned base's build), "run image" (a run's leftover image),
+    # "held image" (an image a run holds: its own until tagged)
     image: str
     tags: tuple[str, ...]
     size: int  # bytes the image holds (its own and those shared with others)
@@ -46,13 +55,16 @@ class Entry:
     run_alive: bool = False
     layers: int = 0
     shares_layers_with: tuple[str, ...] = field(default=())  # other pruned bases with a family layer in common
+    key: str | None = None  # a cached stage's: "<stage> <composition key>"
+    held: str | None = None  # why it stays whatever is asked (a build at work, a live run's hold)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "image": self.image, "tags": list(self.tags), "size": self.size,
                 "unique_size": None if self.unique < 0 else self.unique,
                 "created": _iso(self.created), "last_used": _iso(self.last_used) if self.last_used else None,
                 "used_by": list(self.used_by), "run": self.run, "run_alive": self.run_alive,
-                "layers": self.layers, "shares_layers_with": list(self.shares_layers_with)}
+                "layers": self.layers, "shares_layers_with": list(self.shares_layers_with), "key": self.key,
+                "held_by": self.held}
 
     def line(self) -> str:
         name = self.tags[0] if self.tags else self.image[:19]
@@ -65,6 +77,8 @@ class Entry:
             whose = f"used by {', '.join(self.used_by)}" if self.used_by else "used by no tagged image"
             shares = f"; shares family layers with {', '.join(self.shares_layers_with)}" if self.shares_layers_with else ""
             return f"pruned base  {name}  {size}  {self.layers} layers  {used}  {whose}{shares}"
+        if self.kind == "cached stage":
+            return f"cached stage {self.key}  {size}  {used}  {self.held or 'held by no build'}"
         state = "at work" if self.run_alive else "dead or unknown"
         return f"{self.kind:<11}  {name}  {size}  {used}  run {self.run or '?'} ({state})"
 
@@ -106,17 +120,61 @@ def _users(base, tagged: dict) -> tuple[str, ...]:
     return tuple(sorted(users))
 
 
+def own_bytes(graph: dict[str, tuple[str, int, bool]], image: str, kept: set[str] = frozenset()) -> int:
+    """What removing `image` (and the untagged parents only it stands on, as the engine's removal
+    prunes them) frees: its layers' bytes no other image holds; -1 when the engine keeps no parents."""
+    if image not in graph:
+        return -1
+    children: dict[str, int] = {}
+    for parent, _, _ in graph.values():
+        children[parent] = children.get(parent, 0) + 1
+    total, current = 0, image
+    while True:
+        parent, size, _ = graph[current]
+        below = graph[parent][1] if parent in graph else 0
+        total += max(size - below, 0)
+        if parent not in graph or graph[parent][2] or children.get(parent, 0) != 1 or parent in kept:
+            return total
+        current = parent
+
+
+def freed_by(graph: dict[str, tuple[str, int, bool]], images) -> int:
+    """What removing all of `images` frees, with the untagged parents only they stand on."""
+    gone = {image for image in images if image in graph}
+    children: dict[str, set[str]] = {}
+    for image, (parent, _, _) in graph.items():
+        children.setdefault(parent, set()).add(image)
+    frontier = set(gone)
+    while frontier:
+        parents = {graph[image][0] for image in frontier if graph[image][0] in graph}
+        frontier = {p for p in parents if p not in gone and not graph[p][2] and children.get(p, set()) <= gone}
+        gone |= frontier
+    return sum(max(graph[i][1] - (graph[graph[i][0]][1] if graph[i][0] in graph else 0), 0) for i in gone)
+
+
+def build_cache_in_use(engine) -> bool:
+    """Whether a build on this host is at work on the engine (it holds the build cache)."""
+    with locks.removable(engine.identity(), records.CACHE_LOCK) as free:
+        return not free
+
+
 def listing(engine) -> list[Entry]:
-    """The pruned bases, leftover stage images and leftover run images on the engine."""
+    """The pruned bases, cached stages, held images and leftovers of runs on the engine."""
     engine_id = engine.identity()
     usage = engine.disk_usage()
+    graph = engine.image_graph()
     live = locks.live_runs()
     tagged = _tagged(engine)
     entries: list[Entry] = []
 
     def unique(image_id: str) -> int:
+        own = own_bytes(graph, image_id, listed)
+        if own >= 0:
+            return own
         row = usage.get(image_id)
         return -1 if row is None else max(row["size"] - row["shared"], 0)
+
+    listed = set(engine.images_labelled(PLAN_STAGE_LABEL, untagged=True)) if graph else set()
 
     bases = [info for info in tagged.values() if base_tag_in(info.tags) and BASE_LABEL in info.labels]
     for base in sorted(bases, key=lambda b: b.tags):
@@ -140,7 +198,15 @@ def listing(engine) -> list[Entry]:
         seen.add(info.id)
         entries.append(Entry("old base", info.id, (), info.size, unique(info.id), _created(info.created), None,
                              _users(info, tagged), layers=len(info.layers)))
-    for kind, label in (("stage", STAGE_LABEL), ("stage", PLAN_STAGE_LABEL), ("run image", RUN_LABEL)):
+    busy = "a build at work on this engine holds it" if build_cache_in_use(engine) else None
+    for image in engine.images_labelled(PLAN_STAGE_LABEL, untagged=True):
+        info = engine.image(image)
+        if info is None or image in seen:
+            continue
+        seen.add(image)
+        entries.append(Entry("cached stage", info.id, (), info.size, unique(info.id), _created(info.created),
+                             None, key=str(info.labels.get(PLAN_STAGE_LABEL, "")), held=busy))
+    for kind, label in (("stage", STAGE_LABEL), ("run image", RUN_LABEL)):
         for image in engine.images_labelled(label, untagged=True):
             if image in seen:
                 continue
@@ -151,6 +217,12 @@ def listing(engine) -> list[Entry]:
             run = run_of(info.labels)
             entries.append(Entry(kind, info.id, (), info.size, unique(info.id), _created(info.created), None,
                                  run=run, run_alive=run in live))
+    for info in tagged.values():
+        for tag in (t for t in info.tags if records.is_hold(t)):
+            run = tag.rpartition(":")[2]
+            entries.append(Entry("held image", info.id, (tag,), info.size, unique(info.id), _created(info.created),
+                                 None, run=run, run_alive=run in live,
+                                 held=f"run {run} is at work" if run in live else None))
     return entries
 
 
@@ -161,10 +233,11 @@ class Cleared:
     removed: tuple[Entry, ...]
     kept: tuple[tuple[Entry, str], ...]
     containers: int
+    freed_bytes: int = -1  # the engine's images before less those after (-1: it keeps no parents)
 
     @property
     def freed(self) -> int:
-        return sum(max(e.unique, 0) for e in self.removed)
+        return self.freed_bytes if self.freed_bytes >= 0 else sum(max(e.unique, 0) for e in self.removed)
 
     def to_dict(self) -> dict:
         return {"removed": [e.to_dict() for e in self.removed], "containers_removed": self.containers,
@@ -182,6 +255,15 @@ def select(entries: list[Entry], *, older_than_days: float | None, everything: b
     now = time.time() if now is None else now
     chosen, kept = [], []
     for entry in entries:
+        if entry.kind in ("cached stage", "held image"):  # build cache, or a run's hold: only what nothing holds
+            if entry.held:
+                kept.append((entry, entry.held))
+            elif entry.kind == "cached stage" and older_than_days is not None and not everything and \
+                    (now - entry.created) <= older_than_days * DAY:
+                kept.append((entry, f"made within {older_than_days:g} days"))
+            else:
+                chosen.append(entry)
+            continue
         if entry.kind != "pruned base":  # an old base, or a run's leftover: either may still be in use
             days = 1.0 if older_than_days is None else older_than_days
             if entry.kind == "old base":  # no build finds it by its tag, but one that began on it may be at work
@@ -215,12 +297,29 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
     """Remove what select() chooses (of the entries `only` accepts): leftovers of runs not at work
     (and their containers), and pruned bases no tag uses, each only while no build holds it."""
     containers = remove_dead_runs(engine, on_line)
+    before = engine.image_graph()
     entries = [entry for entry in listing(engine) if only(entry)]
     chosen, kept = select(entries, older_than_days=older_than_days, everything=everything)
     engine_id = engine.identity()
     live = locks.live_runs()
     removed: list[Entry] = []
-    leftovers = [e for e in chosen if e.kind != "pruned base"]
+    for entry in [e for e in chosen if e.kind == "held image"]:  # a dead run's hold: the tag, not the image
+        records.release(engine, entry.run or "")
+        removed.append(entry)
+    cached = [e for e in chosen if e.kind == "cached stage"]
+    if cached:
+        with locks.removable(engine_id, records.CACHE_LOCK) as free:  # no build starts while they go
+            if not free:
+                kept += [(e, "a build at work on this engine holds it") for e in cached]
+            else:
+                for _ in range(8):  # leaves first: a stage built on another goes before it
+                    left = [e for e in cached if engine.image(e.image) is not None]
+                    if not left or not sum(_remove_untagged(engine, e.image, prune=True) for e in left):
+                        break
+                removed += [e for e in cached if engine.image(e.image) is None]
+                kept += [(e, "in use by a container, or a parent of another image")
+                         for e in cached if engine.image(e.image) is not None]
+    leftovers = [e for e in chosen if e.kind not in ("pruned base", "held image", "cached stage")]
     for entry in leftovers:
         if entry.run and entry.run not in live:
             containers += _remove_containers(engine, entry.run)
@@ -234,7 +333,7 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
         if all(engine.image(e.image) is not None for e in left):
             break  # none went: in use, or parents of images kept
         # removing a leaf makes its (labelled) parent a leaf: list again
-        fresh = {e.image: e for e in listing(engine) if e.kind != "pruned base" and only(e)}
+        fresh = {e.image: e for e in listing(engine) if e.kind in ("stage", "run image", "old base") and only(e)}
         again, _ = select(list(fresh.values()), older_than_days=older_than_days, everything=everything)
         for entry in again:
             if entry.image not in gone:
@@ -259,7 +358,9 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
                 continue
             removed.append(entry)
             on_line(f"removed {tag}")
-    return Cleared(tuple(removed), tuple(kept), containers)
+    after = engine.image_graph()
+    freed = freed_by(before, set(before) - set(after)) if before else -1
+    return Cleared(tuple(removed), tuple(kept), containers, freed)
 
 
 def _built_on_a_base(info) -> bool:
@@ -313,26 +414,18 @@ def remove_run(engine, run: str) -> tuple[int, int]:
     """Remove what `run` left on the engine: its containers, its untagged images (run-labelled,
     leaves first) and its stage images. (images, containers) removed."""
     containers = _remove_containers(engine, run)
+    records.release(engine, run)  # its hold on an image (the image goes with it if nothing else names it)
     images = remove_stages(engine, lambda owner: owner == run)
     removed = 0
     before: list[str] | None = None
     for _ in range(256):  # leaves first, one at a time (prune off): a parent goes on a later pass, once
         # nothing is built on it; the unlabelled steps below the run's (shared build cache) stay
         left = [image for image in engine.images_labelled(f"{RUN_LABEL}={run}", untagged=True)]
-        left += [image for image in engine.images_labelled(PLAN_STAGE_LABEL, untagged=True)
-                 if run_of((engine.image(image) or _NO_INFO).labels) == run]
         if not left or left == before:  # nothing left, or nothing more can go (in use)
             break
         removed += sum(_remove_untagged(engine, image) for image in left)
         before = left
     return images + removed, containers
-
-
-class _NoInfo:
-    labels: dict = {}
-
-
-_NO_INFO = _NoInfo()
 
 
 def remove_dead_runs(engine, on_line: LineSink = quiet) -> int:

@@ -27,7 +27,6 @@ from composer.core.errors import BuildFailed, ComposerError
 from composer.core.units import human_size
 from composer.backends import tensorrt
 from composer.resolve.plan_types import ROOT, CompositionPlan, RUN_LABEL
-from composer.resolve.plan_types import STAGE_LABEL as PLAN_STAGE_LABEL
 from composer.core.progress import LineSink, quiet
 
 REPORT = f"{ROOT}/pruned.json"
@@ -259,8 +258,7 @@ def run_of(labels: Mapping[str, str]) -> str | None:
     words = str(labels.get(STAGE_LABEL, "")).split()
     if len(words) == 2:
         return words[1]
-    run = labels.get(RUN_LABEL) or str(labels.get(PLAN_STAGE_LABEL, "")).partition(" ")[2]
-    return run or None
+    return labels.get(RUN_LABEL) or None
 
 
 def remove_stages(engine: Engine, wanted: Callable[[str | None], bool]) -> int:

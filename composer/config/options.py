@@ -22,7 +22,7 @@ from composer.config.types import DEFAULT_REGISTRY, Base, CompositionSpec, Devic
 from composer.config.values import (
     CasesFile, Flag, FromEnvironment, Kind, LocalPath, ModelRepository, Named, Number, OutputFile, RequirementFiles,
     RequirementsFile, Strings, Text, Tree, check_base, check_device, check_flavour, check_gpus, check_host,
-    check_compression, check_label_key, check_label_value, check_name, check_prefix, check_provider,
+    check_compression, check_smoke_mode, check_label_key, check_label_value, check_name, check_prefix, check_provider,
     check_push_via, check_reference, check_release_name, check_secret_source, check_tag_reference, check_url,
     is_sbom,
 )
@@ -204,6 +204,13 @@ OPTIONS: tuple[Option, ...] = (
            "KEY=VALUE"), "A label on the composed image: KEY=VALUE (repeatable).", commands=(BUILD, RENDER, BUNDLE)),
     Option("result.smoke_test", "--no-smoke-test", "smoke_test", Flag(inverted=True),
            "Tag without serving the samples first.", commands=(BUILD, BUNDLE)),
+    Option("result.smoke_mode", "--smoke-test", "smoke_mode", Text(check_smoke_mode, "recorded or always"),
+           "recorded (the default): an image, models, cases and host that passed before on this engine are not "
+           "served again (the smoke table says when they passed); always: serve them anyway.",
+           commands=(BUILD, BUNDLE), portable=False),
+    Option("result.cache", "--no-cache", "cache", Flag(inverted=True),
+           "Build from scratch: no step of the engine's build cache, no image or smoke test recorded before.",
+           commands=(BUILD, BUNDLE), portable=False),
     Option("result.space_check", "--no-space-check", "space_check", Flag(inverted=True),
            "Build even when the estimate of what the build writes exceeds the free space at the engine's "
            "data root (see docs/guides/shared-engines-and-cache.md).", commands=(BUILD,), portable=False),

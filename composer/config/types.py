@@ -167,6 +167,8 @@ class Result:
     sign_key: str | None = None  # file:PATH or env:NAME of a PEM ECDSA P-256 private key (never the key)
     sign_passphrase: str | None = None  # env:NAME or file:PATH of that key's passphrase
     space_check: bool = True  # refuse a build the engine's disk cannot hold (composer.assembly.space)
+    smoke_mode: str = "recorded"  # "recorded": a PASS recorded for the same image, models and host stands; "always"
+    cache: bool = True  # False (--no-cache): no build cache, no recorded image or smoke test: from scratch
 
 
     @property

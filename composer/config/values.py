@@ -420,6 +420,16 @@ def check_push_via(value: str) -> str | None:
     return None
 
 
+SMOKE_MODES = ("recorded", "always")
+
+
+def check_smoke_mode(value: str) -> str | None:
+    if value not in SMOKE_MODES:
+        return (f"'{printable(value[:40])}' is not a smoke-test mode: give recorded (a PASS recorded for the same "
+                "image, models and host stands) or always")
+    return None
+
+
 def check_compression(value: str) -> str | None:
     if value not in COMPRESSIONS:
         return f"'{printable(value[:40])}' is not a compression: give gzip, zstd or none"

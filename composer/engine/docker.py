@@ -145,6 +145,22 @@ class DockerEngine(ContainerEngine):
     def _images(self, **query) -> list[dict]:
         return _patiently(self._api.images, listing=True, **query)
 
+    def image_graph(self) -> dict[str, tuple[str, int, bool]]:
+        with _translated("cannot list images", EngineError):
+            found = self._images(all=True)
+        return {img["Id"]: (str(img.get("ParentId") or ""), int(img.get("Size") or 0),
+                            any("<none>" not in tag for tag in img.get("RepoTags") or []))
+                for img in found}
+
+    def labelled_roots(self, label: str) -> list[str]:
+        with _translated("cannot list images", EngineError):
+            found = self._images(filters={"label": label}, all=True)
+        ids = {img["Id"] for img in found}
+        roots = [img for img in found if img.get("ParentId") not in ids]
+        if roots and all(img.get("ParentId") for img in roots):
+            return [img["Id"] for img in sorted(roots, key=lambda img: -int(img.get("Created") or 0))]
+        return super().labelled_roots(label)  # no parents known: first_labelled's way
+
     def first_labelled(self, label: str) -> str | None:
         with _translated("cannot list images", EngineError):
             found = self._images(filters={"label": label}, all=True)

@@ -197,6 +197,17 @@ class ContainerEngine(ABC):
         the one built on an image that does not. A stage's last image, when its label is set there,
         though the stages built FROM it inherit the label."""
 
+    def image_graph(self) -> dict[str, tuple[str, int, bool]]:
+        """Every image (intermediate ones too): id -> (its parent's id or "", its bytes with its
+        parents', whether a tag names it); {} when the engine keeps no parents."""
+        return {}
+
+    def labelled_roots(self, label: str) -> list[str]:
+        """Every image a label first appears on (first_labelled's, when builds of the same steps at
+        once made several), newest first."""
+        first = self.first_labelled(label)
+        return [first] if first else []
+
     @abstractmethod
     def image_names(self) -> list[str]:
         """Every local tag and digest reference."""

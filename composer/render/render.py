@@ -7,6 +7,7 @@ files the templates refer to. The same plan always renders byte-identical files.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import stat
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Union
+from typing import Mapping, Union
 
 import jinja2
 
@@ -22,7 +23,7 @@ from composer.core.errors import Invalid, UsageError
 from composer.core.files import check_output_file, digest, make_folders, path_problem, printable, read_text, write_file
 from composer.config.model_envs import CONFIG, pointed_config
 from composer.config.requirements import installable_requirement
-from composer.resolve.plan_types import MODELS_ROOT, ROOT, RUN_LABEL, STAGE_LABEL, SYSTEM_TREE, CompositionPlan
+from composer.resolve.plan_types import MODELS_ROOT, ROOT, STAGE_LABEL, SYSTEM_TREE, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
 BUILD_SCRIPTS = ("collect.py", "probe.py", "elfdeps.py", "record_packages.py", "system.sh")
@@ -51,8 +52,8 @@ def templates() -> jinja2.Environment:
     )
     environment.filters["quoted"] = dockerfile_quoted
     environment.globals["stage_label_key"] = STAGE_LABEL
-    environment.globals["run_label_key"] = RUN_LABEL
-    environment.globals["composer_run"] = "${COMPOSER_RUN}"  # a render; a build writes its run (render_dockerfile)
+    environment.globals["composer_run"] = "${COMPOSER_RUN}"  # the pruned base's build passes its run
+    environment.globals["composition_key"] = "${COMPOSER_KEY}"  # a render; a build writes the key (render_dockerfile)
     return environment
 
 
@@ -87,15 +88,15 @@ def python_prune(plan: CompositionPlan) -> dict | None:
     return {"paths": core + collect_paths(plan), "dists": names}
 
 
-def render_dockerfile(plan: CompositionPlan, run: str | None = None) -> str:
-    """The composition's Dockerfile. A build's `run` is written into the labels of the stages it
-    owns, not left to the build argument: buildah caches a LABEL step by its text, so two runs at
-    once would otherwise share (and remove) each other's stages. A render keeps ${COMPOSER_RUN}."""
+def render_dockerfile(plan: CompositionPlan, key: str | None = None) -> str:
+    """The composition's Dockerfile. A build's `key` (composition_key) is written into the labels of
+    the stages the composer reads, not left to a build argument: buildah caches a LABEL step by its
+    text, so a build of other inputs would find the stage of the last. A render keeps ${COMPOSER_KEY}."""
     first, rest = plan.layer_parts()
     text = templates().get_template("compose.Dockerfile.j2").render(
         plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
         python_prune=python_prune(plan), first_parts=first, rest_parts=rest, system_tree=SYSTEM_TREE,
-        **({"composer_run": run} if run else {}),
+        **({"composition_key": key} if key else {}),
     )
     return text.rstrip("\n") + "\n"
 
@@ -107,6 +108,32 @@ def render_pruned_base(plan: CompositionPlan) -> str:
         python_prune=python_prune(plan),
     )
     return text.rstrip("\n") + "\n"
+
+
+def composition_key(plan: CompositionPlan, inputs: Mapping[str, object]) -> str:
+    """What the composition is made of, as 16 hex digits: every file of its build context (rendered
+    with no key, wheels and models by their bytes) and `inputs` the context does not hold (the bases'
+    image ids, the epoch, the labels the build adds). The same key, the same stages and image: it
+    names the stages the composer reads (STAGE_LABEL) and the record of the image they made."""
+    hashed = hashlib.sha256()
+    for name, (data, mode) in sorted(_context_files(plan).items()):
+        if isinstance(data, Path):  # what write_context copies: the file's bytes, through any link
+            content = _bytes_digest(data)
+        elif isinstance(data, bytes):
+            content = hashlib.sha256(data).hexdigest()
+        else:  # a link's target, or a folder
+            content = data if isinstance(data, str) else FOLDER_DIGEST
+        hashed.update(f"{name}\0{mode:o}\0{content}\n".encode())
+    hashed.update(json.dumps(inputs, sort_keys=True, default=str).encode())
+    return hashed.hexdigest()[:16]
+
+
+def _bytes_digest(path: Path) -> str:
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            hasher.update(chunk)
+    return hasher.hexdigest()
 
 
 def composition_record(plan: CompositionPlan) -> str:
@@ -185,15 +212,15 @@ def _plain_path(directory: Path, path: Path) -> bool:
     return True
 
 
-def write_context(plan: CompositionPlan, directory: Path, run: str | None = None) -> BuildContext:
-    """Write the Dockerfile and everything it copies into `directory` (for the build `run`, or a render).
+def write_context(plan: CompositionPlan, directory: Path, key: str | None = None) -> BuildContext:
+    """Write the Dockerfile and everything it copies into `directory` (for a build, its `key`; or a render).
 
     Only files render wrote there before (listed in its marker, unchanged since) are replaced
     or removed; a user's other files stay; nothing is written through a symbolic link. The
     marker is rewritten even when writing fails half-way, so it always lists what render owns."""
     directory = Path(os.path.abspath(directory))
     owned = dict(_owned(directory))
-    files = _context_files(plan, run)
+    files = _context_files(plan, key)
     for name in files:
         blocker = _in_the_way(directory, name, owned)
         if blocker:
@@ -267,11 +294,11 @@ FOLDER_DIGEST = "folder"  # how the marker lists a folder render made
 Content = tuple[Union[bytes, Path, str, Folder], int]  # bytes, a file to copy, a link's target, a folder; mode
 
 
-def _context_files(plan: CompositionPlan, run: str | None = None) -> dict[str, Content]:
+def _context_files(plan: CompositionPlan, key: str | None = None) -> dict[str, Content]:
     """Every file of the build context (relative path -> content), the same for the same plan (and
-    run: the pruned base's files never name it, so its key stays the same across runs)."""
+    key: the pruned base's files never name it)."""
     files: dict[str, Content] = {
-        "Dockerfile": (render_dockerfile(plan, run).encode(), 0o644),
+        "Dockerfile": (render_dockerfile(plan, key).encode(), 0o644),
         "composition.json": (composition_record(plan).encode(), 0o644),
     }
     package = resources.files("composer.in_image")

@@ -6,13 +6,18 @@ the truth). What the min image lacks is decided inside the build, by composer/in
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from importlib import resources
 from typing import Any, Iterable, Mapping
 
 from composer.backends import PYTHON
 from composer.core.errors import ComposerError
+from composer.engine import locks
 
 PROBE_PATH = "/tmp/composer_probe.py"
 PROBE_SIBLINGS = ("elfdeps.py",)  # the modules the probe imports from its own folder
@@ -279,11 +284,28 @@ def _first_line(text: str) -> str:
     return lines[-1] if lines else "no output"
 
 
+def _probe_record(image_id: str, files: Mapping[str, bytes]) -> Path:
+    """Where the report of the probe (these files) on the image `image_id` is kept: an image id names
+    its content, so the report stands for any engine and any later build."""
+    hashed = hashlib.sha256(image_id.encode())
+    for name, content in sorted(files.items()):
+        hashed.update(f"\0{name}\0".encode() + hashlib.sha256(content).digest())
+    return locks.state_dir() / "probes" / f"{hashed.hexdigest()[:40]}.json"
+
+
 def inspect_full(engine, ref: str) -> FullImageContents:
-    """Run the probe inside the full image `ref` (no network) and read its report."""
-    engine.require_image(ref, pull=False)
+    """Run the probe inside the full image `ref` (no network) and read its report (kept on this
+    machine by the image's id: an unchanged build does not start the container again)."""
+    info = engine.require_image(ref, pull=False)
+    files = probe_files()
+    record = _probe_record(info.id, files) if info.id.startswith("sha256:") else None
+    if record is not None and record.is_file():
+        try:
+            return FullImageContents.from_dict(json.loads(record.read_text()), image=ref)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # written by another version, or cut short: probe again
     # The engine gives exit code 127 when the image has no python3 to start.
-    result = engine.run_once(ref, ["python3", PROBE_PATH], entrypoint=[], files=probe_files())
+    result = engine.run_once(ref, ["python3", PROBE_PATH], entrypoint=[], files=files)
     if result.exit_code in (126, 127) or (result.exit_code != 0 and "python3" in result.output and "not found" in result.output):
         raise _not_full(ref, "it has no python3 to run the probe")
     try:
@@ -296,4 +318,11 @@ def inspect_full(engine, ref: str) -> FullImageContents:
         raise _not_full(ref, str(doc["error"]))
     if result.exit_code != 0:
         raise ComposerError(f"cannot probe {ref}: {_first_line(result.output)}")
-    return FullImageContents.from_dict(doc, image=ref)
+    contents = FullImageContents.from_dict(doc, image=ref)
+    if record is not None:
+        with contextlib.suppress(OSError):
+            record.parent.mkdir(parents=True, exist_ok=True)
+            temporary = record.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps(doc))
+            os.replace(temporary, record)
+    return contents

@@ -174,8 +174,10 @@ class LayerPart:
         return f"{self.kind} {self.name} ({where})" if self.name != self.kind else f"{self.kind} ({where})"
 
 
-STAGE_LABEL = "org.triton-composer.stage-of"  # "<stage> <run>": a stage of one build the composer reads from
-RUN_LABEL = "org.triton-composer.run"  # on the final stages' images: the build that made them (theirs alone)
+# "<stage> <key>": a stage the composer reads from, named by what it is made of (render.composition_key),
+# shared by every build of the same inputs (build cache: `composer cache` lists and clears it)
+STAGE_LABEL = "org.triton-composer.cached-stage"
+RUN_LABEL = "org.triton-composer.run"  # on a run's containers (and a pruned base's stages): the run that made them
 SYSTEM_TREE = "/composer-system/tree"  # what the system stage's steps wrote, as a tree
 PROOF_VERDICT = "/composer-proof/proved.txt"
 
@@ -285,7 +287,8 @@ class CompositionPlan:
 
     def layer_parts(self) -> tuple[tuple[LayerPart, ...], tuple[LayerPart, ...]]:
         """The composition's own layers, in order: those the system stage (the loader cache and the
-        server's user) runs over, then the rest (model environments, baked models). The system
+        server's user) runs over, then the rest (python packages, the composition record, model
+        environments, baked models). The system
         stage's own tree and, on a pruned base, the proof's verdict follow them (system_part,
         proof_part)."""
         own = self.chown
@@ -311,20 +314,22 @@ class CompositionPlan:
         for custom in self.custom_backends:
             first.append(LayerPart("backend", custom.name, FROM_CONTEXT,
                                    (Copy(f"custom-backends/{custom.name}", f"{ROOT}/backends/{custom.name}"),), own))
-        if self.packages:
-            first.append(LayerPart("packages", "added packages", "packages",
-                                   (Copy("/composer/site-packages", self.site_packages),)))
-            first.append(LayerPart("record", "composition record", "packages",
-                                   (Copy("/composer/composition.json", f"{ROOT}/composition.json"),), own))
-        else:
-            first.append(LayerPart("record", "composition record", FROM_CONTEXT,
-                                   (Copy("composition.json", f"{ROOT}/composition.json"),), own))
         if self.copy_entrypoint_d:
             first.append(LayerPart("server", "entrypoint scripts", FROM_FULL,
                                    (Copy("/opt/nvidia/entrypoint.d", "/opt/nvidia/entrypoint.d", True),)))
         if self.copy_serve:
             first.append(LayerPart("server", "serve", FROM_FULL, (Copy("/usr/bin/serve", "/usr/bin/serve"),)))
+        # After the system stage's: the loader cache, the user and the backends' byte-code need
+        # none of them, so a new pin or model redoes only its own layer, not the system stage.
         rest: list[LayerPart] = []
+        if self.packages:
+            rest.append(LayerPart("packages", "added packages", "packages",
+                                  (Copy("/composer/site-packages", self.site_packages),)))
+            rest.append(LayerPart("record", "composition record", "packages",
+                                  (Copy("/composer/composition.json", f"{ROOT}/composition.json"),), own))
+        else:
+            rest.append(LayerPart("record", "composition record", FROM_CONTEXT,
+                                  (Copy("composition.json", f"{ROOT}/composition.json"),), own))
         for env in self.model_envs:
             rest.append(LayerPart("model env", env.model, "model-envs", (Copy(env.path, env.path),)))
         if self.baked_models:

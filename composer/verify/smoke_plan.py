@@ -42,6 +42,7 @@ class SmokeReport:
     gpus_reason: str = ""
     strict: bool = False
     device: Device = Device.GPU  # CPU: a CPU-only image, served with no GPU
+    recorded_at: str | None = None  # a PASS recorded before (composer.verify.smoke_record): when; not served now
 
     @property
     def passed(self) -> bool:
@@ -62,6 +63,7 @@ class SmokeReport:
             "gpus_reason": self.gpus_reason,
             "strict": self.strict,
             "device": str(self.device),
+            "recorded_at": self.recorded_at,
             # A SKIP is neither passed nor failed: CI sees how much went unproven.
             "counts": {"passed": self.count("PASS"), "failed": self.count("FAIL"), "skipped": self.count("SKIP")},
             "rows": [

@@ -74,7 +74,9 @@ class FakeEngine(ContainerEngine):
         self.images[ref] = image_id
 
     def remove_image(self, ref: str, *, force: bool = False, prune: bool = True) -> None:
-        self.images.pop(ref, None)
+        image_id = self.images.pop(ref, None)  # a tag: the image goes with its last one, as an engine's does
+        if image_id and ref != image_id and not any(i == image_id and n != image_id for n, i in self.images.items()):
+            self.images.pop(image_id, None)
 
     def image_config(self, ref: str) -> dict:
         return self.configs.get(ref) or {"config": {"Env": ["PATH=/usr/bin"], "Cmd": ["tritonserver"]},

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from composer import pipeline
+from composer.assembly import records
 from composer.assembly.assemble import Assembled
 from composer.catalog.catalog import Catalog
 from composer.resolve.contents import Component, FullImageContents
@@ -46,10 +47,10 @@ def engine(monkeypatch):
     # An existing tag, which must not move on failure; the built image's contents as recorded from a
     # real build (for its SBOM). The composer's own writing of the image (composer.assembly.assemble,
     # tested on its own) gives COMPOSED.
-    def assembled(engine, plan, built, base, context, layers, run, labels, on_line):
+    def assembled(engine, plan, built, base, context, layers, key, run, labels, on_line, reuse=False):
         assert built == BUILT and (context.directory / "Dockerfile").is_file()
         engine.images[COMPOSED] = COMPOSED
-        engine.discard_untagged(built)  # as the real one does
+        engine.images[records.hold_tag(run)] = COMPOSED  # loaded with the run's hold, as the real one is
         return Assembled(COMPOSED, b"{}", OLD, (), (), ()), "{}"
 
     monkeypatch.setattr(pipeline, "_assemble", assembled)
@@ -64,7 +65,7 @@ def test_the_tag_moves_only_after_the_smoke_test_passed(engine, ngc_plan, monkey
         build_image(engine, plan)
     assert engine.images["team/triton:1"] == OLD and COMPOSED not in engine.images  # discarded
     assert engine.builds[0]["network_mode"] == "none"
-    assert set(engine.builds[0]["buildargs"]) == {"COMPOSER_RUN", "SOURCE_DATE_EPOCH"}
+    assert set(engine.builds[0]["buildargs"]) == {"SOURCE_DATE_EPOCH"}  # the stages' key is in the Dockerfile
 
     monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: _report(True))
     result = build_image(engine, plan)
@@ -80,7 +81,8 @@ def test_ctrl_c_during_the_smoke_test_leaves_no_image_and_every_tag(engine, ngc_
     monkeypatch.setattr(pipeline, "smoke_test", interrupted)
     with pytest.raises(KeyboardInterrupt):
         build_image(engine, ngc_plan("python", tag="team/triton:1"))
-    assert engine.images == {"team/triton:1": OLD}
+    # the new image and the run's hold are gone; the engine's own image stays, as build cache
+    assert {ref: image for ref, image in engine.images.items() if image != BUILT} == {"team/triton:1": OLD}
 
 
 def test_resolution_from_the_release_or_the_full_image():
@@ -217,7 +219,7 @@ def test_a_cleanup_the_engine_fails_keeps_the_runs_record_but_never_its_folders(
         raise EngineError("cannot list images: image not known")
 
     engine.build = failed
-    monkeypatch.setattr(pipeline, "_remove_run_images", no_cleanup)
+    monkeypatch.setattr(pipeline, "remove_run", no_cleanup)
     with pytest.raises(EngineError):
         build_image(engine, ngc_plan("python", tag="team/triton:1"))
     assert len(made) == 2 and not any(folder.exists() for folder in made)

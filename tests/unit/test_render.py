@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from composer.assembly.pruning import base_key
-from composer.render.render import render_dockerfile, render_pruned_base, write_context
+from composer.render.render import composition_key, render_dockerfile, render_pruned_base, write_context
+from composer.resolve.plan_types import STAGE_LABEL
 from composer.verify.sbom import SBOM_PATH, parse_facts, version_labels
 from tests.unit.fake_engine import recorded_facts
 
@@ -141,19 +142,39 @@ def test_each_script_copied_into_a_stage_has_the_siblings_it_imports(ngc_plan, t
             assert all((folder / name).is_file() for name in held), (folder, held)
 
 
-def test_a_build_writes_its_run_into_the_labels_of_its_stages_and_only_there(ngc_plan, tmp_path):
-    # buildah (Podman) caches a LABEL step by its text: with ${COMPOSER_RUN} two runs at once shared,
-    # and removed, each other's stages. The pruned base's files stay the same, so its key does.
+def test_a_build_writes_its_key_into_the_labels_of_its_stages_last(ngc_plan, tmp_path):
+    # buildah (Podman) caches a LABEL step by its text: with ${COMPOSER_KEY} a build of other inputs
+    # would find the stage of the last. Each label is its stage's last step, so the steps before it
+    # are shared by every build of the same inputs; the pruned base's files stay the same.
     plan = ngc_plan("python", "onnxruntime", base="pruned")
     rendered = write_context(plan, tmp_path / "render")
-    built = write_context(plan, tmp_path / "run", run="0123456789abcdef")
+    built = write_context(plan, tmp_path / "run", key="0123456789abcdef")
     text = (built.directory / "Dockerfile").read_text()
-    labels = [line for line in text.splitlines() if line.startswith("LABEL org.triton-composer.stage")]
-    owned = [line for line in labels if line != 'LABEL org.triton-composer.stage="proof"']  # a marker, no run
-    assert len(owned) >= 3 and all(line.endswith(' 0123456789abcdef"') for line in owned), labels
-    assert "${COMPOSER_RUN}" not in text.replace("ARG COMPOSER_RUN=render", "")
-    assert text.replace("0123456789abcdef", "${COMPOSER_RUN}") == (rendered.directory / "Dockerfile").read_text()
+    labels = [line for line in text.splitlines() if line.startswith(f"LABEL {STAGE_LABEL}")]
+    assert len(labels) >= 4 and all(line.endswith(' 0123456789abcdef"') for line in labels), labels
+    assert "org.triton-composer.run" not in text  # no step names the run: another run's build reuses each
+    for stage in text.split("\nFROM ")[1:]:
+        steps = [line for line in stage.splitlines() if line and not line.startswith(("#", "ARG", "    "))]
+        if any(line.startswith(f"LABEL {STAGE_LABEL}") for line in steps):
+            assert steps[-1].startswith(f"LABEL {STAGE_LABEL}"), stage  # its last step
+    assert "${COMPOSER_KEY}" not in text
+    assert text.replace("0123456789abcdef", "${COMPOSER_KEY}") == (rendered.directory / "Dockerfile").read_text()
     assert base_key(plan, rendered.pruned_base) == base_key(plan, built.pruned_base)
+
+
+def test_the_composition_key_names_every_input(ngc_plan, tmp_path):
+    plan = ngc_plan("python", "onnxruntime")
+    inputs = {"full": "sha256:1", "epoch": 1}
+    key = composition_key(plan, inputs)
+    assert key == composition_key(plan, dict(inputs)) and len(key) == 16
+    assert key != composition_key(plan, {**inputs, "epoch": 2})
+    assert key != composition_key(ngc_plan("python"), inputs)
+    repo = tmp_path / "repo"
+    (repo / "affine" / "1").mkdir(parents=True)
+    (repo / "affine" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n')
+    baked = composition_key(ngc_plan("onnxruntime", bake_models=repo), inputs)
+    (repo / "affine" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 2\n')
+    assert baked != composition_key(ngc_plan("onnxruntime", bake_models=repo), inputs)  # models by content
 
 
 def test_only_selected_backends_are_copied(ngc_plan):
@@ -214,7 +235,7 @@ def test_packages_render_from_a_wheelhouse_without_secrets(ngc_plan, tmp_path):
     # No build argument could carry a secret: the only ones are the build's name and its epoch.
     assert "FROM collect AS packages" in text
     assert {line.split("=")[0] for line in text.splitlines() if line.startswith("ARG ")} <= {
-        "ARG COMPOSER_RUN", "ARG SOURCE_DATE_EPOCH"}
+        "ARG COMPOSER_KEY", "ARG SOURCE_DATE_EPOCH"}
     assert '"python3", "/composer/packages/wheelhouse/pip-24.2-py3-none-any.whl/pip", "install"' in text
     assert '"--no-index", "--find-links", "/composer/packages/wheelhouse"' in text
     assert "COPY --from=packages /composer/site-packages /usr/local/lib/python3.10/dist-packages" in text
@@ -270,7 +291,7 @@ def test_baked_models_are_the_last_layer_and_served_by_default(ngc_plan, tmp_pat
     text = context.dockerfile.read_text()
     steps = [line for line in text.splitlines() if line.startswith(("COPY", "RUN"))]
     assert steps[-1] == "COPY --chown=1000:1000 models/ /models/"  # after every Triton layer
-    assert text.rstrip().endswith('CMD ["tritonserver", "--model-repository=/models"]')
+    assert 'CMD ["tritonserver", "--model-repository=/models"]' in text.rstrip().splitlines()[-3:]
     assert "ENTRYPOINT" not in text  # the min image's (NGC's) entrypoint stays
     assert (context.directory / "models" / "affine" / "config.pbtxt").is_file()
     assert (context.directory / "models" / "affine" / "smoke_cases.json").is_file()

@@ -52,10 +52,12 @@ def engine(monkeypatch, tmp_path):
     )
     monkeypatch.setattr(cli, "_engine", lambda: engine)
 
-    def assembled(engine, plan, built, base, context, layers, run, labels, on_line):  # tested on its own
+    def assembled(engine, plan, built, base, context, layers, key, run, labels, on_line, reuse=False):  # tested alone
+        from composer.assembly import records
         from composer.assembly.assemble import Assembled
 
         engine.images[COMPOSED] = COMPOSED
+        engine.images[records.hold_tag(run)] = COMPOSED
         return Assembled(COMPOSED, b"{}", "", (), (), ()), "{}"
 
     monkeypatch.setattr("composer.pipeline._assemble", assembled)

@@ -17,11 +17,11 @@ COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
 COPY collect.py probe.py elfdeps.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "--python-out", "/composer/python-rootfs", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
 
-# What the image copies of collect's work, marked for composer build to read (the mark is this
-# build's own: stages built FROM collect are not, so they stay shared in the build cache).
+# What the image copies of collect's work, marked for composer build to read (the mark names what
+# the composition is made of; the steps before it are shared by every build of the same inputs).
 FROM collect AS collected
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="collected ${COMPOSER_RUN}"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="collected ${COMPOSER_KEY}"
 
 # The pruned base (--base pruned): prune.py decides, from the min image's dpkg database and the
 # files of the full image (a superset of the min image's), which packages and files of the min
@@ -29,21 +29,17 @@ LABEL org.triton-composer.stage-of="collected ${COMPOSER_RUN}"
 # only those, is built by pruned-base/Dockerfile and passed in as PRUNED_BASE (composer build makes
 # it once per min image and selection, and reuses it); its decide stage is this one.
 FROM collect AS decide
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage="decide ${COMPOSER_RUN}"
 COPY --from=min /var/lib/dpkg /composer/min-dpkg
 COPY prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="decide ${COMPOSER_RUN}"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="decide ${COMPOSER_KEY}"
 
 FROM ${PRUNED_BASE} AS composed-files
 ENV \
     PATH="/usr/local/cuda/bin:/usr/bin:/bin" \
     NVIDIA_REQUIRE_CUDA="cuda>=9.0"
 ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.run="${COMPOSER_RUN}"
 USER root
 COPY --from=decide /composer/prune/pruned.json /opt/tritonserver/pruned.json
 COPY --chown=1000:1000 --from=full /opt/tritonserver/bin /opt/tritonserver/bin
@@ -55,7 +51,6 @@ COPY --from=collected /composer/rootfs/ /
 COPY --from=collected /composer/python-rootfs/ /
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/python /opt/tritonserver/backends/python
-COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
 COPY --from=full /opt/nvidia/entrypoint.d/ /opt/nvidia/entrypoint.d/
 
 # What the image's own tools write over the copied files: the loader's cache of the copied
@@ -68,11 +63,12 @@ FROM composed-files AS system
 ARG SOURCE_DATE_EPOCH=0
 COPY system.sh /composer-system/
 RUN ["/bin/sh", "/composer-system/system.sh", "/composer-system/tree", "--cuda-compat", "--byte-code", "/opt/tritonserver/backends"]
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="system ${COMPOSER_RUN}"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="system ${COMPOSER_KEY}"
 
 FROM composed-files AS composed
 COPY --from=system /composer-system/tree/ /
+COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
 ENV \
     TRITON_SERVER_VERSION="2.50.0" \
     NVIDIA_TRITON_SERVER_VERSION="24.09" \
@@ -98,6 +94,8 @@ LABEL \
     org.triton-composer.full-image="nvcr.io/nvidia/tritonserver:24.09-py3" \
     org.triton-composer.release="24.09" \
     org.triton-composer.version="0.1.0"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="composed ${COMPOSER_KEY}"
 
 # The proof, before the tag moves: the image's own loader resolves every NEEDED entry of every ELF
 # file in its library folders and /opt/tritonserver, and every library the selection loads by name at run
@@ -108,8 +106,8 @@ LABEL org.triton-composer.stage="proof"
 COPY prove.sh /composer-proof/
 COPY --from=decide /composer/prune/required.txt /composer/prune/unresolved.txt /composer-proof/
 RUN ["/bin/sh", "/composer-proof/prove.sh", "/composer-proof/required.txt", "/composer-proof/proved.txt"]
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="proof ${COMPOSER_RUN}"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="proof ${COMPOSER_KEY}"
 
 FROM composed
 COPY --from=proof /composer-proof/proved.txt /opt/tritonserver/proved.txt

@@ -14,15 +14,13 @@ COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
 COPY collect.py probe.py elfdeps.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "--python-out", "/composer/python-rootfs", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
 
-# What the image copies of collect's work, marked for composer build to read (the mark is this
-# build's own: stages built FROM collect are not, so they stay shared in the build cache).
+# What the image copies of collect's work, marked for composer build to read (the mark names what
+# the composition is made of; the steps before it are shared by every build of the same inputs).
 FROM collect AS collected
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="collected ${COMPOSER_RUN}"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="collected ${COMPOSER_KEY}"
 
 FROM min AS composed-files
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.run="${COMPOSER_RUN}"
 USER root
 COPY --chown=1000:1000 --from=full /opt/tritonserver/bin /opt/tritonserver/bin
 COPY --chown=1000:1000 --from=full /opt/tritonserver/lib /opt/tritonserver/lib
@@ -33,7 +31,6 @@ COPY --from=collected /composer/rootfs/ /
 COPY --from=collected /composer/python-rootfs/ /
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/python /opt/tritonserver/backends/python
-COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
 COPY --from=full /opt/nvidia/entrypoint.d/ /opt/nvidia/entrypoint.d/
 
 # What the image's own tools write over the copied files: the loader's cache of the copied
@@ -46,11 +43,12 @@ FROM composed-files AS system
 ARG SOURCE_DATE_EPOCH=0
 COPY system.sh /composer-system/
 RUN ["/bin/sh", "/composer-system/system.sh", "/composer-system/tree", "--cuda-compat", "--byte-code", "/opt/tritonserver/backends"]
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="system ${COMPOSER_RUN}"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="system ${COMPOSER_KEY}"
 
 FROM composed-files AS composed
 COPY --from=system /composer-system/tree/ /
+COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
 ENV \
     TRITON_SERVER_VERSION="2.50.0" \
     NVIDIA_TRITON_SERVER_VERSION="24.09" \
@@ -76,3 +74,5 @@ LABEL \
     org.triton-composer.full-image="nvcr.io/nvidia/tritonserver:24.09-py3" \
     org.triton-composer.release="24.09" \
     org.triton-composer.version="0.1.0"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="composed ${COMPOSER_KEY}"

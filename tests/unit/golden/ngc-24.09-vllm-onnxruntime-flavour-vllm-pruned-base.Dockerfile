@@ -21,8 +21,6 @@ RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld
 
 
 FROM min AS decide
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage="decide ${COMPOSER_RUN}"
 USER root
 COPY --from=collect /composer/rootfs/ /
 COPY --from=collect /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime

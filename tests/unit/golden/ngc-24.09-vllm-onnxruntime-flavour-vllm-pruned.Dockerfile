@@ -17,11 +17,11 @@ COPY --from=min /etc/ld.so.cache /composer/min-ld.so.cache
 COPY collect.py probe.py elfdeps.py /composer/
 RUN ["python3", "/composer/collect.py", "--root", "/opt/tritonserver", "--min-ld-cache", "/composer/min-ld.so.cache", "--out", "/composer/rootfs", "backends/onnxruntime"]
 
-# What the image copies of collect's work, marked for composer build to read (the mark is this
-# build's own: stages built FROM collect are not, so they stay shared in the build cache).
+# What the image copies of collect's work, marked for composer build to read (the mark names what
+# the composition is made of; the steps before it are shared by every build of the same inputs).
 FROM collect AS collected
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="collected ${COMPOSER_RUN}"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="collected ${COMPOSER_KEY}"
 
 # The pruned base (--base pruned): prune.py decides, from the min image's dpkg database and the
 # files of the full image (a superset of the min image's), which packages and files of the min
@@ -30,29 +30,24 @@ LABEL org.triton-composer.stage-of="collected ${COMPOSER_RUN}"
 # it once per min image and selection, and reuses it); its decide stage is this one.
 
 FROM min AS decide
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage="decide ${COMPOSER_RUN}"
 USER root
 COPY --from=collect /composer/rootfs/ /
 COPY --from=collect /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
 COPY --from=min /var/lib/dpkg /composer/min-dpkg
 COPY collect.py probe.py elfdeps.py prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "--python", "bin", "lib", "backends/python", "backends/vllm", "backends/onnxruntime"]
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="decide ${COMPOSER_RUN}"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="decide ${COMPOSER_KEY}"
 
 FROM ${PRUNED_BASE} AS composed-files
 ENV \
     PATH="/usr/local/cuda/bin:/usr/bin:/bin" \
     NVIDIA_REQUIRE_CUDA="cuda>=9.0"
 ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh"]
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.run="${COMPOSER_RUN}"
 USER root
 COPY --from=decide /composer/prune/pruned.json /opt/tritonserver/pruned.json
 COPY --from=collected /composer/rootfs/ /
 COPY --chown=1000:1000 --from=full /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backends/onnxruntime
-COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
 
 # What the image's own tools write over the copied files: the loader's cache of the copied
 # libraries, the server's user as NGC images have it (from 24.11 NGC first removes the user
@@ -63,11 +58,12 @@ FROM composed-files AS system
 ARG SOURCE_DATE_EPOCH=0
 COPY system.sh /composer-system/
 RUN ["/bin/sh", "/composer-system/system.sh", "/composer-system/tree", "--byte-code", "/opt/tritonserver/backends"]
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="system ${COMPOSER_RUN}"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="system ${COMPOSER_KEY}"
 
 FROM composed-files AS composed
 COPY --from=system /composer-system/tree/ /
+COPY --chown=1000:1000 composition.json /opt/tritonserver/composition.json
 ENV \
     TRITON_SERVER_VERSION="2.50.0" \
     NVIDIA_TRITON_SERVER_VERSION="24.09" \
@@ -93,6 +89,8 @@ LABEL \
     org.triton-composer.full-image="localhost/standin-ngc/tritonserver:24.09-py3" \
     org.triton-composer.release="24.09" \
     org.triton-composer.version="0.1.0"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="composed ${COMPOSER_KEY}"
 
 # The proof, before the tag moves: the image's own loader resolves every NEEDED entry of every ELF
 # file in its library folders and /opt/tritonserver, and every library the selection loads by name at run
@@ -106,8 +104,8 @@ COPY --from=decide /composer/prune/required.txt /composer/prune/unresolved.txt /
 # the kept python code imports import in the image's python.
 COPY --from=decide /composer/prune/python/ /composer-proof/python/
 RUN ["/bin/sh", "/composer-proof/prove.sh", "/composer-proof/required.txt", "/composer-proof/proved.txt"]
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage-of="proof ${COMPOSER_RUN}"
+ARG COMPOSER_KEY=render
+LABEL org.triton-composer.cached-stage="proof ${COMPOSER_KEY}"
 
 FROM composed
 COPY --from=proof /composer-proof/proved.txt /opt/tritonserver/proved.txt

@@ -1,0 +1,84 @@
+"""Layers the engine holds already are not written again: a partial rebuild.
+
+A part's layer is a function of what it copies and where from (a stage's layers, a base image's
+id), the owner and the epoch (composer.assembly.canonical): its key. The layer that key gave once
+is recorded (its diff id and sizes); when the engine holds an image whose layers start with the
+same base and the same layers up to this one, the engine holds that whole chain, and the archive
+the composer loads may leave the layer's bytes out (the engine loads a layer it lacks only:
+interface.Engine.loads_partial_archives). So a new pin rewrites the packages layer and those
+after it, not the server core or the backends. Parts read from the build context are always
+written (their files are on this machine, cheap to read, and not named by any image).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from composer.assembly.canonical import LayerFile
+from composer.engine import locks
+from composer.engine.interface import Engine
+from composer.resolve.plan_types import BACKENDS_LABEL, FROM_CONTEXT, LayerPart
+
+FORMAT = 1
+
+
+def part_key(engine: Engine, part: LayerPart, image: str | None, epoch: int) -> str | None:
+    """What `part`'s layer is made of; None for a part of the build context (always written)."""
+    if part.source == FROM_CONTEXT or image is None:
+        return None
+    info = engine.image(image)
+    if info is None or not info.layers:
+        return None
+    what = {"format": FORMAT, "kind": part.kind, "name": part.name, "owner": part.owner, "epoch": epoch,
+            "copies": [[c.source, c.dest, c.contents] for c in part.copies], "from": list(info.layers)}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+def _path(key: str) -> Path:
+    return locks.state_dir() / "layers" / f"{key[:40]}.json"
+
+
+def recorded(key: str | None) -> dict | None:
+    if key is None:
+        return None
+    try:
+        record = json.loads(_path(key).read_text())
+        return record if record.get("format") == FORMAT else None
+    except (OSError, ValueError):
+        return None
+
+
+def save(key: str | None, layer: LayerFile) -> None:
+    if key is None:
+        return
+    path = _path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps({"format": FORMAT, "diff_id": layer.diff_id, "size": layer.size,
+                                     "content_bytes": layer.content_bytes}))
+    os.replace(temporary, path)
+
+
+@dataclass
+class Chains:
+    """The layer chains the engine's composed images hold (each image's diff ids, bottom first)."""
+
+    held: set[tuple[str, ...]]
+
+    @classmethod
+    def on(cls, engine: Engine) -> "Chains":
+        held: set[tuple[str, ...]] = set()
+        if not engine.loads_partial_archives:
+            return cls(held)  # every layer goes into the archive anyway
+        for image in engine.images_labelled(BACKENDS_LABEL):
+            info = engine.image(image)
+            if info is not None:
+                held.update(tuple(info.layers[:n]) for n in range(1, len(info.layers) + 1))
+        return cls(held)
+
+    def holds(self, chain: tuple[str, ...]) -> bool:
+        return chain in self.held
