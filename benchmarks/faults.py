@@ -69,10 +69,10 @@ NGC_SOURCE = "localhost/standin-ngc"
 SMALL_SOURCE = "localhost/standin"
 BENCH_KEY = "triton-composer.bench"  # the user label the benchmark gives its builds
 # Label keys the composer puts on what it leaves on an engine (stages, run images, pruned-base stages).
-COMPOSER_KEYS = ("org.triton-composer.stage-of", "org.triton-composer.run", "org.triton-composer.stage")
+COMPOSER_KEYS = ("org.triton-composer.run", "org.triton-composer.stage")  # cached stages are build cache, by content
 PRUNED_REPO = "triton-composer/pruned-base"
 NEEDED = {NGC_SOURCE: 25e9, SMALL_SOURCE: 5e9}
-GROUPS = ("interrupts", "registry", "engine", "mirror", "concurrency")
+GROUPS = ("interrupts", "registry", "engine", "mirror", "concurrency", "races")
 RUN_LINE = re.compile(r"\(run ([0-9a-f]{16}):")  # the build's progress names its run id
 
 
@@ -106,8 +106,10 @@ def _left_by(client, run: str | None, tmp: Path) -> list[str]:
                 value = (image.get("Labels") or {}).get(key, "")
                 if value == run or value.endswith(f" {run}"):
                     left.append(f"image {image['Id'][:19]} ({key}={value})")
-        for container in client.api.containers(all=True, filters={"label": f"{COMPOSER_KEYS[1]}={run}"}):
+        for container in client.api.containers(all=True, filters={"label": f"org.triton-composer.run={run}"}):
             left.append(f"container {container['Id'][:12]}")
+        for image in client.api.images():  # its hold on the image it made
+            left += [f"hold {tag}" for tag in image.get("RepoTags") or [] if tag.endswith(f"triton-composer/hold:{run}")]
     left += [f"temp {p}" for p in sorted(tmp.iterdir())] if tmp.exists() else []
     return sorted(set(left))
 
@@ -523,6 +525,41 @@ def concurrency(client, source: str, log) -> dict:
     return figures
 
 
+def races(client, rounds: int, log) -> dict:
+    """Issue 44: three builds at once on one engine (two of one pruned selection, one on the min
+    base, small stand-ins), `rounds` times: their tags removed between rounds (each round composes
+    again, two runs loading the very same image id at once), the build cache cleared before every
+    fourth round (those rounds build their stages at once too). Every run must pass and leave no
+    hold, no run record and no run-labelled image."""
+    selections = [("-b", "identity", "-b", "python", "--base", "pruned")] * 2 + [("-b", "python")]
+    tags = [f"triton-composer-bench/races:{i}" for i in range(3)]
+    failures, leftovers, seconds = [], [], []
+    bases_before = _bases(client)
+    for round_ in range(rounds):
+        if round_ % 4 == 0:
+            subprocess.run([sys.executable, "-m", "composer", "cache", "clear"], cwd=ROOT, capture_output=True)
+        started = time.monotonic()
+        processes = [subprocess.Popen([sys.executable, "-m", "composer", "build", "--registry", SMALL_SOURCE,
+                                       "--version", "24.09", *selection, "--tag", tag, "--label", f"{BENCH_KEY}=races"],
+                                      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                     for selection, tag in zip(selections, tags)]
+        outputs = [process.communicate()[0] for process in processes]
+        seconds.append(time.monotonic() - started)
+        for index, (process, output) in enumerate(zip(processes, outputs)):
+            if process.returncode != 0:
+                failures.append(f"round {round_ + 1}, build {index + 1}: " + (output.strip().splitlines() or ["?"])[-1])
+        holds = [t for image in client.api.images() for t in image.get("RepoTags") or [] if "triton-composer/hold:" in t]
+        runs = client.api.images(filters={"label": "org.triton-composer.run", "dangling": True})
+        leftovers += [f"round {round_ + 1}: hold {h}" for h in holds]
+        leftovers += [f"round {round_ + 1}: run-labelled image {i['Id'][:19]}" for i in runs]
+        log(f"   round {round_ + 1}: {seconds[-1]:.0f} s, exits {[p.returncode for p in processes]}")
+        for tag in tags:
+            _untag(client, tag)
+    _remove_new_bases(client, bases_before)
+    return {"rounds": rounds, "failures": failures, "leftovers": leftovers,
+            "median_seconds": round(sorted(seconds)[len(seconds) // 2], 1) if seconds else None}
+
+
 def _bases(client) -> set[str]:
     return {name for image in client.api.images(PRUNED_REPO) for name in (image.get("RepoTags") or ()) if name.startswith(PRUNED_REPO + ":")}
 
@@ -562,6 +599,7 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(GROUPS), help=f"comma-separated: {', '.join(GROUPS)}")
     parser.add_argument("--json", metavar="FILE", help="write the rows and figures as JSON too")
     parser.add_argument("--quiet", action="store_true", help="no command output, only the rows")
+    parser.add_argument("--rounds", type=int, default=20, help="rounds of the races group (three builds at once)")
     args = parser.parse_args()
     groups = [g.strip() for g in args.only.split(",") if g.strip()]
     unknown = sorted(set(groups) - set(GROUPS))
@@ -596,6 +634,8 @@ def main() -> int:
             rows += mirror_rows(client, scratch, log)
         if "concurrency" in groups:
             figures["concurrency"] = concurrency(client, args.source, log)
+        if "races" in groups:
+            figures["races"] = races(client, args.rounds, log)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         _remove_new_bases(client, bases_before)
@@ -611,9 +651,16 @@ def main() -> int:
         c = figures["concurrency"]
         print(f"three builds at once: {c['concurrent']['seconds']} s against {c['sequential']['seconds']} s one after "
               f"another: {c['ratio']}x (goal <= 1.1); exits {c['concurrent']['exits']}, tags {c['concurrent']['tagged']}")
+    if "races" in figures:
+        r = figures["races"]
+        print(f"three builds at once (two of one selection), {r['rounds']} rounds: {len(r['failures'])} failed runs, "
+              f"{len(r['leftovers'])} leftovers; median round {r['median_seconds']} s")
+        for line in r["failures"] + r["leftovers"]:
+            print(f"  {line}")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": [asdict(r) for r in rows], **figures}, indent=1))
-    return 0 if all(r.clean for r in rows) else 1
+    raced = figures.get("races") or {"failures": [], "leftovers": []}
+    return 0 if all(r.clean for r in rows) and not raced["failures"] and not raced["leftovers"] else 1
 
 
 if __name__ == "__main__":

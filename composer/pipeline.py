@@ -229,7 +229,7 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
     base = assembled = None
     try:
         context: BuildContext = write_context(plan, workdir, key)
-        on_line(f"build context: {context.directory} (key {key}: the stages it reads carry {STAGE_LABEL}=<stage> {key})")
+        on_line(f"build context: {context.directory} (run {run}: the stages it reads carry {STAGE_LABEL}=<stage> {key})")
         if check_space:
             to_make = context.pruned_base is not None and not pruned_base_made(engine, plan, context.pruned_base)
             on_line(space.check(engine, space.estimate(engine, plan, contents, context.directory, to_make)))

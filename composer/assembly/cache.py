@@ -414,7 +414,6 @@ def remove_run(engine, run: str) -> tuple[int, int]:
     """Remove what `run` left on the engine: its containers, its untagged images (run-labelled,
     leaves first) and its stage images. (images, containers) removed."""
     containers = _remove_containers(engine, run)
-    records.release(engine, run)  # its hold on an image (the image goes with it if nothing else names it)
     images = remove_stages(engine, lambda owner: owner == run)
     removed = 0
     before: list[str] | None = None
@@ -439,6 +438,7 @@ def remove_dead_runs(engine, on_line: LineSink = quiet) -> int:
             continue
         try:
             images, removed = remove_run(engine, record.run)
+            records.release(engine, record.run)  # its hold: the image goes with it if nothing else names it
         except ComposerError as error:
             on_line(f"note: cannot remove what run {record.run} left: {error.message}")
             continue

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from composer.assembly.records import hold_tag
 from composer.resolve.plan_types import RUN_LABEL, STAGE_LABEL
 from composer.verify.smoke import SMOKE_LABEL
 from tests.conftest import TEST_RUN
@@ -118,6 +119,8 @@ def _left_by(engine, build: Build) -> list[str]:
             info = engine.image(image)
             if info is not None and info.labels.get(STAGE_LABEL, "").endswith(f" {run}"):
                 left.append(f"image {image[:19]} ({STAGE_LABEL} of run {run})")
+        if engine.image(hold_tag(run)) is not None:  # its hold on the image it made
+            left.append(f"hold {hold_tag(run)}")
     for line in build.lines:  # a build step's container: the engine removes it when it cancels the build
         found = re.search(r"---> Running in ([0-9a-f]{12})", line)
         if found and engine._api.containers(all=True, filters={"id": found.group(1)}):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from composer.assembly import records
 from composer.assembly.cache import clear
 from composer.assembly.pruning import STAGE_LABEL, run_of
 from composer.engine.interface import Engine
@@ -139,9 +140,39 @@ def test_three_builds_at_once_pass_with_their_tags_and_the_pruned_base_is_made_o
 def test_every_run_removed_its_own_stages_and_left_its_record_behind_none(engine, three, state):
     assert len(three["runs"]) == 3, three["runs"]  # each run was on record while it worked
     assert not list((state / "runs").glob("*.json"))  # and took its record away at the end
+    assert _holds(engine) == []  # and its hold on the image it made: the tag holds it now
     left = {image: run for image, run in _runs_of(engine).items()
             if image not in three["before"] and run in three["runs"]}
     assert left == {}, left
+
+
+def _holds(engine: Engine) -> list[str]:
+    return [name for name in engine.image_names() if records.is_hold(name)]
+
+
+def test_three_builds_at_once_again_and_again_pass_share_their_stages_and_hold_nothing_after(engine, three, state):
+    """Issue 44: the same three at once, twice more, their images removed between rounds so each
+    round composes again from the build cache the first round left: two runs of one selection load
+    the very same image id at once, and a run's end (or a discard) never takes an image another run
+    holds. Nothing of a run stays: no hold, no record, no run-labelled image."""
+    started = time.monotonic()
+    assert _holds(engine) == [] and not list((state / "runs").glob("*.json"))
+    ids = {name: three["results"][name]["image_id"] for name in "abc"}
+    for round_ in range(2):
+        for tag in three["tags"].values():
+            engine.remove_image(tag, force=True)
+        runs = {name: _start(state, "build", *SMALL, *(("-b", "identity", "--base", "pruned") if name != "c" else ()),
+                             "--tag", three["tags"][name], "--json") for name in "abc"}
+        outputs = {name: process.communicate(timeout=1800) for name, process in runs.items()}
+        for name, process in runs.items():
+            assert process.returncode == 0, (round_, name, outputs[name][1][-3000:])
+            result = image_json(outputs[name][0])
+            assert result["image_id"] == ids[name], (round_, name)  # the same inputs, the same image
+            assert result["smoke_test"]["recorded_at"], (round_, name)  # its PASS recorded by the first round
+        assert _holds(engine) == [], round_
+        assert not list((state / "runs").glob("*.json")), round_
+        assert {i: r for i, r in _runs_of(engine).items() if i not in three["before"] and r is not None} == {}
+    TIMES["three at once, twice more"] = time.monotonic() - started
 
 
 def test_cache_list_shows_the_pruned_base_and_clear_never_takes_a_tagged_image(engine, three, state):
@@ -155,8 +186,12 @@ def test_cache_list_shows_the_pruned_base_and_clear_never_takes_a_tagged_image(e
     assert entry["kind"] == "pruned base" and base["tag"] in entry["tags"] and entry["size"] > 0
     assert set(entry["used_by"]) >= {three["tags"]["a"], three["tags"]["b"]}
     assert three["tags"]["c"] not in entry["used_by"] and entry["last_used"]
+    cached = [e for e in entries.values() if e["kind"] == "cached stage"]  # the build cache the three share
+    assert cached and all(e["key"] and e["unique_size"] is not None for e in cached), cached
+    # Clear in the state the other tests' builds use (the default): their builds at work hold the build cache.
+    default = {k: v for k, v in os.environ.items() if k != "COMPOSER_STATE_DIR"}
     cleared = subprocess.run([sys.executable, "-m", "composer", "cache", "clear", "--json"], capture_output=True,
-                             text=True, env=_env(state), timeout=600)
+                             text=True, env=default, timeout=600)
     assert cleared.returncode == 0, cleared.stderr
     for tag in [*three["tags"].values(), base["tag"]]:
         assert engine.image(tag) is not None, tag
