@@ -54,7 +54,8 @@ from composer.sources.bundle import ReadBundle, open_bundle
 from composer.sources.lock import verify_lock
 from composer.registry.client import Registries
 from composer.registry.retries import retry_policy
-from composer.publish.image_push import image_manifest, own_layers, push_assembled
+from composer.publish.image_push import (image_manifest, own_layers, push_again, push_assembled, pushed_before,
+                                        record_push)
 from composer.publish.blobs import compressor_id
 from composer.publish.provenance import SLSA_PROVENANCE, Made, is_wheel, now, statement, wheel_dependencies
 from composer.publish.verify import VerificationFailed, config_of, provenance_of
@@ -121,6 +122,7 @@ def build_image(
     check_space: bool = True,
     cache: bool = True,
     smoke_always: bool = False,
+    reuse_when=None,
 ) -> BuildResult:
     """Build the plan; tag the image only once its smoke test (with plan.smoke's settings) passed.
 
@@ -133,7 +135,8 @@ def build_image(
     A failed build or smoke test leaves the tag where it was: the run's hold on the new image goes,
     and the image with it unless another run holds it. `labels` mark what the build and smoke test
     leave on the engine (tests use them to sweep); `layers_dir` keeps the image's own layers for a
-    push after (so the image is written, not taken from the record); `tag` False leaves every tag
+    push after (so the image is written, not taken from the record, unless `reuse_when(image id)`
+    says its layers are not needed: pushed before, composer.publish.image_push); `tag` False leaves every tag
     alone (a rebuild that only compares). `contents` (the probe's) sizes the parts for the disk check
     (composer.assembly.space), which `check_space` False skips.
     """
@@ -149,7 +152,8 @@ def build_image(
         key = composition_key(plan, {"full": plan.full.id or plan.full.ref, "min": plan.min.id or plan.min.ref,
                                      "backend_images": [f.image.id or f.image.ref for f in plan.foreign_backends],
                                      "epoch": plan.epoch, "labels": dict(labels or {}), "composer": __version__})
-        found = records.find(engine, key, run) if cache and layers_dir is None else None
+        reusable = (lambda image_id: True) if layers_dir is None else reuse_when
+        found = records.find(engine, key, run, reusable) if cache and reusable is not None else None
         try:
             if found is not None:
                 image_id, sbom, assembled = found.image_id, found.sbom, None
@@ -419,11 +423,12 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
     with contextlib.ExitStack() as stack:
         # The image's own layers stay on this machine until the composer pushed them.
         layers = Path(stack.enter_context(locks.temporary_folder("layers"))) if mine else None
-        built = build_image(engine, plan, labels=dict(run.labels or {}), on_line=run.on_line,
-                            on_engine_line=run.on_build_line or run.on_line,
-                            on_smoke_line=run.on_line, layers_dir=layers, contents=resolved.contents,
-                            check_space=result.space_check, cache=result.cache,
-                            smoke_always=result.smoke_mode == "always")
+        compression = result.layer_compression
+        options = dict(labels=dict(run.labels or {}), on_line=run.on_line, on_engine_line=run.on_build_line or run.on_line,
+                       on_smoke_line=run.on_line, contents=resolved.contents, check_space=result.space_check,
+                       smoke_always=result.smoke_mode == "always")
+        built = build_image(engine, plan, layers_dir=layers, cache=result.cache, **options,
+                            reuse_when=lambda image_id: pushed_before(image_id, compression, result.push))
         if result.sbom and built.sbom:
             try:  # checked before any work; checked again, as something may have taken the name since
                 write_file(check_output_file(result.sbom, "--sbom", is_sbom), built.sbom.encode())
@@ -436,9 +441,16 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
                                 retry_policy(spec.images, run.on_line))
         try:
             if mine:
-                folder = Path(stack.enter_context(locks.temporary_folder("blobs")))
-                digest = push_assembled(engine, built.assembled, result.push, registries,
-                                        compression=result.layer_compression, folder=folder, on_line=run.on_line).digest
+                again = None if built.assembled else push_again(built.image_id, compression, result.push, registries,
+                                                                 run.on_line)
+                if again is None and built.assembled is None:  # the registry lost a blob: the layers again
+                    built = build_image(engine, plan, layers_dir=layers, cache=result.cache, **options)
+                if again is None:
+                    folder = Path(stack.enter_context(locks.temporary_folder("blobs")))
+                    again = push_assembled(engine, built.assembled, result.push, registries, compression=compression,
+                                           folder=folder, on_line=run.on_line)
+                    record_push(built.image_id, compression, again)
+                digest = again.digest
             else:
                 run.on_line(f"pushing {result.push} through the engine")
                 digest = push_image(engine, built.tag, result.push, auth=run.registry_auth, on_line=run.on_line,

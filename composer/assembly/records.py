@@ -69,9 +69,9 @@ def save(engine: Engine, key: str, image_id: str, sbom: str, pruned_base: dict |
     os.replace(temporary, path)
 
 
-def find(engine: Engine, key: str, run: str) -> Recorded | None:
-    """The recorded image of `key`, now held by `run` (hold_tag); None when there is none or the
-    engine no longer has it (it is then built again)."""
+def find(engine: Engine, key: str, run: str, accept=lambda image_id: True) -> Recorded | None:
+    """The recorded image of `key` (one `accept` takes), now held by `run` (hold_tag); None when
+    there is none or the engine no longer has it (it is then built again)."""
     try:
         record = json.loads(_path(engine, key).read_text())
         if record.get("format") != FORMAT or record["engine"] != engine.identity() or record["key"] != key:
@@ -79,7 +79,7 @@ def find(engine: Engine, key: str, run: str) -> Recorded | None:
         found = Recorded(str(record["image"]), str(record["sbom"]), record.get("pruned_base"), float(record["made_at"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if engine.image(found.image_id) is None:
+    if not accept(found.image_id) or engine.image(found.image_id) is None:
         return None
     try:
         engine.tag(found.image_id, hold_tag(run))

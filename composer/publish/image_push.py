@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import tempfile
 import tarfile
 import threading
@@ -30,6 +31,7 @@ from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef
 from composer.core.units import human_size
 from composer.engine.archives import ChunkReader, may_be_layer
+from composer.engine import locks
 from composer.engine.interface import Engine
 from composer.publish.blobs import COMPRESSION_OF, MEDIA_TYPES, Blob, BlobCache, compress
 from composer.registry.blobs import VerifiedBlob
@@ -305,3 +307,51 @@ def _until(stop: threading.Event, chunks, what: str):
         if stop.is_set():
             raise RegistryError(f"{what}: stopped (another blob failed, or the push was interrupted)")
         yield chunk
+
+
+# -- an unchanged image pushed again ------------------------------------------------------------
+
+
+def _push_record(image_id: str, compression: str, ref: str) -> Path:
+    target = ImageRef.parse(ref)
+    key = hashlib.sha256(f"{image_id}\n{compression}\n{target.host}/{target.repository}".encode()).hexdigest()
+    return locks.state_dir() / "pushes" / f"{key[:40]}.json"
+
+
+def record_push(image_id: str, compression: str, pushed: Pushed) -> None:
+    """Keep the manifest a push put for this image, compression and repository: pushing the same
+    image there again (an unchanged rebuild) needs no layer written or compressed again."""
+    path = _push_record(image_id, compression, pushed.ref)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps({"image": image_id, "manifest": pushed.manifest.decode()}))
+    os.replace(temporary, path)
+
+
+def pushed_before(image_id: str, compression: str, ref: str) -> bool:
+    return _push_record(image_id, compression, ref).is_file()
+
+
+def push_again(image_id: str, compression: str, ref: str, registries: Registries,
+               on_line: LineSink = quiet) -> Pushed | None:
+    """Put the recorded manifest of `image_id` as `ref`, once the registry says it still holds every
+    blob it names; None when there is no record or a blob is gone (the image is then pushed whole)."""
+    try:
+        record = json.loads(_push_record(image_id, compression, ref).read_text())
+        manifest = record["manifest"].encode()
+        document = json.loads(manifest)
+    except (OSError, ValueError, KeyError):
+        return None
+    target = ImageRef.parse(ref)
+    api = registries.client(target.host)
+    blobs = [document["config"], *document["layers"]]
+    if any(api.blob_size(target.repository, blob["digest"]) is None for blob in blobs):
+        on_line(f"{target.host}/{target.repository} no longer holds every blob of the push before: pushing it whole")
+        return None
+    stored = api.put_manifest(target.repository, target.tag_or_latest, manifest, OCI_MANIFEST)
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    if stored != digest:
+        raise RegistryError(f"put {ref} ({digest}) but the registry stored {stored}")
+    size = sum(int(blob["size"]) for blob in blobs)
+    on_line(f"pushed {ref}@{digest}: the same image as before, every blob already there ({human_size(size)})")
+    return Pushed(ref, digest, manifest, 0, 0, size)

@@ -37,9 +37,9 @@ class BuildingEngine(FakeEngine):
         return BUILT
 
 
-def _report(passed: bool) -> SmokeReport:
+def _report(passed: bool, image: str = BUILT) -> SmokeReport:
     row = SmokeRow("python", "PASS" if passed else "FAIL", "correct answer" if passed else "wrong", "add_sub")
-    return SmokeReport(image=BUILT, rows=(row,), log_tail="")
+    return SmokeReport(image=image, rows=(row,), log_tail="")
 
 
 @pytest.fixture
@@ -225,3 +225,25 @@ def test_a_cleanup_the_engine_fails_keeps_the_runs_record_but_never_its_folders(
     assert len(made) == 2 and not any(folder.exists() for folder in made)
     assert [record.folders for record in locks.run_records()] == [()]  # the record stays, naming no folder
     assert str(made[0]).startswith(tempfile.gettempdir())
+
+
+def test_an_unchanged_build_takes_its_recorded_image_and_smoke_test_and_no_cache_does_neither(engine, ngc_plan,
+                                                                                          monkeypatch):
+    served = []
+    monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: served.append(a[1]) or _report(True, a[1]))
+    plan = ngc_plan("python", tag="team/triton:1")
+    first = build_image(engine, plan)
+    assert len(engine.builds) == 1 and served == [COMPOSED] and first.smoke.recorded_at is None
+    lines = []
+    again = build_image(engine, plan, on_line=lines.append)
+    assert len(engine.builds) == 1 and served == [COMPOSED]  # nothing built, nothing served again
+    assert again.image_id == COMPOSED and again.smoke.recorded_at and again.tag == "team/triton:1"
+    assert any(line.startswith("unchanged: ") for line in lines)
+    assert not [ref for ref in engine.images if records.is_hold(ref)]  # the run let go of its hold
+    build_image(engine, plan, smoke_always=True)
+    assert len(engine.builds) == 1 and served == [COMPOSED] * 2  # served again, not built again
+    build_image(engine, plan, cache=False)
+    assert len(engine.builds) == 2 and engine.builds[-1]["nocache"] and served == [COMPOSED] * 3
+    other = ngc_plan("python", tag="team/triton:1", labels=(("a", "b"),))  # another input: built again
+    build_image(engine, other)
+    assert len(engine.builds) == 3
