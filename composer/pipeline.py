@@ -147,7 +147,7 @@ def build_image(
         # which the next run removes), it holds the engine's build cache (no `cache clear` under it),
         # and its pruned base's use lock.
         held.enter_context(locks.run_record(run, engine_id))
-        held.enter_context(locks.using(engine_id, records.CACHE_LOCK))
+        held.enter_context(locks.using_host(engine_id, records.CACHE_LOCK))
         remove_dead_runs(engine, on_line)
         key = composition_key(plan, {"full": plan.full.id or plan.full.ref, "min": plan.min.id or plan.min.ref,
                                      "backend_images": [f.image.id or f.image.ref for f in plan.foreign_backends],

@@ -277,8 +277,8 @@ def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo,
     for index, part in enumerate(parts):
         said = part.name if part.name.split()[0] == part.kind else f"{part.kind} {part.name}"  # not "server server core"
         key = layer_reuse.part_key(engine, part, None if part.source == FROM_CONTEXT else sources.image_of(part.source),
-                                   epoch) if reuse else None
-        known = layer_reuse.recorded(key)
+                                   epoch)  # recorded whatever the build: the next one may reuse it
+        known = layer_reuse.recorded(key) if reuse else None
         if known and chains.holds((*base.layers, *(layer.diff_id for layer in layers), known["diff_id"])):
             on_line(f"layer {index + 1} of {len(parts) + len(extra)}: {said}: the engine holds it already")
             layers.append(LayerFile(folder / f"held-{index:02d}.tar", known["diff_id"], known["size"],

@@ -154,7 +154,7 @@ def freed_by(graph: dict[str, tuple[str, int, bool]], images) -> int:
 
 def build_cache_in_use(engine) -> bool:
     """Whether a build on this host is at work on the engine (it holds the build cache)."""
-    with locks.removable(engine.identity(), records.CACHE_LOCK) as free:
+    with locks.removable_host(engine.identity(), records.CACHE_LOCK) as free:
         return not free
 
 
@@ -308,7 +308,7 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
         removed.append(entry)
     cached = [e for e in chosen if e.kind == "cached stage"]
     if cached:
-        with locks.removable(engine_id, records.CACHE_LOCK) as free:  # no build starts while they go
+        with locks.removable_host(engine_id, records.CACHE_LOCK) as free:  # no build starts while they go
             if not free:
                 kept += [(e, "a build at work on this engine holds it") for e in cached]
             else:

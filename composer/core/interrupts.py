@@ -62,10 +62,13 @@ _STARTS = (
     ("pruned base: making", "making the pruned base"),
     ("built ", "writing the image's layers"),
     ("writing layer", "writing the image's layers"),
+    ("layer ", "writing the image's layers"),  # "layer 1 of 9: ...: the engine holds it already"
+    ("unchanged:", "measuring the image"),
     ("SBOM:", "writing the image's layers"),
     ("composed ", "measuring the image"),
     ("starting tritonserver", "smoke-testing the image"),
     ("waiting for models", "smoke-testing the image"),
+    ("smoke test: passed at", "tagging the image"),
     ("pushing ", "pushing"),
     ("compressing ", "pushing"),
     ("blob ", "copying blobs"),

@@ -61,6 +61,39 @@ def lock_path(engine_id: str, key: str, kind: str) -> Path:
     return _folder("locks") / f"{name}.{kind}.lock"
 
 
+HOST_LOCKS = "/var/tmp/triton-composer-locks"  # every process of the host, whatever its state folder
+
+
+def host_lock_path(engine_id: str, key: str) -> Path:
+    """A lock every composer on this host sees, whatever its COMPOSER_STATE_DIR: the engine's build
+    cache is one, and a `cache clear` run with another state folder must still see each build."""
+    folder = Path(os.environ.get("COMPOSER_HOST_LOCKS") or HOST_LOCKS)
+    if not folder.is_dir():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chmod(folder, 0o1777)  # as /tmp: any user's composer locks here, none removes another's file
+        except OSError as error:
+            raise ComposerError(f"cannot make the host's lock folder {folder}: {error.strerror} "
+                                "(set COMPOSER_HOST_LOCKS to a folder every user can write)") from None
+    name = hashlib.sha256(f"{engine_id}\n{key}".encode()).hexdigest()[:32]
+    path = folder / f"{name}.lock"
+    if not path.exists():
+        with contextlib.suppress(OSError):
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o666))
+            os.chmod(path, 0o666)  # past the umask: another user's composer takes it too
+    return path
+
+
+def using_host(engine_id: str, key: str):
+    """Held (shared) while a build uses the host-wide `key` (the engine's build cache)."""
+    return _flock(host_lock_path(engine_id, key), fcntl.LOCK_SH, wait=True)
+
+
+def removable_host(engine_id: str, key: str):
+    """True when no build on this host holds `key`, False at once otherwise (`cache clear`)."""
+    return _flock(host_lock_path(engine_id, key), fcntl.LOCK_EX, wait=False)
+
+
 @contextlib.contextmanager
 def _flock(path: Path, mode: int, *, wait: bool, on_wait: Callable[[], None] | None = None) -> Iterator[bool]:
     """Hold an fcntl lock on `path` (LOCK_EX or LOCK_SH): yields True when held; with `wait`

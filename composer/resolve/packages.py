@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -109,6 +110,9 @@ def python_target(contents: FullImageContents) -> PythonTarget:
     return PythonTarget(contents.stub_python_version, f"manylinux_{major}_{minor}_{contents.machine}")
 
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a requirement's distribution name
+
+
 def download_wheels(
     target: PythonTarget,
     packages: Packages,
@@ -130,9 +134,14 @@ def download_wheels(
             tempfile.TemporaryDirectory(prefix=".triton-composer-incoming-", dir=out) as incoming:
         requirements, constraint_file = _files(Path(tmp), packages.specs, constraints)
         common = target.pip_args() + ["--dest", incoming]
-        _pip(["download", *common, "--requirement", str(requirements), "--constraint", str(constraint_file)],
-             constraints, redact, on_line, env=env)
-        _pip(["download", *common, "--no-deps", "pip"], constraints, redact, on_line, env=env)
+        downloads = [["download", *common, "--requirement", str(requirements), "--constraint", str(constraint_file)],
+                     ["download", *common, "--no-deps", "pip"]]  # pip itself: it installs them in the image
+        # Both at once (each mostly waits on the index), unless the requirements name pip too.
+        names = {match.group(0).lower() for match in (_NAME.match(installable_requirement(s)) for s in packages.specs)
+                 if match}
+        with ThreadPoolExecutor(max_workers=1 if "pip" in names else 2) as pool:
+            for done in [pool.submit(_pip, args, constraints, redact, on_line, env=env) for args in downloads]:
+                done.result()
         for whole in sorted(Path(incoming).iterdir()):
             if whole.is_file() and not whole.is_symlink():
                 os.replace(whole, out / whole.name)

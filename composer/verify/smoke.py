@@ -44,6 +44,7 @@ MODELS = "/models"  # where a composed image holds baked models, and where its C
 SAMPLES = "/composer-smoke/samples"  # the composer's own models (samples, package check)
 USER_MODELS = "/composer-smoke/models"  # a --model-repository, copied in for the smoke test
 PACKAGE_CHECK = "composer_package_check"
+POLL = 0.1  # seconds between asks of a server on loopback: each wait is the user's
 
 # Backends with no sample that runs on a CPU here, and what to do instead.
 NO_SAMPLE: dict[str, str] = {}
@@ -299,7 +300,7 @@ def wait_for_models(client: TritonHTTP, container: Container, deadline: float) -
             break
         if time.monotonic() >= deadline or not container.running():
             break
-        time.sleep(0.5)
+        time.sleep(POLL)
     for name, entry in index.items():
         if entry.get("reason"):
             reasons[name] = one_line(entry["reason"])
@@ -523,5 +524,5 @@ def _wait(ready: Callable[[], object], deadline: float, container: Container) ->
             pass
         if not container.running():
             return False
-        time.sleep(0.5)
+        time.sleep(POLL)
     return False

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.forked_cli import ForkedCli
+
 pytestmark = pytest.mark.integration
 
 DIGEST = "sha256:" + "a" * 64
@@ -486,11 +488,20 @@ def _key_cases(t: str) -> list[Case]:
     ]
 
 
-def _run(args: tuple, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock", "COMPOSER_PIP_INDEX_URL": "",
-           **(env or {})}
-    env.pop("COMPOSER_DEBUG", None)
-    env.pop("SOURCE_DATE_EPOCH", None) if "SOURCE_DATE_EPOCH" not in (env or {}) else None
+def _environment(env: dict | None) -> dict:
+    whole = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock", "COMPOSER_PIP_INDEX_URL": "",
+             **(env or {})}
+    whole.pop("COMPOSER_DEBUG", None)
+    whole.pop("SOURCE_DATE_EPOCH", None) if "SOURCE_DATE_EPOCH" not in (env or {}) else None
+    return whole
+
+
+def _run(args: tuple, cwd: Path, env: dict | None = None, forked: ForkedCli | None = None) -> subprocess.CompletedProcess:
+    """`python -m composer ARGS` (the stand-ins' command for STANDIN); with `forked`, the same main()
+    in a process forked from one that imported it (tests/forked_cli.py): no interpreter start."""
+    if forked is not None and not (args and args[0] == STANDIN):
+        return forked.run(args, _environment(env), cwd)
+    env = _environment(env)
     module = b"composer"
     if args and args[0] == STANDIN:
         module, args = b"triton_standins", args[1:]
@@ -500,17 +511,23 @@ def _run(args: tuple, cwd: Path, env: dict | None = None) -> subprocess.Complete
                           errors="replace")
 
 
-def _timed(case: Case, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+def _timed(case: Case, cwd: Path, forked: ForkedCli | None = None) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
-    run = _run(case.args, cwd, case.env)
+    run = _run(case.args, cwd, case.env, forked)
     return run, time.monotonic() - start
 
 
 def test_every_bad_input_is_one_line_and_exit_2(tmp_path):
     cases = _cases(tmp_path)
     assert len(cases) >= 150
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = list(pool.map(lambda case: _timed(case, tmp_path), cases))
+    root = Path(__file__).resolve().parents[2]
+    servers = [ForkedCli(root), ForkedCli(root)]  # one per thread: each a process per case, forked
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            runs = list(pool.map(lambda item: _timed(item[1], tmp_path, servers[item[0] % 2]), enumerate(cases)))
+    finally:
+        for server in servers:
+            server.close()
     problems = []
     for case, (run, seconds) in zip(cases, runs):
         lines = [line for line in run.stderr.splitlines() if line.strip()]

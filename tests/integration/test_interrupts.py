@@ -28,7 +28,9 @@ from composer.verify.smoke import SMOKE_LABEL
 from tests.conftest import TEST_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD = ["build", "--registry", "localhost/standin", "--version", "24.09", "-b", "python", "--verbose"]  # the engine's steps: the phases
+# --verbose: the engine's steps are the phases; --no-cache and a state folder of each build's own: every
+# phase runs (no recorded image, probe or smoke test, no cached step), as on a machine's first build.
+BUILD = ["build", "--registry", "localhost/standin", "--version", "24.09", "-b", "python", "--verbose", "--no-cache"]
 
 
 STARTED: list[subprocess.Popen] = []  # every build this module started: killed (by PID) if a test left one
@@ -49,7 +51,9 @@ class Build:
     def __init__(self, args: list[str], tmp: Path):
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        state = tmp.parent / f"{tmp.name}.state"  # beside the folder, which must stay empty
+        env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1",
+               "COMPOSER_STATE_DIR": str(state)}
         self._stdout = open(tmp.parent / f"{tmp.name}.stdout", "w+")  # beside the folder: it must stay empty
         self.process = subprocess.Popen([sys.executable, "-m", "composer", *args], cwd=ROOT, env=env,
                                         stdout=self._stdout, stderr=subprocess.PIPE, text=True)

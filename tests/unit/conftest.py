@@ -20,6 +20,7 @@ MIN_CONFIG = BaseConfig(env=(("PATH", "/usr/local/cuda/bin:/usr/bin:/bin"), ("NV
 def own_state_dir(tmp_path_factory, monkeypatch):
     """Locks and run records of the code under test go to a folder of the test's own."""
     monkeypatch.setenv("COMPOSER_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+    monkeypatch.setenv("COMPOSER_HOST_LOCKS", str(tmp_path_factory.mktemp("host-locks")))
 
 
 @pytest.fixture(scope="session")
