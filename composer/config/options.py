@@ -208,7 +208,7 @@ OPTIONS: tuple[Option, ...] = (
            "recorded (the default): an image, models, cases and host that passed before on this engine are not "
            "served again (the smoke table says when they passed); always: serve them anyway.",
            commands=(BUILD, BUNDLE), portable=False),
-    Option("result.cache", "--no-cache", "cache", Flag(inverted=True),
+    Option("result.cache", "--no-cache", "build_cache", Flag(inverted=True),
            "Build from scratch: no step of the engine's build cache, no image or smoke test recorded before.",
            commands=(BUILD, BUNDLE), portable=False),
     Option("result.space_check", "--no-space-check", "space_check", Flag(inverted=True),
