@@ -23,7 +23,8 @@ from composer.core.files import printable
 from composer.core.platforms import Platform
 from composer.core.refs import is_image_id
 from composer.engine.interface import Engine
-from composer.pipeline import Run, rebuild
+from composer.app.rebuild import rebuild
+from composer.pipeline import Run
 from composer.publish.inspect import Difference, inspect as inspect_image
 from composer.publish.verify import VerificationFailed, verify as check_image
 from composer.registry.client import Registries
