@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from composer.assembly.canonical import LayerFile
 from composer.engine import locks
@@ -38,29 +36,15 @@ def part_key(engine: Engine, part: LayerPart, image: str | None, epoch: int) -> 
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def _path(key: str) -> Path:
-    return locks.state_dir() / "layers" / f"{key[:40]}.json"
-
-
 def recorded(key: str | None) -> dict | None:
-    if key is None:
-        return None
-    try:
-        record = json.loads(_path(key).read_text())
-        return record if record.get("format") == FORMAT else None
-    except (OSError, ValueError):
-        return None
+    record = None if key is None else locks.read_record("layers", key)
+    return record if record and record.get("format") == FORMAT else None
 
 
 def save(key: str | None, layer: LayerFile) -> None:
-    if key is None:
-        return
-    path = _path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"format": FORMAT, "diff_id": layer.diff_id, "size": layer.size,
-                                     "content_bytes": layer.content_bytes}))
-    os.replace(temporary, path)
+    if key is not None:
+        locks.write_record("layers", key, {"format": FORMAT, "diff_id": layer.diff_id, "size": layer.size,
+                                           "content_bytes": layer.content_bytes})
 
 
 @dataclass

@@ -12,9 +12,6 @@ another run holds, whatever its id.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import time
 from dataclasses import dataclass
 
@@ -54,26 +51,17 @@ class Recorded:
     made_at: float
 
 
-def _path(engine: Engine, key: str):
-    name = hashlib.sha256(f"{engine.identity()}\n{key}".encode()).hexdigest()[:32]
-    folder = locks.state_dir() / "compositions"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{name}.json"
-
-
 def save(engine: Engine, key: str, image_id: str, sbom: str, pruned_base: dict | None) -> None:
-    path = _path(engine, key)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"format": FORMAT, "engine": engine.identity(), "key": key, "image": image_id,
-                                     "sbom": sbom, "pruned_base": pruned_base, "made_at": time.time()}))
-    os.replace(temporary, path)
+    locks.write_record("compositions", f"{engine.identity()}\n{key}",
+                       {"format": FORMAT, "engine": engine.identity(), "key": key, "image": image_id, "sbom": sbom,
+                        "pruned_base": pruned_base, "made_at": time.time()})
 
 
 def find(engine: Engine, key: str, run: str, accept=lambda image_id: True) -> Recorded | None:
     """The recorded image of `key` (one `accept` takes), now held by `run` (hold_tag); None when
     there is none or the engine no longer has it (it is then built again)."""
+    record = locks.read_record("compositions", f"{engine.identity()}\n{key}") or {}
     try:
-        record = json.loads(_path(engine, key).read_text())
         if record.get("format") != FORMAT or record["engine"] != engine.identity() or record["key"] != key:
             return None
         found = Recorded(str(record["image"]), str(record["sbom"]), record.get("pruned_base"), float(record["made_at"]))

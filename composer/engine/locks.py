@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from composer.core.errors import ComposerError, EngineUnavailable
+from composer.core.files import write_file
 
 RECORD_FORMAT = 1
 
@@ -53,6 +54,23 @@ def _folder(name: str) -> Path:
         raise ComposerError(f"cannot make the composer's state folder {folder}: {error.strerror} "
                             "(set COMPOSER_STATE_DIR to a writable folder)") from None
     return folder
+
+
+def write_record(kind: str, key: str, record: dict) -> None:
+    """Keep `record` (JSON) under the state folder as `kind`'s entry for `key` (any text: hashed),
+    written whole or not at all (core.files.write_file): what a later run may reuse."""
+    write_file(_folder(kind) / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.json",
+               json.dumps(record, sort_keys=True).encode(), 0o600)
+
+
+def read_record(kind: str, key: str) -> dict | None:
+    """`kind`'s entry for `key`, or None when there is none or it cannot be read."""
+    path = state_dir() / kind / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.json"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def lock_path(engine_id: str, key: str, kind: str) -> Path:

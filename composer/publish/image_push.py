@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import tempfile
 import tarfile
 import threading
@@ -312,24 +311,20 @@ def _until(stop: threading.Event, chunks, what: str):
 # -- an unchanged image pushed again ------------------------------------------------------------
 
 
-def _push_record(image_id: str, compression: str, ref: str) -> Path:
+def _push_key(image_id: str, compression: str, ref: str) -> str:
     target = ImageRef.parse(ref)
-    key = hashlib.sha256(f"{image_id}\n{compression}\n{target.host}/{target.repository}".encode()).hexdigest()
-    return locks.state_dir() / "pushes" / f"{key[:40]}.json"
+    return f"{image_id}\n{compression}\n{target.host}/{target.repository}"
 
 
 def record_push(image_id: str, compression: str, pushed: Pushed) -> None:
     """Keep the manifest a push put for this image, compression and repository: pushing the same
     image there again (an unchanged rebuild) needs no layer written or compressed again."""
-    path = _push_record(image_id, compression, pushed.ref)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"image": image_id, "manifest": pushed.manifest.decode()}))
-    os.replace(temporary, path)
+    locks.write_record("pushes", _push_key(image_id, compression, pushed.ref),
+                       {"image": image_id, "manifest": pushed.manifest.decode()})
 
 
 def pushed_before(image_id: str, compression: str, ref: str) -> bool:
-    return _push_record(image_id, compression, ref).is_file()
+    return locks.read_record("pushes", _push_key(image_id, compression, ref)) is not None
 
 
 def push_again(image_id: str, compression: str, ref: str, registries: Registries,
@@ -337,8 +332,7 @@ def push_again(image_id: str, compression: str, ref: str, registries: Registries
     """Put the recorded manifest of `image_id` as `ref`, once the registry says it still holds every
     blob it names; None when there is no record or a blob is gone (the image is then pushed whole)."""
     try:
-        record = json.loads(_push_record(image_id, compression, ref).read_text())
-        manifest = record["manifest"].encode()
+        manifest = (locks.read_record("pushes", _push_key(image_id, compression, ref)) or {})["manifest"].encode()
         document = json.loads(manifest)
     except (OSError, ValueError, KeyError):
         return None

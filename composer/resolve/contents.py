@@ -9,9 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from importlib import resources
 from typing import Any, Iterable, Mapping
 
@@ -284,13 +282,13 @@ def _first_line(text: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def _probe_record(image_id: str, files: Mapping[str, bytes]) -> Path:
-    """Where the report of the probe (these files) on the image `image_id` is kept: an image id names
-    its content, so the report stands for any engine and any later build."""
+def _probe_key(image_id: str, files: Mapping[str, bytes]) -> str:
+    """The report of the probe (these files) on the image `image_id` is kept by both: an image id
+    names its content, so the report stands for any engine and any later build."""
     hashed = hashlib.sha256(image_id.encode())
     for name, content in sorted(files.items()):
         hashed.update(f"\0{name}\0".encode() + hashlib.sha256(content).digest())
-    return locks.state_dir() / "probes" / f"{hashed.hexdigest()[:40]}.json"
+    return hashed.hexdigest()
 
 
 def inspect_full(engine, ref: str) -> FullImageContents:
@@ -298,12 +296,13 @@ def inspect_full(engine, ref: str) -> FullImageContents:
     machine by the image's id: an unchanged build does not start the container again)."""
     info = engine.require_image(ref, pull=False)
     files = probe_files()
-    record = _probe_record(info.id, files) if info.id.startswith("sha256:") else None
-    if record is not None and record.is_file():
+    key = _probe_key(info.id, files) if info.id.startswith("sha256:") else None
+    recorded = locks.read_record("probes", key) if key else None
+    if recorded is not None:
         try:
-            return FullImageContents.from_dict(json.loads(record.read_text()), image=ref)
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # written by another version, or cut short: probe again
+            return FullImageContents.from_dict(recorded, image=ref)
+        except (ValueError, KeyError, TypeError):
+            pass  # written by another version: probe again
     # The engine gives exit code 127 when the image has no python3 to start.
     result = engine.run_once(ref, ["python3", PROBE_PATH], entrypoint=[], files=files)
     if result.exit_code in (126, 127) or (result.exit_code != 0 and "python3" in result.output and "not found" in result.output):
@@ -319,10 +318,7 @@ def inspect_full(engine, ref: str) -> FullImageContents:
     if result.exit_code != 0:
         raise ComposerError(f"cannot probe {ref}: {_first_line(result.output)}")
     contents = FullImageContents.from_dict(doc, image=ref)
-    if record is not None:
-        with contextlib.suppress(OSError):
-            record.parent.mkdir(parents=True, exist_ok=True)
-            temporary = record.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(json.dumps(doc))
-            os.replace(temporary, record)
+    if key is not None:
+        with contextlib.suppress(OSError, ComposerError):
+            locks.write_record("probes", key, doc)
     return contents

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -52,27 +51,19 @@ def record_key(engine: Engine, image_id: str, plan: SmokePlan) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def _path(key: str) -> Path:
-    folder = locks.state_dir() / "smoke-records"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{key[:40]}.json"
-
-
 def save(engine: Engine, image_id: str, plan: SmokePlan, report: SmokeReport) -> None:
     """Record a PASS (nothing else is reused)."""
     if not report.passed:
         return
-    path = _path(record_key(engine, image_id, plan))
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"engine": engine.identity(), "passed_at": time.time(),
-                                     "report": report.to_dict(), "log_tail": report.log_tail}))
-    os.replace(temporary, path)
+    locks.write_record("smoke-records", record_key(engine, image_id, plan),
+                       {"engine": engine.identity(), "passed_at": time.time(), "report": report.to_dict(),
+                        "log_tail": report.log_tail})
 
 
 def recorded(engine: Engine, image_id: str, plan: SmokePlan) -> SmokeReport | None:
     """The recorded PASS for this image, plan and engine, its rows saying when it passed; or None."""
     try:
-        record = json.loads(_path(record_key(engine, image_id, plan)).read_text())
+        record = locks.read_record("smoke-records", record_key(engine, image_id, plan)) or {}
         if record["engine"] != engine.identity():
             return None
         report = record["report"]
