@@ -273,7 +273,8 @@ def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo,
     is not written (composer.assembly.layer_reuse): its file is then absent from `folder`."""
     parts, extra = list(plan.all_parts()), list(extra)
     layers: list[LayerFile] = []
-    chains = layer_reuse.Chains.on(engine) if reuse else layer_reuse.Chains(set())
+    chains = layer_reuse.Chains.on(engine) if reuse else layer_reuse.Chains({})
+    held: dict[int, LayerPart] = {}  # layers not written: the engine holds them (in the same chain)
     for index, part in enumerate(parts):
         said = part.name if part.name.split()[0] == part.kind else f"{part.kind} {part.name}"  # not "server server core"
         key = layer_reuse.part_key(engine, part, None if part.source == FROM_CONTEXT else sources.image_of(part.source),
@@ -283,14 +284,30 @@ def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo,
             on_line(f"layer {index + 1} of {len(parts) + len(extra)}: {said}: the engine holds it already")
             layers.append(LayerFile(folder / f"held-{index:02d}.tar", known["diff_id"], known["size"],
                                     known["content_bytes"], part.description))
+            held[index] = part
             continue
         on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {said}")
         layers.append(part_layer(engine, part, sources, epoch, folder, index, run_labels))
         layer_reuse.save(key, layers[-1])
+    layers_hold = None
+    if held:  # hold an image that has them until the composed image does, or write them after all
+        last = max(held)
+        layers_hold = f"{hold}-layers" if hold else None
+        if not chains.hold(engine, (*base.layers, *(layer.diff_id for layer in layers[:last + 1])), layers_hold):
+            for index, part in held.items():
+                on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {part.name} "
+                        "(the image that held it was removed meanwhile)")
+                layers[index] = part_layer(engine, part, sources, epoch, folder, index, run_labels)
+            layers_hold = None
     for index, (path, description, content) in enumerate(extra, start=len(parts)):
         on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {description}")
         layers.append(file_layer(path, content, epoch, folder, f"layer-{index:02d}.tar", description))
         parts.append(LayerPart("record", description, FROM_CONTEXT, ()) if description != "SBOM" else sbom_part())
     config = image_config(base, engine.image_config(built), tuple(layers), epoch, labels)
-    image_id = load(engine, config, tuple(base.layers), tuple(layers), f"the composed image ({plan.tag})", base.id, hold)
+    try:
+        image_id = load(engine, config, tuple(base.layers), tuple(layers), f"the composed image ({plan.tag})", base.id,
+                        hold)
+    finally:
+        if layers_hold:
+            layer_reuse.release(engine, layers_hold)
     return Assembled(image_id, config, base.id, tuple(base.layers), tuple(layers), tuple(parts))

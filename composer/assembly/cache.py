@@ -219,7 +219,7 @@ def listing(engine) -> list[Entry]:
                                  run=run, run_alive=run in live))
     for info in tagged.values():
         for tag in (t for t in info.tags if records.is_hold(t)):
-            run = tag.rpartition(":")[2]
+            run = records.run_of_hold(tag)
             entries.append(Entry("held image", info.id, (tag,), info.size, unique(info.id), _created(info.created),
                                  None, run=run, run_alive=run in live,
                                  held=f"run {run} is at work" if run in live else None))

@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 
 from composer.assembly.canonical import LayerFile
+from composer.core.errors import ComposerError
 from composer.engine import locks
 from composer.engine.interface import Engine
 from composer.resolve.plan_types import BACKENDS_LABEL, FROM_CONTEXT, LayerPart
@@ -49,20 +50,45 @@ def save(key: str | None, layer: LayerFile) -> None:
 
 @dataclass
 class Chains:
-    """The layer chains the engine's composed images hold (each image's diff ids, bottom first)."""
+    """The layer chains the engine's composed images hold (each image's diff ids, bottom first), and
+    an image holding each."""
 
-    held: set[tuple[str, ...]]
+    held: dict[tuple[str, ...], str]
 
     @classmethod
     def on(cls, engine: Engine) -> "Chains":
-        held: set[tuple[str, ...]] = set()
+        held: dict[tuple[str, ...], str] = {}
         if not engine.loads_partial_archives:
             return cls(held)  # every layer goes into the archive anyway
         for image in engine.images_labelled(BACKENDS_LABEL):
             info = engine.image(image)
             if info is not None:
-                held.update(tuple(info.layers[:n]) for n in range(1, len(info.layers) + 1))
+                held.update((tuple(info.layers[:n]), info.id) for n in range(1, len(info.layers) + 1))
         return cls(held)
 
     def holds(self, chain: tuple[str, ...]) -> bool:
         return chain in self.held
+
+    def hold(self, engine: Engine, chain: tuple[str, ...], tag: str | None) -> bool:
+        """Tag an image that holds `chain` (with the run's layer hold) so that no other run's cleanup
+        takes the layers before the composed image, loaded on them, holds them itself. False when
+        that image went meanwhile: the layers must then be written after all."""
+        image = self.held.get(chain)
+        if image is None or tag is None:
+            return False
+        try:
+            engine.tag(image, tag)
+        except ComposerError:
+            return False
+        info = engine.image(tag)
+        if info is None or tuple(info.layers[:len(chain)]) != chain:
+            release(engine, tag)
+            return False
+        return True
+
+
+def release(engine: Engine, tag: str) -> None:
+    try:
+        engine.remove_image(tag, prune=False)
+    except ComposerError:
+        pass  # a container uses it: the run's release, or `composer cache clear`, takes it later

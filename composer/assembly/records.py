@@ -24,8 +24,14 @@ CACHE_LOCK = "build-cache"  # held (shared) by each build on an engine; `cache c
 FORMAT = 1
 
 
-def hold_tag(run: str) -> str:
-    return f"{HOLD_REPOSITORY}:{run}"
+def hold_tag(run: str, what: str = "") -> str:
+    """The run's hold on its image; with `what` ("layers"), a second hold of the same run on another
+    image whose layers it is about to use (composer.assembly.layer_reuse)."""
+    return f"{HOLD_REPOSITORY}:{run}-{what}" if what else f"{HOLD_REPOSITORY}:{run}"
+
+
+def run_of_hold(tag: str) -> str:
+    return tag.rpartition(":")[2].partition("-")[0]
 
 
 def is_hold(tag: str) -> bool:
@@ -35,10 +41,11 @@ def is_hold(tag: str) -> bool:
 def release(engine: Engine, run: str) -> None:
     """Take the run's hold off its image: the image goes with it when no other tag names it (and no
     container uses it); another run's hold or the user's tag keeps it."""
-    try:
-        engine.remove_image(hold_tag(run), prune=False)
-    except ComposerError:
-        pass  # in use by a container: `composer cache clear` sweeps it
+    for tag in (hold_tag(run), hold_tag(run, "layers")):
+        try:
+            engine.remove_image(tag, prune=False)
+        except ComposerError:
+            pass  # in use by a container: `composer cache clear` sweeps it
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,15 @@ class _Images(FakeEngine):
     def images_labelled(self, label, *, untagged=False):
         return [i for i, info in self.infos.items() if label.split("=")[0] in info.labels]
 
+    def tag(self, image_id, ref):
+        if image_id not in self.infos:
+            from composer.core.errors import EngineError
+            raise EngineError(f"cannot tag {image_id} as {ref}: no such image")
+        self.infos[ref] = self.infos[image_id]
+
+    def remove_image(self, ref, *, force=False, prune=True):
+        self.infos.pop(ref, None)
+
 
 def _info(image: str, layers: tuple[str, ...], labels=None) -> ImageInfo:
     return ImageInfo(id=image, ref=image, tags=(), repo_digests=(), env={}, labels=labels or {}, size=0,
@@ -95,6 +104,22 @@ def test_a_layer_is_known_by_what_it_copies_and_held_only_in_the_same_chain(tmp_
     assert layer_reuse.recorded(key)["diff_id"] == "sha256:own1"
     chains = layer_reuse.Chains.on(engine)
     assert chains.holds(("sha256:base", "sha256:own1")) and not chains.holds(("sha256:other", "sha256:own1"))
+
+
+def test_layers_left_out_of_the_archive_are_held_by_the_run_or_written_after_all():
+    """Another run's cleanup may remove the image that held a chain between the look and the load
+    (CI, stop 48: "layer.tar: no such file or directory"): the run tags it first, or writes them."""
+    composed = _info("sha256:c", ("sha256:base", "sha256:own1"), {"org.triton-composer.backends": "x"})
+    engine = _Images(infos={"sha256:c": composed})
+    chains = layer_reuse.Chains.on(engine)
+    assert chains.hold(engine, ("sha256:base", "sha256:own1"), "triton-composer/hold:r1-layers")
+    assert engine.infos["triton-composer/hold:r1-layers"] is composed
+    layer_reuse.release(engine, "triton-composer/hold:r1-layers")
+    assert "triton-composer/hold:r1-layers" not in engine.infos
+    assert records.run_of_hold("localhost/triton-composer/hold:r1-layers") == "r1"
+    del engine.infos["sha256:c"]  # removed by another run after the look
+    assert not chains.hold(engine, ("sha256:base", "sha256:own1"), "triton-composer/hold:r1-layers")
+    assert not chains.hold(engine, ("sha256:base",), None)  # no hold to take: write them
 
 
 def test_own_bytes_are_what_removing_an_image_frees_not_what_it_shares():
