@@ -1,27 +1,62 @@
 """The image pipeline against a real registry: mirror, build from the mirror and push, bundle
-across an "air gap" (registry stopped), and nothing pushed for an image that does not serve."""
+across an "air gap" (registry stopped), and nothing pushed for an image that does not serve.
+
+One mirror (1.6 GB through the engine) serves the file's tests: the first asserts what mirroring
+it moved; the lock test moves a tag and puts it back; the air-gap test, last, stops the registry."""
 
 from __future__ import annotations
 
 import base64
 import json
 import uuid
+from dataclasses import dataclass
 
 import pytest
 
+from composer.publish.push import push_image
 from tests.cli import composer, image_json
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def login(registry, tmp_path):
+def _login(registry, folder) -> dict[str, str]:
     """A docker config holding the registry's credentials: the engine's own, as after docker login."""
-    folder = tmp_path / "docker-config"
     folder.mkdir()
     token = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
     (folder / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": token}}}))
     return {"DOCKER_CONFIG": str(folder)}
+
+
+@pytest.fixture
+def login(registry, tmp_path):
+    return _login(registry, tmp_path / "docker-config")
+
+
+@dataclass
+class Mirrored:
+    registry: object
+    login: dict[str, str]
+    mirror: str
+    first: dict  # what the first `composer mirror --json` printed
+
+
+@pytest.fixture(scope="module")
+def mirrored(engine, standin_images, tmp_path_factory):
+    """One registry with the 24.09 stand-ins mirrored into it, for the file's tests."""
+    from tests.integration.conftest import TestRegistry, _free_port, _need, _serve
+
+    _need("htpasswd", "docker-registry", "curl")
+    served = _serve(TestRegistry(root=tmp_path_factory.mktemp("registry"), port=_free_port()), engine)
+    registry = next(served)
+    try:
+        login = _login(registry, tmp_path_factory.mktemp("login") / "docker-config")
+        mirror = f"{registry.host}/nvidia"
+        run = composer("mirror", "--to-engine", "--version", "24.09", "--from", "localhost/standin", "--to", mirror,
+                       "--json", env=login)
+        assert run.returncode == 0, run.stderr
+        yield Mirrored(registry, login, mirror, json.loads(run.stdout))
+    finally:
+        served.close()  # the registry stops, its local names go
 
 
 def forget(engine, ref: str) -> None:
@@ -29,11 +64,9 @@ def forget(engine, ref: str) -> None:
     engine.remove_image(ref, force=False)
 
 
-def test_mirror_build_from_mirror_and_push(engine, standin_images, registry, login):
-    mirror = f"{registry.host}/nvidia"
-    run = composer("mirror", "--to-engine", "--version", "24.09", "--from", "localhost/standin", "--to", mirror, "--json", env=login)
-    assert run.returncode == 0, run.stderr
-    assert all(i["moved"] for i in json.loads(run.stdout)["images"])
+def test_mirror_build_from_mirror_and_push(engine, mirrored):
+    registry, login, mirror = mirrored.registry, mirrored.login, mirrored.mirror
+    assert all(i["moved"] for i in mirrored.first["images"])
     again = composer("mirror", "--to-engine", "--version", "24.09", "--from", "localhost/standin", "--to", mirror, "--json",
                      env=login)
     assert not any(i["moved"] for i in json.loads(again.stdout)["images"])
@@ -76,10 +109,34 @@ def test_failed_smoke_test_pushes_nothing(engine, standin_images, registry, logi
     assert registry.tags("team/triton") == []
 
 
-def test_bundle_then_build_with_the_registry_stopped(engine, standin_images, registry, login, tmp_path):
-    mirror = f"{registry.host}/nvidia"
-    assert composer("mirror", "--to-engine", "--version", "24.09", "--from", "localhost/standin", "--to", mirror,
-                    env=login).returncode == 0
+def test_lock_against_a_registry_then_the_tag_moves(engine, standin_images, mirrored, tmp_path):
+    registry, login, mirror = mirrored.registry, mirrored.login, mirrored.mirror
+    path = tmp_path / "mirrored.yaml"
+    path.write_text(f'version: "24.09"\nregistry: {mirror}\nbackends: [python]\n'
+                    "tag: triton-composer-test/pipeline:locked\n")
+    locked = composer("lock", "--set", str(path), "--json", env=login)
+    assert locked.returncode == 0, locked.stderr
+    images = json.loads(locked.stdout)["locks"][0]["images"]
+    assert all(i["digest"].startswith("sha256:") and not i.get("local") for i in images)
+    try:
+        built = composer("build", "--set", str(path), "--locked", "--no-smoke-test", "--json", env=login)
+        assert built.returncode == 0, built.stderr
+        assert "@sha256:" in image_json(built.stdout)["base_images"]["full"]["ref"]  # built from the digest
+
+        # Someone pushes another image under the full tag: --locked refuses, without pulling it.
+        push_image(engine, standin_images.min_id, f"{mirror}/tritonserver:24.09-py3", auth=registry.auth)
+        moved = composer("build", "--set", str(path), "--locked", env=login)
+        assert moved.returncode != 0
+        last = moved.stderr.strip().splitlines()[-1]
+        assert f"{mirror}/tritonserver:24.09-py3 moved since the lock" in last
+    finally:
+        engine.remove_image("triton-composer-test/pipeline:locked", force=True)
+        push_image(engine, standin_images.full_id, f"{mirror}/tritonserver:24.09-py3", auth=registry.auth)  # back
+
+
+def test_bundle_then_build_with_the_registry_stopped(engine, mirrored, tmp_path):
+    """Last in the file: it stops the mirror's registry."""
+    registry, login, mirror = mirrored.registry, mirrored.login, mirrored.mirror
     archive = tmp_path / "python.tar"
     made = composer("bundle", "-o", str(archive), "--registry", mirror, "--version", "24.09", "-b", "python",
                     "--tag", "triton-composer-test/pipeline:bundled", env=login)
@@ -98,31 +155,3 @@ def test_bundle_then_build_with_the_registry_stopped(engine, standin_images, reg
         assert payload["tag"] == "triton-composer-test/pipeline:bundled" and payload["smoke_test"]["passed"]
     finally:
         engine.remove_image("triton-composer-test/pipeline:bundled", force=True)
-
-
-def test_lock_against_a_registry_then_the_tag_moves(engine, standin_images, registry, login, tmp_path):
-    mirror = f"{registry.host}/nvidia"
-    assert composer("mirror", "--to-engine", "--version", "24.09", "--from", "localhost/standin", "--to", mirror,
-                    env=login).returncode == 0
-    path = tmp_path / "mirrored.yaml"
-    path.write_text(f'version: "24.09"\nregistry: {mirror}\nbackends: [python]\n'
-                    "tag: triton-composer-test/pipeline:locked\n")
-    locked = composer("lock", "--set", str(path), "--json", env=login)
-    assert locked.returncode == 0, locked.stderr
-    images = json.loads(locked.stdout)["locks"][0]["images"]
-    assert all(i["digest"].startswith("sha256:") and not i.get("local") for i in images)
-    try:
-        built = composer("build", "--set", str(path), "--locked", "--no-smoke-test", "--json", env=login)
-        assert built.returncode == 0, built.stderr
-        assert "@sha256:" in image_json(built.stdout)["base_images"]["full"]["ref"]  # built from the digest
-
-        # Someone pushes another image under the full tag: --locked refuses, without pulling it.
-        from composer.publish.push import push_image
-
-        push_image(engine, standin_images.min_id, f"{mirror}/tritonserver:24.09-py3", auth=registry.auth)
-        moved = composer("build", "--set", str(path), "--locked", env=login)
-        assert moved.returncode != 0
-        last = moved.stderr.strip().splitlines()[-1]
-        assert f"{mirror}/tritonserver:24.09-py3 moved since the lock" in last
-    finally:
-        engine.remove_image("triton-composer-test/pipeline:locked", force=True)
