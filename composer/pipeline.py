@@ -22,7 +22,8 @@ from typing import Any, Mapping, Sequence
 
 from composer import __version__
 from composer.catalog.catalog import Catalog
-from composer.engine.interface import Engine
+from composer.engine.buildkit import BuildKit
+from composer.engine.interface import Builder, Engine
 from composer.core import interrupts
 from composer.core.errors import (BuildFailed, ComposerError, EngineUnavailable, Invalid, NoSpace, SmokeTestFailed,
                                    UsageError)
@@ -32,7 +33,7 @@ from composer.resolve.plan_types import RUN_LABEL, STAGE_LABEL, CompositionPlan
 from composer.core.progress import LineSink, quiet
 from composer.assembly.assemble import Assembled, Sources, assemble, find_stages, sbom_part
 from composer.assembly import space
-from composer.assembly import records
+from composer.assembly import layer_reuse, records
 from composer.assembly.cache import remove_dead_runs, remove_run
 from composer.assembly.pruning import (PrunedBase, PruningReport, proof_failure, pruned_base, pruned_base_made,
                                     remove_run_stages)
@@ -117,6 +118,7 @@ def build_image(
     cache: bool = True,
     smoke_always: bool = False,
     reuse_when=None,
+    builder: Builder | None = None,
 ) -> BuildResult:
     """Build the plan; tag the image only once its smoke test (with plan.smoke's settings) passed.
 
@@ -132,7 +134,8 @@ def build_image(
     push after (so the image is written, not taken from the record, unless `reuse_when(image id)`
     says its layers are not needed: pushed before, composer.publish.image_push); `tag` False leaves every tag
     alone (a rebuild that only compares). `contents` (the probe's) sizes the parts for the disk check
-    (composer.assembly.space), which `check_space` False skips.
+    (composer.assembly.space), which `check_space` False skips. `builder` builds instead of the
+    engine's own builder (BuildKit: composer.engine.buildkit); the engine still holds and runs it all.
     """
     run = uuid.uuid4().hex[:16]  # this build's hold on its image, its containers and record carry it
     engine_id = engine.identity()
@@ -145,7 +148,8 @@ def build_image(
         remove_dead_runs(engine, on_line)
         key = composition_key(plan, {"full": plan.full.id or plan.full.ref, "min": plan.min.id or plan.min.ref,
                                      "backend_images": [f.image.id or f.image.ref for f in plan.foreign_backends],
-                                     "epoch": plan.epoch, "labels": dict(labels or {}), "composer": __version__})
+                                     "epoch": plan.epoch, "labels": dict(labels or {}), "composer": __version__,
+                                     "layers": layer_reuse.FORMAT})
         reusable = (lambda image_id: True) if layers_dir is None else reuse_when
         found = records.find(engine, key, run, reusable) if cache and reusable is not None else None
         try:
@@ -158,7 +162,7 @@ def build_image(
             else:
                 assembled, sbom, base = _build_and_assemble(engine, plan, context_dir, layers_dir, labels, on_line,
                                                             run, key, held, contents, check_space,
-                                                            on_engine_line or on_line, cache)
+                                                            on_engine_line or on_line, cache, builder or engine)
                 image_id = assembled.image_id
                 on_line(f"composed {image_id[:19]} ({len(assembled.layers)} layers of its own on {assembled.base[:19]})")
                 records.save(engine, key, image_id, sbom, _base_record(base))
@@ -214,7 +218,8 @@ def _smoke(engine: Engine, plan: CompositionPlan, image_id: str, run: str, label
 def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path | None, layers_dir: Path | None,
                         labels, on_line: LineSink, run: str, key: str, held: contextlib.ExitStack,
                         contents: FullImageContents | None, check_space: bool,
-                        on_engine_line: LineSink, cache: bool) -> tuple[Assembled, str, PrunedBase | None]:
+                        on_engine_line: LineSink, cache: bool,
+                        builder: Builder) -> tuple[Assembled, str, PrunedBase | None]:
     """The engine's build (the pruned base first, when the plan has one), then the composer's image
     of it, loaded with the run's hold on it. The stages stay as build cache, named by `key`; what
     the run made that is its alone (a pruned base's stages, its containers) goes. A build the
@@ -234,8 +239,8 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
         # A pruned base is a build of its own, made first (or found); its failure says so itself.
         if context.pruned_base:
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held,
-                               on_engine_line=on_engine_line)
-        built = _build_composition(engine, plan, context, base, labels, redact, on_engine_line, cache)
+                               on_engine_line=on_engine_line, builder=builder)
+        built = _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache)
         on_line(f"built {built[:19]}; writing the image's own layers")
         assembled = _assemble(engine, plan, built, base, context, layers, key, run, containers, on_line,
                               reuse=layers_dir is None and cache)
@@ -308,7 +313,7 @@ def _settle(engine: Engine, run: str, quiet_for: float = 3, at_most: float = 20)
             calm_since = time.monotonic()
 
 
-def _build_composition(engine: Engine, plan: CompositionPlan, context: BuildContext, base: PrunedBase | None,
+def _build_composition(builder: Builder, plan: CompositionPlan, context: BuildContext, base: PrunedBase | None,
                        labels, redact, on_line: LineSink, cache: bool) -> str:
     """Build the composition's Dockerfile (on `base` when pruned); a failed proof or pip install
     becomes its one line. `cache` False: no step of the build cache."""
@@ -316,7 +321,7 @@ def _build_composition(engine: Engine, plan: CompositionPlan, context: BuildCont
     if base:
         arguments["PRUNED_BASE"] = base.image
     try:
-        return engine.build(
+        return builder.build(
             context.directory,
             network_mode="none",  # everything comes from the images and the context
             labels=labels,
@@ -420,7 +425,8 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
         compression = result.layer_compression
         options = dict(labels=dict(run.labels or {}), on_line=run.on_line, on_engine_line=run.on_build_line or run.on_line,
                        on_smoke_line=run.on_line, contents=resolved.contents, check_space=result.space_check,
-                       smoke_always=result.smoke_mode == "always")
+                       smoke_always=result.smoke_mode == "always",
+                       builder=BuildKit(result.builder, engine) if result.builder != "engine" else None)
         built = build_image(engine, plan, layers_dir=layers, cache=result.cache, **options,
                             reuse_when=lambda image_id: pushed_before(image_id, compression, result.push))
         if result.sbom and built.sbom:

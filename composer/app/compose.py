@@ -91,6 +91,7 @@ def build(options: BuildOptions, engine: Callable[[], Engine], progress: Progres
             check_locked(specs)
         secrets = preflight.load_secrets(options.registry_auth, specs)
         connected = preflight.connect(engine)
+        preflight.check_builders(connected, specs)
         preflight.check_push_targets(connected, specs, secrets, progress.on_line)
         run = Run(locked=options.locked, registry_auth=secrets.registry_auth, on_line=progress.on_line,
                   on_build_line=progress.on_build_line, on_plan=progress.on_plan, sign_keys=secrets.sign_keys)

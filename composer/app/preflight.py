@@ -19,6 +19,7 @@ from composer.core.errors import ComposerError, Invalid, RegistryError, UsageErr
 from composer.core.files import printable
 from composer.core.progress import LineSink, quiet
 from composer.core.refs import ImageRef
+from composer.engine.buildkit import BuildKit
 from composer.engine.interface import Engine
 from composer.publish.sign import SigningKey, load_public_key
 from composer.registry.client import Registries
@@ -60,6 +61,12 @@ def connect(engine: Callable[[], Engine]) -> Engine:
     connected = engine()
     connected.identity()  # one request: an engine that does not answer fails here, not mid-build
     return connected
+
+
+def check_builders(engine: Engine, specs: Sequence[CompositionSpec]) -> None:
+    """Each --builder other than the engine answers (and buildctl is here), before any work."""
+    for builder in dict.fromkeys(spec.result.builder for spec in specs if spec.result.builder != "engine"):
+        BuildKit(builder, engine).check()
 
 
 def check_push_targets(engine: Engine, specs: Sequence[CompositionSpec], secrets: Secrets,

@@ -121,9 +121,25 @@ class _None:
 _NONE = _None()
 
 
+def own_folders(parts: Iterable[LayerPart], epoch: int) -> dict[str, tarfile.TarInfo]:
+    """The composition's own folders under the Triton tree (backends/, caches/, ...), as its parts
+    declare them (owned as the part that first names one). A stage's archive restates them as its
+    builder made them, which builders do not agree on (Docker's COPY --chown makes a missing parent
+    root's, BuildKit's the new owner's): the parts' word stands, so every builder gives one layer."""
+    folders: dict[str, tarfile.TarInfo] = {}
+    for part in parts:
+        for copy in part.copies:
+            if not copy.contents and copy.dest.startswith(ROOT + "/"):
+                for entry in parent_folders(copy.dest, ROOT, epoch, owner_of(part.owner) or (0, 0)):
+                    folders.setdefault(entry.info.name, entry.info)
+    return folders
+
+
 def part_layer(engine: Engine, part: LayerPart, sources: Sources, epoch: int, folder: Path, index: int,
-               labels: Mapping[str, str] | None = None) -> LayerFile:
-    """One part's canonical layer, from where its files are (a stage, an image, the context)."""
+               labels: Mapping[str, str] | None = None,
+               folders: Mapping[str, tarfile.TarInfo] | None = None) -> LayerFile:
+    """One part's canonical layer, from where its files are (a stage, an image, the context); a
+    folder of the composition's own (`folders`, own_folders) as the parts declare it."""
     owner = owner_of(part.owner)
     entries: list[Entry] = []
     spools: list[Path] = []
@@ -137,7 +153,8 @@ def part_layer(engine: Engine, part: LayerPart, sources: Sources, epoch: int, fo
             image = sources.image_of(part.source)
             spool = spool_archive(engine.export_path(image, copy.source.rstrip("/") or "/", labels=labels), folder)
             spools.append(spool)
-            entries += archive_entries(spool, copy, epoch, owner)
+            entries += [Entry(folders[e.info.name]) if folders and e.info.isdir() and e.info.name in folders else e
+                        for e in archive_entries(spool, copy, epoch, owner)]
         return write_layer(entries, folder / f"layer-{index:02d}.tar", part.description)
     finally:
         for spool in spools:
@@ -275,6 +292,7 @@ def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo,
     layers: list[LayerFile] = []
     chains = layer_reuse.Chains.on(engine) if reuse else layer_reuse.Chains({})
     held: dict[int, LayerPart] = {}  # layers not written: the engine holds them (in the same chain)
+    folders = own_folders(parts, epoch)
     for index, part in enumerate(parts):
         said = part.name if part.name.split()[0] == part.kind else f"{part.kind} {part.name}"  # not "server server core"
         key = layer_reuse.part_key(engine, part, None if part.source == FROM_CONTEXT else sources.image_of(part.source),
@@ -287,7 +305,7 @@ def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo,
             held[index] = part
             continue
         on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {said}")
-        layers.append(part_layer(engine, part, sources, epoch, folder, index, run_labels))
+        layers.append(part_layer(engine, part, sources, epoch, folder, index, run_labels, folders))
         layer_reuse.save(key, layers[-1])
     layers_hold = None
     if held:  # hold an image that has them until the composed image does, or write them after all
@@ -297,7 +315,7 @@ def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo,
             for index, part in held.items():
                 on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {part.name} "
                         "(the image that held it was removed meanwhile)")
-                layers[index] = part_layer(engine, part, sources, epoch, folder, index, run_labels)
+                layers[index] = part_layer(engine, part, sources, epoch, folder, index, run_labels, folders)
             layers_hold = None
     for index, (path, description, content) in enumerate(extra, start=len(parts)):
         on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {description}")

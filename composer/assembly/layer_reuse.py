@@ -22,7 +22,7 @@ from composer.engine import locks
 from composer.engine.interface import Engine
 from composer.resolve.plan_types import BACKENDS_LABEL, FROM_CONTEXT, LayerPart
 
-FORMAT = 1
+FORMAT = 2  # how the composer writes a layer: a new rule (2: own_folders) makes new keys and records
 
 
 def part_key(engine: Engine, part: LayerPart, image: str | None, epoch: int) -> str | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from composer.engine import locks
-from composer.engine.interface import Engine
+from composer.engine.interface import Builder, Engine
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.units import human_size
 from composer.backends import tensorrt
@@ -94,6 +94,7 @@ def pruned_base(
     engine: Engine, plan: CompositionPlan, context: Path, *,
     labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, run: str = "render",
     hold: contextlib.ExitStack | None = None, on_engine_line: LineSink | None = None,
+    builder: Builder | None = None,
 ) -> PrunedBase:
     """The pruned base of `plan`: the image made before from the same inputs (its tag names their
     key, its label holds it whole), or one made now from `context` and tagged, so that later builds
@@ -120,7 +121,7 @@ def pruned_base(
         on_line(f"pruned base: making {tag} (once for this min image and selection; later builds reuse it)")
         started = time.monotonic()
         try:
-            image = engine.build(context, tag=tag, labels={**(labels or {}), BASE_LABEL: key},
+            image = (builder or engine).build(context, tag=tag, labels={**(labels or {}), BASE_LABEL: key},
                                  network_mode="none", buildargs={"COMPOSER_RUN": run},
                                  on_line=on_engine_line or on_line)
         except BuildFailed as failure:

@@ -22,7 +22,7 @@ from composer.config.types import DEFAULT_REGISTRY, Base, CompositionSpec, Devic
 from composer.config.values import (
     CasesFile, Flag, FromEnvironment, Kind, LocalPath, ModelRepository, Named, Number, OutputFile, RequirementFiles,
     RequirementsFile, Strings, Text, Tree, check_base, check_device, check_flavour, check_gpus, check_host,
-    check_compression, check_smoke_mode, check_label_key, check_label_value, check_name, check_prefix, check_provider,
+    check_builder, check_compression, check_smoke_mode, check_label_key, check_label_value, check_name, check_prefix, check_provider,
     check_push_via, check_reference, check_release_name, check_secret_source, check_tag_reference, check_url,
     is_sbom,
 )
@@ -211,6 +211,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("result.cache", "--no-cache", "build_cache", Flag(inverted=True),
            "Build from scratch: no step of the engine's build cache, no image or smoke test recorded before.",
            commands=(BUILD, BUNDLE), portable=False),
+    Option("result.builder", "--builder", "builder",
+           Text(check_builder, "engine, buildkit, buildkit://unix:///PATH or buildkit://tcp://HOST:PORT"),
+           "What builds the rendered Dockerfile: engine (default: the engine's own builder), or a BuildKit daemon: "
+           "buildkit://unix:///PATH, buildkit://tcp://HOST:PORT, or buildkit (BUILDKIT_HOST's address). The engine "
+           "still runs the smoke test; the same inputs give the same image id either way.",
+           commands=(BUILD,), portable=False),
     Option("result.space_check", "--no-space-check", "space_check", Flag(inverted=True),
            "Build even when the estimate of what the build writes exceeds the free space at the engine's "
            "data root (see docs/guides/shared-engines-and-cache.md).", commands=(BUILD,), portable=False),

@@ -169,6 +169,7 @@ class Result:
     space_check: bool = True  # refuse a build the engine's disk cannot hold (composer.assembly.space)
     smoke_mode: str = "recorded"  # "recorded": a PASS recorded for the same image, models and host stands; "always"
     cache: bool = True  # False (--no-cache): no build cache, no recorded image or smoke test: from scratch
+    builder: str = "engine"  # what builds: the engine's builder, or buildkit[://ADDR] (composer.engine.buildkit)
 
 
     @property

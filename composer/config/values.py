@@ -430,6 +430,19 @@ def check_smoke_mode(value: str) -> str | None:
     return None
 
 
+def check_builder(value: str) -> str | None:
+    """What builds: engine (the engine's own builder), buildkit (at BUILDKIT_HOST) or
+    buildkit://unix:///PATH or buildkit://tcp://HOST:PORT (a buildkitd's address, as buildctl takes it)."""
+    if value in ("engine", "buildkit"):
+        return None
+    address = value[len("buildkit://"):] if value.startswith("buildkit://") else None
+    if address and (re.fullmatch(r"unix:///[^\s\x00]+", address) or
+                    re.fullmatch(r"tcp://[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}", address)):
+        return None
+    return (f"'{printable(value[:80])}' is not a builder: give engine, buildkit (at BUILDKIT_HOST), "
+            "buildkit://unix:///PATH or buildkit://tcp://HOST:PORT")
+
+
 def check_compression(value: str) -> str | None:
     if value not in COMPRESSIONS:
         return f"'{printable(value[:40])}' is not a compression: give gzip, zstd or none"

@@ -157,8 +157,10 @@ class DockerEngine(ContainerEngine):
             found = self._images(filters={"label": label}, all=True)
         ids = {img["Id"] for img in found}
         roots = [img for img in found if img.get("ParentId") not in ids]
-        if roots and all(img.get("ParentId") for img in roots):
-            return [img["Id"] for img in sorted(roots, key=lambda img: -int(img.get("Created") or 0))]
+        if roots and any(img.get("ParentId") for img in found):  # the engine keeps parents: a root without
+            # one was loaded whole (a BuildKit stage), one with one was built here; the latter first
+            return [img["Id"] for img in sorted(roots, key=lambda img: (not img.get("ParentId"),
+                                                                         -int(img.get("Created") or 0)))]
         return super().labelled_roots(label)  # no parents known: first_labelled's way
 
     def first_labelled(self, label: str) -> str | None:

@@ -10,7 +10,7 @@ import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, Union
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, Protocol, Union
 
 from composer.core.errors import ComposerError, EngineError, ImageNotFound
 from composer.core.progress import LineSink, quiet
@@ -331,3 +331,13 @@ class ContainerEngine(ABC):
 
 # The name the rest of the composer uses for the interface.
 Engine = ContainerEngine
+
+
+class Builder(Protocol):
+    """What builds a rendered context into an image the engine then holds: the engine itself (its
+    build), or BuildKit (composer.engine.buildkit), which loads what it built into the engine."""
+
+    def build(self, context: Path, *, dockerfile: str = "Dockerfile", tag: str | None = None,
+              labels: Mapping[str, str] | None = None, network_mode: str | None = None,
+              buildargs: Mapping[str, str] | None = None, nocache: bool = False,
+              redact: Callable[[str], str] = ..., on_line: LineSink = quiet) -> str: ...

@@ -1,0 +1,235 @@
+"""BuildKit as the composer's builder (--builder buildkit://ADDR): the rendered Dockerfile solved by
+a buildkitd through buildctl, the stages the composer reads loaded into the engine that runs the
+image (Docker or Podman), so everything after the build is the same whichever builder built it.
+
+The engine's images a Dockerfile names (`--registry localhost/standin`: images the engine holds,
+not a registry) reach BuildKit as named contexts from an OCI layout of the engine's own layers
+(composer.engine.oci_layout), byte for byte the engine's, so the composer's layers and image id
+do not depend on the builder. An image the engine lacks is BuildKit's to pull.
+
+Docker's builder leaves each stage as an image; BuildKit leaves only what is exported. So each
+stage whose last step is the composer's stage label is solved as a target of its own (BuildKit's
+cache makes every solve after the first cheap) and loaded without the layers the engine holds
+already (the bases'): the engine loads a layer it lacks only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from composer.core.errors import BuildFailed, EngineUnavailable, UsageError
+from composer.core.progress import LineSink, quiet
+from composer.engine import oci_layout
+from composer.engine.interface import Engine
+
+SCHEME = "buildkit://"
+STAGE_LABEL = "org.triton-composer.cached-stage"  # as resolve.plan_types.STAGE_LABEL (no import upward)
+_STEP = re.compile(r"^#\d+ (\d+\.\d+ )?")  # buildctl's plain progress: "#12 0.345 the step's own line"
+_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
+_ARG = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?\s*$", re.IGNORECASE)
+_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
+def address_of(builder: str, environ: Mapping[str, str] = os.environ) -> str:
+    """The buildkitd address of a --builder value: buildkit://unix:///PATH, buildkit://tcp://HOST:PORT,
+    or buildkit (BUILDKIT_HOST's, as buildctl reads it)."""
+    if builder == "buildkit":
+        address = environ.get("BUILDKIT_HOST", "")
+        if not address:
+            raise UsageError("--builder buildkit: BUILDKIT_HOST is not set (give buildkit://unix:///PATH or "
+                             "buildkit://tcp://HOST:PORT)")
+        return address
+    return builder[len(SCHEME):]
+
+
+def buildctl() -> str:
+    """buildctl from PATH, else the one scripts/go-tools built into the machine's cache."""
+    found = shutil.which("buildctl")
+    if found:
+        return found
+    cache = Path(os.environ.get("COMPOSER_CACHE_DIR") or Path.home() / ".cache" / "triton-composer") / "tools"
+    built = sorted(cache.glob("buildctl-*/buildctl"))
+    if built:
+        return str(built[-1])
+    raise UsageError("--builder buildkit: buildctl is not installed (put it on PATH, or run scripts/go-tools buildctl)")
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    base: str  # what FROM names, build arguments expanded
+    labelled: bool  # its last step is the composer's stage label
+
+
+def stages_of(dockerfile: str, buildargs: Mapping[str, str]) -> list[Stage]:
+    """The Dockerfile's stages in order (line continuations joined), ARGs before the first FROM and
+    the build's arguments expanded in FROM."""
+    lines = re.sub(r"\\\n", " ", dockerfile).splitlines()
+    globals_: dict[str, str] = {}
+    stages: list[list] = []
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        arg = _ARG.match(line)
+        if arg and not stages:
+            globals_[arg.group(1)] = buildargs.get(arg.group(1), arg.group(2) or "")
+            continue
+        found = _FROM.match(line)
+        if found:
+            base = _VAR.sub(lambda m: buildargs.get(m.group(1), globals_.get(m.group(1), "")), found.group(1))
+            stages.append([found.group(2) or str(len(stages)), base, None])
+        elif stages:
+            stages[-1][2] = line
+    return [Stage(name, base, bool(last) and last.upper().startswith("LABEL") and STAGE_LABEL in last)
+            for name, base, last in stages]
+
+
+class BuildKit:
+    """A buildkitd the composer builds with; the engine runs (and holds) what it builds."""
+
+    def __init__(self, builder: str, runtime: Engine):
+        self.address = address_of(builder)
+        self.runtime = runtime
+
+    def where(self) -> str:
+        return f"BuildKit at {self.address}"
+
+    def check(self) -> None:
+        """It answers (buildctl debug workers), before any work."""
+        try:
+            done = subprocess.run([buildctl(), "--addr", self.address, "debug", "workers"], capture_output=True,
+                                  text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise EngineUnavailable(f"no BuildKit answers at {self.address}: {error}") from None
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or ["no answer"])[-1]
+            raise EngineUnavailable(f"no BuildKit answers at {self.address}: {why[:300]}")
+
+    def build(self, context: Path, *, dockerfile: str = "Dockerfile", tag: str | None = None,
+              labels: Mapping[str, str] | None = None, network_mode: str | None = None,
+              buildargs: Mapping[str, str] | None = None, nocache: bool = False,
+              redact: Callable[[str], str] = lambda line: line, on_line: LineSink = quiet) -> str:
+        """Solve `context`; load each labelled stage and the last into the engine. The last's id."""
+        buildargs = dict(buildargs or {})
+        stages = stages_of((context / dockerfile).read_text(), buildargs)
+        if not stages:
+            raise BuildFailed(f"the builder found no stage in {context / dockerfile}")
+        names = {s.name for s in stages}
+        options = ["--frontend", "dockerfile.v0", "--local", f"context={context}", "--local", f"dockerfile={context}",
+                   "--opt", f"filename={dockerfile}", "--progress", "plain"]
+        if network_mode == "none":
+            options += ["--opt", "force-network-mode=none"]
+        if nocache:
+            options += ["--no-cache"]
+        options += [x for k, v in sorted(buildargs.items()) for x in ("--opt", f"build-arg:{k}={v}")]
+        options += [x for k, v in sorted((labels or {}).items()) for x in ("--opt", f"label:{k}={v}")]
+        held: set[str] = set()  # layers the engine has: left out of what is loaded (not for Podman)
+        store = None
+        for base in dict.fromkeys(s.base for s in stages if s.base not in names and s.base != "scratch"):
+            info = self.runtime.image(base)
+            if info is None:
+                continue  # BuildKit pulls it
+            layout = oci_layout.ensure(self.runtime, base, on_line)
+            store = layout.folder
+            options += ["--opt", f"context:{base}=oci-layout://engine@{layout.manifest}"]
+            if self.runtime.loads_partial_archives:
+                held.update(info.layers)
+        if store is not None:
+            options += ["--oci-layout", f"engine={store}"]
+        targets = [s.name for s in stages[:-1] if s.labelled] + [stages[-1].name]
+        image_id = ""
+        for target in targets:
+            last = target == stages[-1].name
+            image_id = self._solve(options, target, tag if last else None, held, redact, on_line)
+        return image_id
+
+    def _solve(self, options: list[str], target: str, tag: str | None, held: set[str],
+               redact: Callable[[str], str], on_line: LineSink) -> str:
+        """One target solved, its image loaded into the engine (without the layers it holds). Its id."""
+        with tempfile.TemporaryDirectory(prefix="triton-composer-buildkit-") as folder:
+            metadata = Path(folder) / "metadata.json"
+            output = "type=docker,compression=uncompressed" + (f",name={tag}" if tag else "")
+            command = [buildctl(), "--addr", self.address, "build", *options, "--opt", f"target={target}",
+                       "--metadata-file", str(metadata), "--output", output]
+            tail: list[str] = []
+
+            def said(line: str) -> None:
+                shown = _STEP.sub("", redact(line.rstrip()))
+                if shown.strip():
+                    tail.append(shown)
+                    del tail[:-40]
+                    on_line(shown)
+
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            reader = threading.Thread(target=lambda: [said(b.decode(errors="replace")) for b in process.stderr],
+                                      daemon=True)
+            reader.start()
+            failure: list[BaseException] = []
+            try:
+                try:
+                    self.runtime.load_stream(_without(process.stdout, held), f"the builder's stage {target}")
+                except Exception as error:  # noqa: BLE001 (the solve's own failure, if any, says more)
+                    failure.append(error)
+                    _stop(process)
+                process.wait()
+            except BaseException:  # an interrupt: the solve is cancelled (buildctl cancels it on SIGINT)
+                _stop(process)
+                raise
+            finally:
+                reader.join(timeout=30)
+            if process.returncode != 0:
+                error = next((line for line in reversed(tail) if line.startswith("error:") or "ERROR" in line),
+                             tail[-1] if tail else "buildctl failed")
+                raise BuildFailed(f"the build failed on {self.where()}: {error.removeprefix('error: ')[:400]}",
+                                  log_tail="\n".join(tail))
+            if failure:
+                raise failure[0]
+            image_id = str(json.loads(metadata.read_text()).get("containerimage.config.digest", ""))
+        if not image_id or self.runtime.image(image_id) is None:
+            raise BuildFailed(f"the builder's stage {target} ({image_id[:19] or 'no id'}) is not on the engine after "
+                              "loading it")
+        return image_id
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Cancel a solve: buildctl cancels it on SIGINT; killed if it has not ended in 30 s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _without(source, held: set[str]):
+    """BuildKit's docker archive as it streams, less the blobs of layers the engine holds (named by
+    their digest: uncompressed, a layer's digest is its diff id); a file to read it from."""
+    skip = {d.split(":", 1)[1] for d in held}
+    reader, writer = os.pipe()
+
+    def copy() -> None:
+        try:
+            with os.fdopen(writer, "wb") as out, tarfile.open(fileobj=source, mode="r|") as archive, \
+                    tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as kept:
+                for member in archive:
+                    if member.name.startswith("blobs/sha256/") and member.name.rsplit("/", 1)[1] in skip:
+                        continue
+                    kept.addfile(member, archive.extractfile(member) if member.isfile() else None)
+        except (OSError, tarfile.TarError):
+            pass  # the load fails on the cut archive; the solve's own error says why
+
+    threading.Thread(target=copy, daemon=True).start()
+    return os.fdopen(reader, "rb")

@@ -1,0 +1,154 @@
+"""An engine's local image as an OCI image layout on this machine, so a builder that cannot see the
+engine's images (BuildKit) can build FROM it: `--registry localhost/standin` names images the
+engine holds, not a registry.
+
+One layout per engine under the state folder, its blobs shared by every image written into it (a
+min image's layers are the full image's first ones): each layer stored uncompressed by its diff
+id, as the engine's `save` gives it (no compression to pay, and BuildKit reads them as they are),
+the configuration as the engine has it, and an OCI manifest naming them. An image is written once
+per id; a second run finds it (its manifest's blobs all there) and writes nothing. Blobs are
+written to a temporary name and renamed, so runs at once never read half a blob.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from composer.core.errors import BuildFailed
+from composer.core.progress import LineSink, quiet
+from composer.core.units import human_size
+from composer.engine import locks
+from composer.engine.archives import ChunkReader, may_be_layer
+from composer.engine.interface import Engine
+
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+CONFIG = "application/vnd.oci.image.config.v1+json"
+LAYER = "application/vnd.oci.image.layer.v1.tar"
+IMAGE_ID = "org.triton-composer.image-id"  # the engine's image a manifest of the layout stands for
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where an image is in a layout: the layout's folder and the image's manifest digest."""
+
+    folder: Path
+    manifest: str
+    image_id: str
+
+
+def folder_for(engine: Engine) -> Path:
+    name = hashlib.sha256(engine.identity().encode()).hexdigest()[:16]
+    return locks.state_dir() / "oci-layouts" / name
+
+
+def ensure(engine: Engine, image: str, on_line: LineSink = quiet) -> Layout:
+    """The engine's image `image` in this engine's layout, written if it is not there yet (one
+    writer at a time: a second run waits, then finds it)."""
+    info = engine.image(image)
+    if info is None:
+        raise BuildFailed(f"cannot hand {image} to the builder: the engine has no such image")
+    folder = folder_for(engine)
+    blobs = folder / "blobs" / "sha256"
+    with locks.making(engine.identity(), f"oci-layout {folder}"):
+        known = _manifest_of(folder, info.id)
+        if known:
+            return Layout(folder, known, info.id)
+        blobs.mkdir(parents=True, exist_ok=True)
+        _write(folder / "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
+        on_line(f"handing {image} ({info.id[:19]}) to the builder as an OCI layout in {folder}")
+        config = _save_into(engine, info.id, blobs)
+        layers = []
+        for diff_id in json.loads(config)["rootfs"]["diff_ids"]:
+            path = blobs / diff_id.split(":", 1)[1]
+            if not path.exists():
+                raise BuildFailed(f"cannot hand {image} to the builder: the engine's save lacks layer {diff_id[:19]}")
+            layers.append({"mediaType": LAYER, "digest": diff_id, "size": path.stat().st_size})
+        manifest = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST,
+                               "config": {"mediaType": CONFIG, "digest": info.id, "size": len(config)},
+                               "layers": layers}, sort_keys=True, separators=(",", ":")).encode()
+        digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+        _write(blobs / digest.split(":", 1)[1], manifest)
+        index = _index(folder)
+        index["manifests"] = [m for m in index.get("manifests", []) if m.get("digest") != digest] + [
+            {"mediaType": MANIFEST, "digest": digest, "size": len(manifest),
+             "annotations": {"org.opencontainers.image.ref.name": info.id.split(":", 1)[1],
+                             IMAGE_ID: info.id}}]
+        _write(folder / "index.json", json.dumps(index, indent=1).encode())
+        on_line(f"handed {image}: {len(layers)} layers, {human_size(sum(l['size'] for l in layers))}")
+        return Layout(folder, digest, info.id)
+
+
+def _save_into(engine: Engine, image_id: str, blobs: Path) -> bytes:
+    """The engine's save archive of the image, each layer stored by its digest (its diff id: the
+    save's layers are uncompressed); the image's configuration (the member whose digest is its id)."""
+    config = None
+    with tarfile.open(fileobj=ChunkReader(engine.save_stream(image_id)), mode="r|") as saved:
+        for member in saved:
+            source = saved.extractfile(member) if member.isfile() else None
+            if source is None:
+                continue
+            if member.size < (1 << 22):  # the configuration, or a small layer
+                data = source.read()
+                if "sha256:" + hashlib.sha256(data).hexdigest() == image_id:
+                    config = data
+                if may_be_layer(member) or data is config:
+                    _write(blobs / hashlib.sha256(data).hexdigest(), data)
+            elif may_be_layer(member):
+                _store(source, blobs)
+    if config is None:
+        raise BuildFailed(f"cannot hand {image_id[:19]} to the builder: the engine's save holds no configuration")
+    return config
+
+
+def _store(source, blobs: Path) -> None:
+    """A blob streamed to a temporary name, renamed to its digest once read."""
+    digest = hashlib.sha256()
+    handle, temporary = tempfile.mkstemp(dir=blobs, prefix=".partial-")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            while chunk := source.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        os.replace(temporary, blobs / digest.hexdigest())
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def _write(path: Path, data: bytes) -> None:
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def _index(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "index.json").read_text())
+    except (OSError, ValueError):
+        return {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []}
+
+
+def _manifest_of(folder: Path, image_id: str) -> str | None:
+    """The manifest the layout's index names for `image_id`, when every blob it names is there."""
+    for entry in _index(folder).get("manifests", []):
+        if (entry.get("annotations") or {}).get(IMAGE_ID) != image_id:
+            continue
+        try:
+            manifest = json.loads((folder / "blobs" / "sha256" / entry["digest"].split(":", 1)[1]).read_bytes())
+            named = [manifest["config"], *manifest["layers"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if all((folder / "blobs" / "sha256" / d["digest"].split(":", 1)[1]).exists() for d in named):
+            return entry["digest"]
+    return None
