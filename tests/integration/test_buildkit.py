@@ -1,0 +1,144 @@
+"""BuildKit as the builder, for real: a buildkitd v0.32.2 (built from the module proxy by
+scripts/go-tools) started by scripts/buildkit-service with state, socket and config of its own,
+its OCI worker on runc. The composer solves the rendered Dockerfile there, the engine's stand-ins
+handed over as an OCI layout; the image serves in the engine's smoke test and has the very image
+id and pushed digest of the same selection built by the engine's own builder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.cli import composer, image_json
+from tests.conftest import TEST_LABEL_KEY, TEST_RUN
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "buildkit-service"
+SMALL = ("--registry", "localhost/standin", "--version", "24.09", "--label", f"{TEST_LABEL_KEY}={TEST_RUN}")
+
+
+@pytest.fixture(scope="module")
+def buildkit():
+    """A buildkitd of the test's own (a short folder: a unix socket's path is at most 107 bytes)."""
+    folder = Path(tempfile.mkdtemp(prefix="tc-bk-", dir="/tmp"))
+    try:
+        started = subprocess.run([str(SCRIPT), "start", str(folder)], capture_output=True, text=True, timeout=900)
+        if started.returncode != 0:
+            why = (started.stderr.strip().splitlines() or ["buildkit-service failed"])[-1]
+            if os.environ.get("CI"):
+                pytest.fail(f"CI is set and buildkitd cannot start: {why}", pytrace=False)
+            pytest.skip(f"buildkitd cannot start: {why}")
+        yield started.stdout.strip()
+    finally:
+        subprocess.run([str(SCRIPT), "stop", str(folder)], capture_output=True, timeout=120)
+        pid = folder / "buildkitd.pid"
+        if pid.exists():
+            assert not Path(f"/proc/{pid.read_text().strip()}").exists(), "buildkitd still runs after stop"
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def states(tmp_path_factory):
+    """State folders of the module's own: the BuildKit run's OCI layouts (a copy of the stand-ins'
+    layers) go with them."""
+    root = tmp_path_factory.mktemp("states")
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _env(state: Path, **more: str) -> dict[str, str]:
+    return {"COMPOSER_STATE_DIR": str(state), **more}
+
+
+def test_buildkit_builds_an_image_that_serves_with_the_id_and_digest_of_the_engines_build(
+        engine, standin_images, registry, buildkit, states):
+    tags = {way: f"triton-composer-test/buildkit:{way}-{uuid.uuid4().hex[:8]}" for way in ("buildkit", "engine")}
+    pushes = {way: f"{registry.host}/team/t:{way}" for way in tags}
+    auth = {"TEST_REGISTRY_AUTH": f"{registry.username}:{registry.password}"}
+    try:
+        runs = {}
+        for way, extra in (("buildkit", ("--builder", f"buildkit://{buildkit}")), ("engine", ("--no-cache",))):
+            run = composer("build", *SMALL, "-b", "onnxruntime", "-b", "python", *extra, "--tag", tags[way],
+                           "--push", pushes[way], "--registry-auth", "env:TEST_REGISTRY_AUTH", "--json", "--verbose",
+                           env=_env(states / way, **auth))
+            assert run.returncode == 0, run.stderr[-3000:]
+            runs[way] = (image_json(run.stdout), run.stderr)
+        record, log = runs["buildkit"]
+        assert record["smoke_test"]["passed"]
+        assert {(r["subject"], r["status"]) for r in record["smoke_test"]["rows"]} >= {("python", "PASS"),
+                                                                                      ("onnxruntime", "PASS")}
+        assert "handing localhost/standin/tritonserver:24.09-py3" in log  # the engine's image, as a layout
+        assert "exporting to docker image format" in log  # BuildKit's own line: BuildKit built it
+        assert runs["buildkit"][0]["image_id"] == runs["engine"][0]["image_id"]
+        assert runs["buildkit"][0]["pushed"]["digest"] == runs["engine"][0]["pushed"]["digest"]
+    finally:
+        for tag in tags.values():
+            subprocess.run(["docker", "image", "rm", tag], capture_output=True)
+
+
+def test_a_wrong_buildkit_address_is_refused_before_any_work(tmp_path):
+    run = composer("build", *SMALL, "-b", "python", "--builder", f"buildkit://unix://{tmp_path}/none.sock",
+                   env=_env(tmp_path / "state"))
+    assert run.returncode == 1
+    last = run.stderr.strip().splitlines()[-1]
+    assert f"no BuildKit answers at unix://{tmp_path}/none.sock" in last, run.stderr
+    assert "looking inside" not in run.stderr  # before the work
+
+
+def test_an_interrupt_mid_solve_cancels_it_and_moves_no_tag(engine, standin_images, buildkit, states, tmp_path):
+    """SIGINT while BuildKit runs a step: buildctl cancels the solve, the composer exits, no tag."""
+    tag = f"triton-composer-test/buildkit:interrupted-{uuid.uuid4().hex[:8]}"
+    process = subprocess.Popen([sys.executable, "-m", "composer", "build", *SMALL, "-b", "python", "--no-cache",
+                                "--builder", f"buildkit://{buildkit}", "--tag", tag, "--verbose"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **_env(states / "interrupted")})
+    seen: list[str] = []
+    deadline = time.monotonic() + 600
+    for line in process.stderr:
+        seen.append(line)
+        if line.strip().startswith("collect:") or time.monotonic() > deadline:  # a RUN step of the solve at work
+            break
+    process.send_signal(signal.SIGINT)
+    try:
+        _out, rest = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode != 0, "".join(seen[-20:])
+    assert any(line.strip().startswith("collect:") for line in seen), "".join(seen[-20:])
+    children = subprocess.run(["pgrep", "-f", f"buildctl --addr {buildkit}"], capture_output=True, text=True)
+    assert children.stdout.strip() == "", "a buildctl of the run still runs"
+    histories = subprocess.run([_buildctl(), "--addr", buildkit, "debug", "histories", "--format", "json"],
+                               capture_output=True, text=True, timeout=60)
+    assert histories.returncode == 0, histories.stderr
+    running = [h for h in _records(histories.stdout) if not h.get("CompletedAt") and not h.get("completedAt")]
+    assert running == [], running
+    assert engine.image(tag) is None
+
+
+def _buildctl() -> str:
+    from composer.engine.buildkit import buildctl
+
+    return buildctl()
+
+
+def _records(text: str) -> list[dict]:
+    """buildctl debug histories --format json: one JSON document, or one per line."""
+    text = text.strip()
+    if not text:
+        return []
+    try:
+        found = json.loads(text)
+        return found if isinstance(found, list) else [found]
+    except ValueError:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
