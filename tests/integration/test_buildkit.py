@@ -121,8 +121,11 @@ def test_an_interrupt_mid_solve_cancels_it_and_moves_no_tag(engine, standin_imag
     histories = subprocess.run([_buildctl(), "--addr", buildkit, "debug", "histories", "--format", "json"],
                                capture_output=True, text=True, timeout=60)
     assert histories.returncode == 0, histories.stderr
-    running = [h for h in _records(histories.stdout) if not h.get("CompletedAt") and not h.get("completedAt")]
-    assert running == [], running
+    records = [h.get("record", h) for h in _records(histories.stdout)]
+    assert records, histories.stdout[:500]
+    running = [r["Ref"] for r in records if not r.get("CompletedAt")]
+    assert running == [], running  # every solve ended: the interrupted one too (cancelled)
+    assert any((r.get("error") or {}).get("message") == "context canceled" for r in records), records[-1].get("error")
     assert engine.image(tag) is None
 
 

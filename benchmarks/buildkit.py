@@ -1,0 +1,104 @@
+"""BuildKit as the builder (issue 45): the same selection built by the engine's builder and by a
+buildkitd of the benchmark's own, in one run on one machine, with their image ids side by side.
+
+Rows (each the real command line, `python -m composer build ...`, timed by its wall clock):
+
+  engine cold     --no-cache on the engine's builder, an empty state folder
+  buildkit cold   a fresh buildkitd (empty state), an empty state folder: the engine's base images
+                  handed over as an OCI layout (written once per image id), every step solved
+  buildkit warm   the same buildkitd, an empty state folder again (no recorded image): every step
+                  from BuildKit's cache, the stages loaded into the engine again
+  buildkit again  the same command and state as the warm row: the recorded image, nothing built
+
+    .venv/bin/python benchmarks/buildkit.py                               (small stand-ins)
+    .venv/bin/python benchmarks/buildkit.py --source localhost/standin-ngc --base pruned   (NGC scale)
+
+Starts and stops its buildkitd (scripts/buildkit-service, a folder of its own); removes its tags,
+its state folders (with their OCI layouts) and the cached stages of its builds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: the project root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVICE = ROOT / "scripts" / "buildkit-service"
+KEY_LINE = re.compile(r"=<stage> ([0-9a-f]{16})\)")
+KEYS: set[str] = set()
+
+
+def _build(args: list[str], state: Path) -> tuple[float, dict]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "composer", "build", *args, "--json"], cwd=ROOT, capture_output=True,
+                          text=True, env={**os.environ, "COMPOSER_STATE_DIR": str(state)})
+    seconds = time.monotonic() - started
+    KEYS.update(KEY_LINE.findall(done.stderr))
+    if done.returncode != 0:
+        tail = "\n    | ".join(done.stderr.strip().splitlines()[-8:])
+        raise SystemExit(f"composer build {' '.join(args)} failed (exit {done.returncode}):\n    | {tail}")
+    return seconds, json.loads(done.stdout)["images"][0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", default="localhost/standin", help="where the 24.09 full and min images are")
+    parser.add_argument("--base", default="min", choices=("min", "pruned"))
+    parser.add_argument("--json", metavar="FILE", help="write the figures as JSON too")
+    options = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="tc-bkb-", dir="/tmp"))
+    tag = f"triton-composer-bench/buildkit:{uuid.uuid4().hex[:8]}"
+    selection = ["--registry", options.source, "--version", "24.09", "-b", "onnxruntime", "-b", "python",
+                 "--base", options.base, "--tag", tag]
+    rows: dict[str, dict] = {}
+    try:
+        started = subprocess.run([str(SERVICE), "start", str(folder / "bk")], capture_output=True, text=True,
+                                 timeout=900)
+        if started.returncode != 0:
+            raise SystemExit(f"buildkitd did not start: {started.stderr.strip()[-500:]}")
+        builder = ["--builder", "buildkit://" + started.stdout.strip()]
+        plan = (("engine cold", ["--no-cache"], "engine"), ("buildkit cold", builder, "bk-cold"),
+                ("buildkit warm", builder, "bk-warm"), ("buildkit again", builder, "bk-warm"))
+        for name, extra, state in plan:
+            seconds, image = _build([*selection, *extra], folder / state)
+            rows[name] = {"seconds": round(seconds, 1), "image_id": image["image_id"],
+                          "smoke_test": image["smoke_test"]["passed"] if image.get("smoke_test") else None}
+            print(f"{name:15} {seconds:7.1f} s  {image['image_id'][:19]}  smoke test passed: "
+                  f"{rows[name]['smoke_test']}", flush=True)
+        same = len({row["image_id"] for row in rows.values()}) == 1
+        cold = rows["engine cold"]["seconds"]
+        print(f"one image id from both builders: {same}; BuildKit cold {rows['buildkit cold']['seconds'] / cold:.2f}x "
+              f"the engine's, warm {rows['buildkit warm']['seconds'] / cold:.2f}x", flush=True)
+        if options.json:
+            Path(options.json).write_text(json.dumps({"source": options.source, "base": options.base,
+                                                      "rows": rows, "same_image_id": same}, indent=2) + "\n")
+        return 0 if same else 1
+    finally:
+        subprocess.run([str(SERVICE), "stop", str(folder / "bk")], capture_output=True, timeout=120)
+        subprocess.run(["docker", "image", "rm", tag], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        _remove_cached_stages()
+
+
+def _remove_cached_stages() -> None:
+    from composer.assembly.cache import clear
+    from composer.engine.connect import connect
+
+    done = clear(connect(), only=lambda e: e.kind == "cached stage" and (e.key or "").rpartition(" ")[2] in KEYS)
+    print(f"removed {len(done.removed)} cached stages of its own", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
