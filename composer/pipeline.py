@@ -426,7 +426,8 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
         options = dict(labels=dict(run.labels or {}), on_line=run.on_line, on_engine_line=run.on_build_line or run.on_line,
                        on_smoke_line=run.on_line, contents=resolved.contents, check_space=result.space_check,
                        smoke_always=result.smoke_mode == "always",
-                       builder=BuildKit(result.builder, engine) if result.builder != "engine" else None)
+                       builder=BuildKit(result.builder, engine, result.builder_cache) if result.builder != "engine"
+                       else None)
         built = build_image(engine, plan, layers_dir=layers, cache=result.cache, **options,
                             reuse_when=lambda image_id: pushed_before(image_id, compression, result.push))
         if result.sbom and built.sbom:

@@ -30,7 +30,7 @@ from composer.core.errors import ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.core.units import human_size
 from composer.assembly import records
-from composer.engine import locks
+from composer.engine import locks, oci_layout
 from composer.resolve.plan_types import BACKENDS_LABEL, RUN_LABEL
 from composer.resolve.plan_types import STAGE_LABEL as PLAN_STAGE_LABEL
 
@@ -234,14 +234,17 @@ class Cleared:
     kept: tuple[tuple[Entry, str], ...]
     containers: int
     freed_bytes: int = -1  # the engine's images before less those after (-1: it keeps no parents)
+    builder_copies: int = 0  # bytes of BuildKit's copies of the engine's images removed (composer.engine.oci_layout)
 
     @property
     def freed(self) -> int:
-        return self.freed_bytes if self.freed_bytes >= 0 else sum(max(e.unique, 0) for e in self.removed)
+        return (self.freed_bytes if self.freed_bytes >= 0 else sum(max(e.unique, 0) for e in self.removed)) \
+            + self.builder_copies
 
     def to_dict(self) -> dict:
         return {"removed": [e.to_dict() for e in self.removed], "containers_removed": self.containers,
-                "kept": [{**e.to_dict(), "why": why} for e, why in self.kept], "freed": self.freed}
+                "kept": [{**e.to_dict(), "why": why} for e, why in self.kept], "freed": self.freed,
+                "builder_copies_removed": self.builder_copies}
 
 
 def select(entries: list[Entry], *, older_than_days: float | None, everything: bool,
@@ -360,7 +363,13 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
             on_line(f"removed {tag}")
     after = engine.image_graph()
     freed = freed_by(before, set(before) - set(after)) if before else -1
-    return Cleared(tuple(removed), tuple(kept), containers, freed)
+    copies = 0
+    with locks.removable_host(engine_id, records.CACHE_LOCK) as free:  # no build is handing images to BuildKit
+        if free:
+            copies = oci_layout.remove(engine)
+            if copies:
+                on_line(f"removed BuildKit's copies of this engine's images ({human_size(copies)}: made again when needed)")
+    return Cleared(tuple(removed), tuple(kept), containers, freed, copies)
 
 
 def _built_on_a_base(info) -> bool:

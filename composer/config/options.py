@@ -217,6 +217,10 @@ OPTIONS: tuple[Option, ...] = (
            "buildkit://unix:///PATH, buildkit://tcp://HOST:PORT, or buildkit (BUILDKIT_HOST's address). The engine "
            "still runs the smoke test; the same inputs give the same image id either way.",
            commands=(BUILD,), portable=False),
+    Option("result.builder_cache", "--builder-cache", "builder_cache", Text(check_prefix, "a repository, REGISTRY/PATH"),
+           "With a BuildKit --builder: export the build's cache to this repository (BuildKit's registry cache, "
+           "mode=max, a tag per Dockerfile and stage) and import it first, so a fresh builder rebuilds from it.",
+           commands=(BUILD,), portable=False),
     Option("result.space_check", "--no-space-check", "space_check", Flag(inverted=True),
            "Build even when the estimate of what the build writes exceeds the free space at the engine's "
            "data root (see docs/guides/shared-engines-and-cache.md).", commands=(BUILD,), portable=False),

@@ -345,6 +345,14 @@ def signing_needs_a_push(spec: CompositionSpec, run: Invocation) -> Problem | No
     return None
 
 
+def builder_cache_needs_buildkit(spec: CompositionSpec, run: Invocation) -> Problem | None:
+    """A registry cache is BuildKit's: the engine's own builder keeps its cache on the engine."""
+    if spec.result.builder_cache and spec.result.builder == "engine":
+        return Problem("builder_cache", "builder_cache is BuildKit's registry cache: add builder: buildkit://ADDR",
+                       "--builder-cache is BuildKit's registry cache: add --builder buildkit://ADDR (or buildkit)")
+    return None
+
+
 def compression_is_the_composers(spec: CompositionSpec, run: Invocation) -> Problem | None:
     """The layers' compression is chosen where the composer pushes them itself."""
     r = spec.result
@@ -431,6 +439,7 @@ RULES: tuple[Rule, ...] = (
     samples_off_leaves_models,
     signing_needs_a_push,
     compression_is_the_composers,
+    builder_cache_needs_buildkit,
     wheelhouse_exists,
     package_sources_have_packages,
     packages_need_python,

@@ -170,6 +170,7 @@ class Result:
     smoke_mode: str = "recorded"  # "recorded": a PASS recorded for the same image, models and host stands; "always"
     cache: bool = True  # False (--no-cache): no build cache, no recorded image or smoke test: from scratch
     builder: str = "engine"  # what builds: the engine's builder, or buildkit[://ADDR] (composer.engine.buildkit)
+    builder_cache: str | None = None  # a repository BuildKit exports its cache to and imports it from
 
 
     @property

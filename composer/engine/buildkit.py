@@ -15,6 +15,7 @@ already (the bases'): the engine loads a layer it lacks only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -30,7 +31,7 @@ from typing import Callable, Mapping
 
 from composer.core.errors import BuildFailed, EngineUnavailable, UsageError
 from composer.core.progress import LineSink, quiet
-from composer.engine import oci_layout
+from composer.engine import locks, oci_layout
 from composer.engine.interface import Engine
 
 SCHEME = "buildkit://"
@@ -58,8 +59,7 @@ def buildctl() -> str:
     found = shutil.which("buildctl")
     if found:
         return found
-    cache = Path(os.environ.get("COMPOSER_CACHE_DIR") or Path.home() / ".cache" / "triton-composer") / "tools"
-    built = sorted(cache.glob("buildctl-*/buildctl"))
+    built = sorted((locks.cache_dir() / "tools").glob("buildctl-*/buildctl"))
     if built:
         return str(built[-1])
     raise UsageError("--builder buildkit: buildctl is not installed (put it on PATH, or run scripts/go-tools buildctl)")
@@ -89,7 +89,7 @@ def stages_of(dockerfile: str, buildargs: Mapping[str, str]) -> list[Stage]:
         found = _FROM.match(line)
         if found:
             base = _VAR.sub(lambda m: buildargs.get(m.group(1), globals_.get(m.group(1), "")), found.group(1))
-            stages.append([found.group(2) or str(len(stages)), base, None])
+            stages.append([found.group(2) or "", base, None])  # "": no name (only the last can be built)
         elif stages:
             stages[-1][2] = line
     return [Stage(name, base, bool(last) and last.upper().startswith("LABEL") and STAGE_LABEL in last)
@@ -99,9 +99,10 @@ def stages_of(dockerfile: str, buildargs: Mapping[str, str]) -> list[Stage]:
 class BuildKit:
     """A buildkitd the composer builds with; the engine runs (and holds) what it builds."""
 
-    def __init__(self, builder: str, runtime: Engine):
+    def __init__(self, builder: str, runtime: Engine, cache: str | None = None):
         self.address = address_of(builder)
         self.runtime = runtime
+        self.cache = cache  # a repository for BuildKit's registry cache (export and import), or None
 
     def where(self) -> str:
         return f"BuildKit at {self.address}"
@@ -148,11 +149,19 @@ class BuildKit:
                 held.update(info.layers)
         if store is not None:
             options += ["--oci-layout", f"engine={store}"]
-        targets = [s.name for s in stages[:-1] if s.labelled] + [stages[-1].name]
+        targets = [s.name for s in stages[:-1] if s.labelled and s.name] + [stages[-1].name]
+        # The registry cache's tags: one per Dockerfile, arguments and labels (what its steps are) and stage.
+        what = hashlib.sha256(json.dumps([(context / dockerfile).read_text(), sorted(buildargs.items()),
+                                          sorted((labels or {}).items())]).encode()).hexdigest()[:16]
         image_id = ""
-        for target in targets:
-            last = target == stages[-1].name
-            image_id = self._solve(options, target, tag if last else None, held, redact, on_line)
+        for index, target in enumerate(targets):
+            last = index == len(targets) - 1
+            cached = []
+            if self.cache:
+                ref = f"{self.cache}:{what}-{target or 'last'}"
+                cached = ["--import-cache", f"type=registry,ref={ref}", "--export-cache",
+                          f"type=registry,ref={ref},mode=max"]
+            image_id = self._solve([*options, *cached], target, tag if last else None, held, redact, on_line)
         return image_id
 
     def _solve(self, options: list[str], target: str, tag: str | None, held: set[str],
@@ -161,7 +170,8 @@ class BuildKit:
         with tempfile.TemporaryDirectory(prefix="triton-composer-buildkit-") as folder:
             metadata = Path(folder) / "metadata.json"
             output = "type=docker,compression=uncompressed" + (f",name={tag}" if tag else "")
-            command = [buildctl(), "--addr", self.address, "build", *options, "--opt", f"target={target}",
+            command = [buildctl(), "--addr", self.address, "build", *options,
+                       *(("--opt", f"target={target}") if target else ()),  # no name: the last stage, the default
                        "--metadata-file", str(metadata), "--output", output]
             tail: list[str] = []
 
@@ -179,7 +189,7 @@ class BuildKit:
             failure: list[BaseException] = []
             try:
                 try:
-                    self.runtime.load_stream(_without(process.stdout, held), f"the builder's stage {target}")
+                    self.runtime.load_stream(_without(process.stdout, held), f"the builder's stage {target or 'last'}")
                 except Exception as error:  # noqa: BLE001 (the solve's own failure, if any, says more)
                     failure.append(error)
                     _stop(process)
@@ -198,7 +208,7 @@ class BuildKit:
                 raise failure[0]
             image_id = str(json.loads(metadata.read_text()).get("containerimage.config.digest", ""))
         if not image_id or self.runtime.image(image_id) is None:
-            raise BuildFailed(f"the builder's stage {target} ({image_id[:19] or 'no id'}) is not on the engine after "
+            raise BuildFailed(f"the builder's stage {target or 'last'} ({image_id[:19] or 'no id'}) is not on the engine after "
                               "loading it")
         return image_id
 

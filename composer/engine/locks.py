@@ -46,6 +46,17 @@ def state_dir() -> Path:
     return Path(base) / "triton-composer"
 
 
+def cache_dir() -> Path:
+    """Where the composer keeps what it can always make again, shared by every state folder of this
+    machine (BuildKit's copies of the engine's images, tools): COMPOSER_CACHE_DIR, else
+    $XDG_CACHE_HOME/triton-composer (~/.cache/triton-composer)."""
+    given = os.environ.get("COMPOSER_CACHE_DIR")
+    if given:
+        return Path(given)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "triton-composer"
+
+
 def _folder(name: str) -> Path:
     folder = state_dir() / name
     try:
@@ -105,6 +116,11 @@ def host_lock_path(engine_id: str, key: str) -> Path:
 def using_host(engine_id: str, key: str):
     """Held (shared) while a build uses the host-wide `key` (the engine's build cache)."""
     return _flock(host_lock_path(engine_id, key), fcntl.LOCK_SH, wait=True)
+
+
+def making_host(engine_id: str, key: str):
+    """Held while one process of this host writes what every state folder shares (`key`); others wait."""
+    return _flock(host_lock_path(engine_id, key), fcntl.LOCK_EX, wait=True)
 
 
 def removable_host(engine_id: str, key: str):

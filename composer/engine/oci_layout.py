@@ -2,7 +2,7 @@
 engine's images (BuildKit) can build FROM it: `--registry localhost/standin` names images the
 engine holds, not a registry.
 
-One layout per engine under the state folder, its blobs shared by every image written into it (a
+One layout per engine in the machine's cache (locks.cache_dir), its blobs shared by every image written into it (a
 min image's layers are the full image's first ones): each layer stored uncompressed by its diff
 id, as the engine's `save` gives it (no compression to pay, and BuildKit reads them as they are),
 the configuration as the engine has it, and an OCI manifest naming them. An image is written once
@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ class Layout:
 
 def folder_for(engine: Engine) -> Path:
     name = hashlib.sha256(engine.identity().encode()).hexdigest()[:16]
-    return locks.state_dir() / "oci-layouts" / name
+    return locks.cache_dir() / "oci-layouts" / name
 
 
 def ensure(engine: Engine, image: str, on_line: LineSink = quiet) -> Layout:
@@ -55,7 +56,7 @@ def ensure(engine: Engine, image: str, on_line: LineSink = quiet) -> Layout:
         raise BuildFailed(f"cannot hand {image} to the builder: the engine has no such image")
     folder = folder_for(engine)
     blobs = folder / "blobs" / "sha256"
-    with locks.making(engine.identity(), f"oci-layout {folder}"):
+    with locks.making_host(engine.identity(), "oci-layout"):
         known = _manifest_of(folder, info.id)
         if known:
             return Layout(folder, known, info.id)
@@ -82,6 +83,18 @@ def ensure(engine: Engine, image: str, on_line: LineSink = quiet) -> Layout:
         _write(folder / "index.json", json.dumps(index, indent=1).encode())
         on_line(f"handed {image}: {len(layers)} layers, {human_size(sum(l['size'] for l in layers))}")
         return Layout(folder, digest, info.id)
+
+
+def remove(engine: Engine) -> int:
+    """Remove this engine's layout (what `composer cache clear` frees: it is made again when a build
+    needs it); the bytes it held. The caller holds the build cache alone (no build hands images over)."""
+    folder = folder_for(engine)
+    if not folder.is_dir():
+        return 0
+    with locks.making_host(engine.identity(), "oci-layout"):
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+        shutil.rmtree(folder, ignore_errors=True)
+    return size
 
 
 def _save_into(engine: Engine, image_id: str, blobs: Path) -> bytes:

@@ -6,6 +6,8 @@ id and pushed digest of the same selection built by the engine's own builder."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import shutil
@@ -28,12 +30,14 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "buildkit-service"
 SMALL = ("--registry", "localhost/standin", "--version", "24.09", "--label", f"{TEST_LABEL_KEY}={TEST_RUN}")
 
 
-@pytest.fixture(scope="module")
-def buildkit():
-    """A buildkitd of the test's own (a short folder: a unix socket's path is at most 107 bytes)."""
+@contextlib.contextmanager
+def _buildkitd(*plain_http: str):
+    """A buildkitd of the test's own (a short folder: a unix socket's path is at most 107 bytes),
+    told that `plain_http` registries speak http; stopped by its PID after."""
     folder = Path(tempfile.mkdtemp(prefix="tc-bk-", dir="/tmp"))
     try:
-        started = subprocess.run([str(SCRIPT), "start", str(folder)], capture_output=True, text=True, timeout=900)
+        started = subprocess.run([str(SCRIPT), "start", str(folder), *plain_http], capture_output=True, text=True,
+                                 timeout=900)
         if started.returncode != 0:
             why = (started.stderr.strip().splitlines() or ["buildkit-service failed"])[-1]
             if os.environ.get("CI"):
@@ -46,6 +50,12 @@ def buildkit():
         if pid.exists():
             assert not Path(f"/proc/{pid.read_text().strip()}").exists(), "buildkitd still runs after stop"
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def buildkit():
+    with _buildkitd() as address:
+        yield address
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +95,37 @@ def test_buildkit_builds_an_image_that_serves_with_the_id_and_digest_of_the_engi
     finally:
         for tag in tags.values():
             subprocess.run(["docker", "image", "rm", tag], capture_output=True)
+
+
+def test_a_fresh_builder_rebuilds_from_the_registry_cache_another_exported(engine, standin_images, registry,
+                                                                          states, tmp_path):
+    """Builder one exports its cache to the registry (--builder-cache); builder two, which never saw
+    the selection, imports it: no step runs again (the collect stage's RUN prints nothing), and the
+    image is the same. The registry's password reaches BuildKit through the docker config, never argv."""
+    config = tmp_path / "docker"
+    config.mkdir()
+    token = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
+    (config / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": token}}}))
+    cache = f"{registry.host}/team/buildcache"
+    tag = f"triton-composer-test/buildkit:cache-{uuid.uuid4().hex[:8]}"
+    ids, logs = [], []
+    try:
+        for one in ("one", "two"):
+            with _buildkitd(registry.host) as address:
+                run = composer("build", *SMALL, "-b", "python", "--builder", f"buildkit://{address}",
+                               "--builder-cache", cache, "--tag", tag, "--json", "--verbose",
+                               env=_env(states / f"cache-{one}", DOCKER_CONFIG=str(config)))
+                assert run.returncode == 0, run.stderr[-3000:]
+                ids.append(image_json(run.stdout)["image_id"])
+                logs.append(run.stderr)
+        assert ids[0] == ids[1]
+        assert any(line.strip().startswith("collect:") for line in logs[0].splitlines())  # builder one ran it
+        assert not any(line.strip().startswith("collect:") for line in logs[1].splitlines()), logs[1][-2000:]
+        assert "CACHED" in logs[1] and "importing cache manifest" in logs[1]
+        assert registry.tags("team/buildcache"), "no cache was exported"
+        assert registry.password not in logs[0] + logs[1]
+    finally:
+        subprocess.run(["docker", "image", "rm", tag], capture_output=True)
 
 
 def test_a_wrong_buildkit_address_is_refused_before_any_work(tmp_path):
