@@ -32,10 +32,9 @@ from typing import Callable, Mapping
 from composer.core.errors import BuildFailed, EngineUnavailable, UsageError
 from composer.core.progress import LineSink, quiet
 from composer.engine import locks, oci_layout
-from composer.engine.interface import Engine
+from composer.engine.interface import STAGE_LABEL, Engine
 
 SCHEME = "buildkit://"
-STAGE_LABEL = "org.triton-composer.cached-stage"  # as resolve.plan_types.STAGE_LABEL (no import upward)
 _STEP = re.compile(r"^#\d+ (\d+\.\d+ )?")  # buildctl's plain progress: "#12 0.345 the step's own line"
 _FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
 _ARG = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?\s*$", re.IGNORECASE)

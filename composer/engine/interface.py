@@ -333,6 +333,11 @@ class ContainerEngine(ABC):
 Engine = ContainerEngine
 
 
+# The label a stage's last step carries when the composer reads that stage (with the composition's
+# key): what a builder that keeps no stages (BuildKit) must load into the engine.
+STAGE_LABEL = "org.triton-composer.cached-stage"
+
+
 class Builder(Protocol):
     """What builds a rendered context into an image the engine then holds: the engine itself (its
     build), or BuildKit (composer.engine.buildkit), which loads what it built into the engine."""

@@ -20,6 +20,7 @@ from composer.config.requirements import public_requirement
 from composer.config.types import Device, Packages, Result
 from composer.config.values import source_date_epoch
 from composer.core.refs import ImageRef
+from composer.engine.interface import STAGE_LABEL as BUILDER_STAGE_LABEL
 
 __all__ = ["ROOT"]  # ROOT is the backends' (composer.backends.base), named here for the plan's readers too
 
@@ -176,7 +177,7 @@ class LayerPart:
 
 # "<stage> <key>": a stage the composer reads from, named by what it is made of (render.composition_key),
 # shared by every build of the same inputs (build cache: `composer cache` lists and clears it)
-STAGE_LABEL = "org.triton-composer.cached-stage"
+STAGE_LABEL = BUILDER_STAGE_LABEL  # composer.engine.interface's: a builder loads the stages it names
 RUN_LABEL = "org.triton-composer.run"  # on a run's containers (and a pruned base's stages): the run that made them
 SYSTEM_TREE = "/composer-system/tree"  # what the system stage's steps wrote, as a tree
 PROOF_VERDICT = "/composer-proof/proved.txt"
