@@ -297,7 +297,7 @@ def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBas
     sources = Sources(stages, plan.full.id or plan.full.ref, foreign, context.directory)
     assembled = assemble(engine, plan, built, base_info, sources, layers, epoch=plan.epoch,
                          labels=version_labels(facts), extra=[(SBOM_PATH, "SBOM", document.encode())],
-                         run_labels=labels, on_line=on_line, hold=records.hold_tag(run), reuse=reuse)
+                         run_labels=labels, on_line=on_line, run=run, reuse=reuse)
     return assembled, document
 
 

@@ -26,7 +26,7 @@ from composer import __version__
 from composer.assembly.canonical import (
     Entry, LayerFile, archive_entries, host_entries, parent_folders, spool_archive, write_layer,
 )
-from composer.assembly import layer_reuse
+from composer.assembly import layer_reuse, records
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.engine.interface import Engine, ImageInfo
@@ -282,7 +282,7 @@ def sbom_part() -> LayerPart:
 
 def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo, sources: Sources, folder: Path,
              *, epoch: int, labels: Mapping[str, str], extra: Iterable[tuple[str, str, bytes]] = (),
-             run_labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, hold: str | None = None,
+             run_labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, run: str | None = None,
              reuse: bool = False) -> Assembled:
     """Write the composition's layers (and `extra` files: (path, description, content), one layer
     each, after them) on `base`, with the runtime configuration of the engine's image `built`
@@ -310,7 +310,7 @@ def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo,
     layers_hold = None
     if held:  # hold an image that has them until the composed image does, or write them after all
         last = max(held)
-        layers_hold = f"{hold}-layers" if hold else None
+        layers_hold = records.hold_tag(run, "layers") if run else None
         if not chains.hold(engine, (*base.layers, *(layer.diff_id for layer in layers[:last + 1])), layers_hold):
             for index, part in held.items():
                 on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {part.name} "
@@ -324,8 +324,8 @@ def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo,
     config = image_config(base, engine.image_config(built), tuple(layers), epoch, labels)
     try:
         image_id = load(engine, config, tuple(base.layers), tuple(layers), f"the composed image ({plan.tag})", base.id,
-                        hold)
+                        records.hold_tag(run) if run else None)
     finally:
         if layers_hold:
-            layer_reuse.release(engine, layers_hold)
+            records.drop_hold(engine, layers_hold)
     return Assembled(image_id, config, base.id, tuple(base.layers), tuple(layers), tuple(parts))

@@ -16,6 +16,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from composer.assembly import records
 from composer.assembly.canonical import LayerFile
 from composer.core.errors import ComposerError
 from composer.engine import locks
@@ -82,13 +83,7 @@ class Chains:
             return False
         info = engine.image(tag)
         if info is None or tuple(info.layers[:len(chain)]) != chain:
-            release(engine, tag)
+            records.drop_hold(engine, tag)
             return False
         return True
 
-
-def release(engine: Engine, tag: str) -> None:
-    try:
-        engine.remove_image(tag, prune=False)
-    except ComposerError:
-        pass  # a container uses it: the run's release, or `composer cache clear`, takes it later

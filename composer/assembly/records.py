@@ -42,10 +42,15 @@ def release(engine: Engine, run: str) -> None:
     """Take the run's hold off its image: the image goes with it when no other tag names it (and no
     container uses it); another run's hold or the user's tag keeps it."""
     for tag in (hold_tag(run), hold_tag(run, "layers")):
-        try:
-            engine.remove_image(tag, prune=False)
-        except ComposerError:
-            pass  # in use by a container: `composer cache clear` sweeps it
+        drop_hold(engine, tag)
+
+
+def drop_hold(engine: Engine, tag: str) -> None:
+    """Remove one hold tag (never the image by force): the image stays while anything else names it."""
+    try:
+        engine.remove_image(tag, prune=False)
+    except ComposerError:
+        pass  # in use by a container: `composer cache clear` sweeps it
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from composer.core.errors import BuildFailed
+from composer.core.files import write_file
 from composer.core.progress import LineSink, quiet
 from composer.core.units import human_size
 from composer.engine import locks
@@ -61,7 +62,7 @@ def ensure(engine: Engine, image: str, on_line: LineSink = quiet) -> Layout:
         if known:
             return Layout(folder, known, info.id)
         blobs.mkdir(parents=True, exist_ok=True)
-        _write(folder / "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
+        write_file(folder / "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
         on_line(f"handing {image} ({info.id[:19]}) to the builder as an OCI layout in {folder}")
         config = _save_into(engine, info.id, blobs)
         layers = []
@@ -74,13 +75,13 @@ def ensure(engine: Engine, image: str, on_line: LineSink = quiet) -> Layout:
                                "config": {"mediaType": CONFIG, "digest": info.id, "size": len(config)},
                                "layers": layers}, sort_keys=True, separators=(",", ":")).encode()
         digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
-        _write(blobs / digest.split(":", 1)[1], manifest)
+        write_file(blobs / digest.split(":", 1)[1], manifest)
         index = _index(folder)
         index["manifests"] = [m for m in index.get("manifests", []) if m.get("digest") != digest] + [
             {"mediaType": MANIFEST, "digest": digest, "size": len(manifest),
              "annotations": {"org.opencontainers.image.ref.name": info.id.split(":", 1)[1],
                              IMAGE_ID: info.id}}]
-        _write(folder / "index.json", json.dumps(index, indent=1).encode())
+        write_file(folder / "index.json", json.dumps(index, indent=1).encode())
         on_line(f"handed {image}: {len(layers)} layers, {human_size(sum(l['size'] for l in layers))}")
         return Layout(folder, digest, info.id)
 
@@ -111,7 +112,7 @@ def _save_into(engine: Engine, image_id: str, blobs: Path) -> bytes:
                 if "sha256:" + hashlib.sha256(data).hexdigest() == image_id:
                     config = data
                 if may_be_layer(member) or data is config:
-                    _write(blobs / hashlib.sha256(data).hexdigest(), data)
+                    write_file(blobs / hashlib.sha256(data).hexdigest(), data)
             elif may_be_layer(member):
                 _store(source, blobs)
     if config is None:
@@ -129,17 +130,6 @@ def _store(source, blobs: Path) -> None:
                 digest.update(chunk)
                 out.write(chunk)
         os.replace(temporary, blobs / digest.hexdigest())
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-
-
-def _write(path: Path, data: bytes) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)

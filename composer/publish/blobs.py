@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from composer.engine import locks
 from composer.core.errors import UsageError
 from composer.registry.compression import (  # noqa: F401 (the publishing side's names for them)
     COMPRESSION_OF, COMPRESSIONS, MEDIA_TYPES, compress, compressor_id,
@@ -32,8 +33,7 @@ class BlobCache:
     bases no registry holds, compressed once. Files are written under a fresh name and renamed in."""
 
     def __init__(self, root: Path | None = None):
-        home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        self.root = root or home / "triton-composer" / "blobs"
+        self.root = root or locks.cache_dir() / "blobs"
 
     def _index(self, diff_id: str, compression: str) -> Path:
         return self.root / "index" / compression / diff_id.replace(":", "-")

@@ -20,6 +20,7 @@ import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from composer.engine import locks
 from composer.core.errors import RegistryError
 from composer.core.progress import LineSink, quiet
 from composer.core.units import human_size
@@ -38,8 +39,7 @@ class Recompressed:
     """Source blob -> (new digest, size) per compression, on this machine (a re-run's shortcut)."""
 
     def __init__(self, root: Path | None = None):
-        home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        self.root = root or home / "triton-composer" / "recompressed"
+        self.root = root or locks.cache_dir() / "recompressed"
 
     def _path(self, digest: str, compression: str) -> Path:
         return self.root / compression / digest.replace(":", "-")

@@ -114,7 +114,7 @@ def test_layers_left_out_of_the_archive_are_held_by_the_run_or_written_after_all
     chains = layer_reuse.Chains.on(engine)
     assert chains.hold(engine, ("sha256:base", "sha256:own1"), "triton-composer/hold:r1-layers")
     assert engine.infos["triton-composer/hold:r1-layers"] is composed
-    layer_reuse.release(engine, "triton-composer/hold:r1-layers")
+    records.drop_hold(engine, "triton-composer/hold:r1-layers")
     assert "triton-composer/hold:r1-layers" not in engine.infos
     assert records.run_of_hold("localhost/triton-composer/hold:r1-layers") == "r1"
     del engine.infos["sha256:c"]  # removed by another run after the look
