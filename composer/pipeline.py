@@ -448,8 +448,9 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
                     built = build_image(engine, plan, layers_dir=layers, cache=result.cache, **options)
                 if again is None:
                     folder = Path(stack.enter_context(locks.temporary_folder("blobs")))
+                    origin = plan.min.in_its_registry if built.assembled.base == plan.min.id else None
                     again = push_assembled(engine, built.assembled, result.push, registries, compression=compression,
-                                           folder=folder, on_line=run.on_line)
+                                           folder=folder, origin=origin, on_line=run.on_line)
                     record_push(built.image_id, compression, again)
                 digest = again.digest
             else:

@@ -4,9 +4,11 @@ The image is the one the composer wrote (composer.assembly.assemble): its config
 layers are on this machine, each compressed one fixed way (composer.publish.blobs), so the same
 inputs give the same manifest digest from any machine. The base's layers are taken where they
 already are: skipped when the target holds them, mounted from another repository of the same
-registry, copied blob by blob from the registry the base came from, and only for a base no registry
-holds (a pruned base, a base built here) read from the engine's image export and compressed once
-into this machine's blob cache. Blobs go first, the configuration, then the manifest by its tag: a
+registry, copied blob by blob from the registry the run resolved the base from, and only for a base
+no registry holds (a pruned base, a base built here) read from the engine's image export and
+compressed once into this machine's blob cache. Only that registry, never another one the engine
+happens to have pulled the same image from: the digest follows from the run's inputs, not from the
+engine's history. Blobs go first, the configuration, then the manifest by its tag: a
 tag never names a manifest whose blobs are missing.
 """
 
@@ -78,35 +80,35 @@ def image_manifest(config: bytes, layers: Iterable[tuple[str, int, str]]) -> byt
     })
 
 
-def base_in_a_registry(engine: Engine, registries: Registries, assembled: Assembled,
-                       compression: str) -> list[RemoteLayer] | None:
-    """The base's layers as a registry it came from holds them (its repo digests), in the wanted
-    compression; None when no registry holds them so (a base made or loaded here)."""
-    info = engine.image(assembled.base)
-    for reference in info.repo_digests if info else ():
-        try:
-            ref = ImageRef.parse(reference)
-            # One try: a registry the base once came from is a shortcut, not a need (it may be long gone).
-            api = dataclasses.replace(registries.client(ref.host), retry=RetryPolicy())
-            found = api.raw_manifest(ref.repository, ref.digest)
-            if found is None:
-                continue
-            _, media_type, body = found
-            manifest = json.loads(body)
-            if "manifests" in manifest:
-                continue  # an index: the engine named the image, not the list
-            config = json.loads(api.blob(ref.repository, manifest["config"]["digest"]))
-        except (RegistryError, UsageError, ValueError, KeyError, TypeError, OSError):
-            continue  # a registry it cannot trust or read now (its certs.d CA gone) is no shortcut
-        diff_ids = tuple((config.get("rootfs") or {}).get("diff_ids") or ())
-        layers = manifest.get("layers") or []
-        if diff_ids != assembled.base_layers or len(layers) != len(diff_ids):
-            continue
-        if any(COMPRESSION_OF.get(layer.get("mediaType")) != compression for layer in layers):
-            continue
-        return [RemoteLayer(api, ref.repository, layer["digest"], int(layer["size"]),
-                            MEDIA_TYPES[compression]) for layer in layers]
-    return None
+def base_in_a_registry(registries: Registries, assembled: Assembled, compression: str,
+                       origin: str | None) -> list[RemoteLayer] | None:
+    """The base's layers as the registry the run resolved it from holds them (`origin`, its
+    repo@digest), in the wanted compression; None when there is no such registry (a base made or
+    loaded here) or it does not hold them so."""
+    if not origin:
+        return None
+    try:
+        ref = ImageRef.parse(origin)
+        # One try: the registry the base came from is a shortcut, not a need (it may be long gone).
+        api = dataclasses.replace(registries.client(ref.host), retry=RetryPolicy())
+        found = api.raw_manifest(ref.repository, ref.digest)
+        if found is None:
+            return None
+        _, media_type, body = found
+        manifest = json.loads(body)
+        if "manifests" in manifest:
+            return None  # an index: the run named the list, not the image
+        config = json.loads(api.blob(ref.repository, manifest["config"]["digest"]))
+    except (RegistryError, UsageError, ValueError, KeyError, TypeError, OSError):
+        return None  # a registry it cannot trust or read now (its certs.d CA gone) is no shortcut
+    diff_ids = tuple((config.get("rootfs") or {}).get("diff_ids") or ())
+    layers = manifest.get("layers") or []
+    if diff_ids != assembled.base_layers or len(layers) != len(diff_ids):
+        return None
+    if any(COMPRESSION_OF.get(layer.get("mediaType")) != compression for layer in layers):
+        return None
+    return [RemoteLayer(api, ref.repository, layer["digest"], int(layer["size"]), MEDIA_TYPES[compression])
+            for layer in layers]
 
 
 def base_from_the_engine(engine: Engine, assembled: Assembled, compression: str, cache: BlobCache,
@@ -184,14 +186,16 @@ def own_layers(assembled: Assembled, compression: str, folder: Path) -> list[Blo
 
 
 def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: Registries, *, compression: str,
-                   folder: Path, cache: BlobCache | None = None, on_line: LineSink = quiet) -> Pushed:
-    """Push the composer's image as `ref` through its registry client; the manifest's digest."""
+                   folder: Path, origin: str | None = None, cache: BlobCache | None = None,
+                   on_line: LineSink = quiet) -> Pushed:
+    """Push the composer's image as `ref` through its registry client; the manifest's digest.
+    `origin` is the repo@digest the run resolved the base from, when a registry holds it."""
     target = ImageRef.parse(ref)
     api = registries.client(target.host)
     repository = target.repository
     cache = cache or BlobCache()
     on_line(f"pushing {ref} through the composer's registry client ({compression})")
-    remote = base_in_a_registry(engine, registries, assembled, compression)
+    remote = base_in_a_registry(registries, assembled, compression, origin)
     if remote is None:
         base: list[Blob | RemoteLayer] = list(base_from_the_engine(engine, assembled, compression, cache, on_line))
     else:

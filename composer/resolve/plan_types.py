@@ -48,6 +48,11 @@ class BaseImage:
             return str(ImageRef.parse(self.ref).without_tag().with_digest(self.digest))
         return self.ref
 
+    @property
+    def in_its_registry(self) -> str | None:
+        """repo@digest in the registry ref names, when the image was resolved there (None: local only)."""
+        return str(ImageRef.parse(self.ref).without_tag().with_digest(self.digest)) if self.digest else None
+
     def record(self) -> dict:
         return {"ref": self.ref, "id": self.id, "digest": self.digest}
 

@@ -184,6 +184,33 @@ def test_the_composers_push_gives_one_digest_twice_blobs_first_and_the_tag_last(
         assert gzip.decompress(blob) == tar and blob[4:8] == b"\0\0\0\0"  # no time in the gzip header
 
 
+def test_the_base_comes_from_the_runs_own_registry_never_one_the_engine_once_pulled_it_from(tmp_path):
+    """Another registry the engine pulled the same base from (its repo digests) is not asked: the
+    pushed digest follows from the run's inputs, not from what the engine met before."""
+    from composer.engine.interface import ImageInfo
+    from composer.publish.blobs import BlobCache
+    from composer.publish.image_push import push_assembled
+
+    engine, assembled, _, _ = _one_layer_image(tmp_path)
+    engine.infos[assembled.base] = ImageInfo(id=assembled.base, ref=assembled.base, tags=(), env={}, labels={}, size=0,
+                                             repo_digests=("elsewhere.example/team/min@sha256:" + "e" * 64,))
+    registry, asked = Registry("r.example"), []
+
+    class Registries:
+        def client(self, host):
+            asked.append(host)
+            return registry
+
+    plain = push_assembled(engine, assembled, "r.example/team/t:1", Registries(), compression="gzip",
+                           folder=tmp_path, cache=BlobCache(tmp_path / "cache"))
+    assert asked == ["r.example"] and plain.digest.startswith("sha256:")
+    # The run's own registry is asked; one that does not hold the base (here: nothing) is no shortcut.
+    again = push_assembled(engine, assembled, "r.example/team/t:2", Registries(), compression="gzip",
+                           folder=tmp_path, cache=BlobCache(tmp_path / "cache"),
+                           origin="mirror.example/nvidia/min@sha256:" + "f" * 64)
+    assert again.digest == plain.digest and asked[1:] == ["r.example", "mirror.example"]
+
+
 def test_a_base_source_that_goes_away_in_the_push_gives_way_to_the_engines_layers(tmp_path, monkeypatch):
     """The registry the base came from (a mirror) stops answering in the middle of the push: the
     base's layers go from the engine instead, and the manifest names what arrived."""
