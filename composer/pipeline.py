@@ -25,6 +25,7 @@ from composer.catalog.catalog import Catalog
 from composer.engine.buildkit import BuildKit
 from composer.engine.interface import Builder, Engine
 from composer.core import interrupts
+from composer.core.workers import Shared
 from composer.core.errors import (BuildFailed, ComposerError, EngineUnavailable, Invalid, NoSpace, SmokeTestFailed,
                                    UsageError)
 from composer.core.files import check_output_file, write_file
@@ -369,6 +370,7 @@ class Outcome:
     result: BuildResult | None = None
     pushed: "Published | None" = None  # where it went, and its SBOM, provenance and signature
     error: ComposerError | None = None
+    builder: str | None = None  # which builder built it, when the run had several
 
     @property
     def tag(self) -> str:
@@ -376,6 +378,8 @@ class Outcome:
 
     def to_dict(self) -> dict:
         payload: dict[str, Any] = {"name": self.spec.name}
+        if self.builder is not None:
+            payload["builder"] = self.builder
         if self.result is not None:
             payload.update(self.result.to_dict())
         if self.pushed is not None:
@@ -390,14 +394,16 @@ class Outcome:
 
 def compose(
     engine: Engine, spec: CompositionSpec, catalog: Catalog, run: Run = Run(), *,
-    inspection: Inspection | None = None,
+    inspection: Inspection | None = None, builder: str | None = None,
 ) -> Outcome:
     """Plan, build, smoke-test, tag and (if asked) push one image; errors propagate.
 
     `inspection` is given for a bundle: plan from what it recorded, not by asking registries.
+    `builder` is which of the spec's builders builds it (its first by default).
     """
+    builder = builder or spec.result.builders[0]
     if inspection is not None:
-        return _build_and_push(engine, resolve_recorded(spec, catalog, inspection, run.on_line), run)
+        return _build_and_push(engine, resolve_recorded(spec, catalog, inspection, run.on_line), run, builder)
     targets = resolve_targets(spec, catalog, engine)
     if run.locked:
         registries = Registries(engine, run.registry_auth, spec.images.registry_ca,
@@ -405,10 +411,10 @@ def compose(
         targets = verify_lock(engine, spec, targets, run.on_line, registries=registries)
     with locks.temporary_folder("wheels") as wheels:
         resolved = resolve(engine, spec, catalog, wheels=Path(wheels), on_line=run.on_line, targets=targets)
-        return _build_and_push(engine, resolved, run)
+        return _build_and_push(engine, resolved, run, builder)
 
 
-def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
+def _build_and_push(engine: Engine, resolved: Resolved, run: Run, builder: str) -> Outcome:
     spec, plan = resolved.spec, resolved.plan
     result = spec.result
     # The signing key was read (and refused, if it is not one) by the preflight, before any work.
@@ -426,8 +432,7 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run) -> Outcome:
         options = dict(labels=dict(run.labels or {}), on_line=run.on_line, on_engine_line=run.on_build_line or run.on_line,
                        on_smoke_line=run.on_line, contents=resolved.contents, check_space=result.space_check,
                        smoke_always=result.smoke_mode == "always",
-                       builder=BuildKit(result.builder, engine, result.builder_cache) if result.builder != "engine"
-                       else None)
+                       builder=BuildKit(builder, engine, result.builder_cache) if builder != "engine" else None)
         built = build_image(engine, plan, layers_dir=layers, cache=result.cache, **options,
                             reuse_when=lambda image_id: pushed_before(image_id, compression, result.push))
         if result.sbom and built.sbom:
@@ -509,19 +514,63 @@ def _attach(engine: Engine, spec: CompositionSpec, plan: CompositionPlan, run: R
 
 def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catalog, run: Run = Run(),
                 inspection: Inspection | None = None) -> list[Outcome]:
-    """compose() each spec in turn; a failure is kept in its outcome and the next one goes on.
+    """compose() each spec; a failure is kept in its outcome and the next one goes on.
 
-    Images of one run share their common layers through the engine's build cache.
+    Images of one run share their common layers through the engine's build cache. With one
+    builder the specs go in turn; with several (--builder given more than once), each builder takes
+    the next spec it may build when it is free (composer.core.workers), its lines marked with the
+    spec's name. A builder that fails a spec and no longer answers takes no more.
     """
-    outcomes = []
-    for spec in specs:
-        if len(specs) > 1:
-            run.on_line(f"== {spec.name} ==")
+    builders = list(dict.fromkeys(b for spec in specs for b in spec.result.builders))
+    if len(builders) <= 1:
+        outcomes = []
+        for spec in specs:
+            if len(specs) > 1:
+                run.on_line(f"== {spec.name} ==")
+            outcomes.append(_one(engine, spec, catalog, run, inspection, None))
+        return outcomes
+
+    def work(builder: str, spec: CompositionSpec) -> Outcome:
+        run.on_line(f"== {spec.name} on {_builder_name(builder)} ==")
+        mark = _marked(spec.name)
+        marked = dataclasses.replace(run, on_line=mark(run.on_line),
+                                     on_build_line=mark(run.on_build_line) if run.on_build_line else None)
+        return dataclasses.replace(_one(engine, spec, catalog, marked, inspection, builder), builder=builder)
+
+    def answers(builder: str) -> bool:
         try:
-            outcomes.append(compose(engine, spec, catalog, run, inspection=inspection))
-        except ComposerError as error:
-            outcomes.append(Outcome(spec, error=error))
-    return outcomes
+            if builder != "engine":
+                BuildKit(builder, engine).check()
+            return True
+        except ComposerError:
+            return False
+
+    def orphaned(spec: CompositionSpec, gone: list[str]) -> Outcome:
+        names = ", ".join(_builder_name(b) for b in gone if b in spec.result.builders)
+        return Outcome(spec, error=EngineUnavailable(f"{spec.name}: not built: its builder(s) {names} stopped "
+                                                     "answering"))
+
+    shared = Shared(specs, builders, may=lambda builder, spec: builder in spec.result.builders, work=work,
+                    failed=lambda outcome: outcome.error is not None, answers=answers, orphaned=orphaned,
+                    on_gone=lambda b: run.on_line(f"{_builder_name(b)} stopped answering: it takes no more sets"))
+    return shared.run()
+
+
+def _one(engine: Engine, spec: CompositionSpec, catalog: Catalog, run: Run, inspection: Inspection | None,
+         builder: str | None) -> Outcome:
+    try:
+        return compose(engine, spec, catalog, run, inspection=inspection, builder=builder)
+    except ComposerError as error:
+        return Outcome(spec, error=error)
+
+
+def _builder_name(builder: str) -> str:
+    return "the engine's builder" if builder == "engine" else builder
+
+
+def _marked(name: str):
+    """A progress sink whose lines start with the spec's name (several builders at work at once)."""
+    return lambda sink: (lambda line: sink(f"[{name}] {line}"))
 
 
 def compose_bundle(engine: Engine, read: ReadBundle, spec: CompositionSpec, catalog: Catalog, run: Run) -> list[Outcome]:

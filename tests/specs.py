@@ -12,7 +12,7 @@ _FIELDS = {
     "bake_models": "selection.bake_models", "smoke_cases": "result.smoke_cases", "samples": "result.samples",
     "base": "selection.base", "keep_tensorrt_builder": "selection.keep_tensorrt_builder",
     "ort_providers": "selection.ort_providers", "device": "selection.device", "gpus": "result.gpus",
-    "strict": "result.strict", "flavour": "selection.flavour",
+    "strict": "result.strict", "flavour": "selection.flavour", "builders": "result.builders",
 }
 
 

@@ -144,7 +144,8 @@ def _describe(outcome: Outcome, explain: bool) -> str:
                      "on this min image reuse it" if base.made else "reused (made by an earlier build)"))
     if result.sizes:
         lines.append(result.sizes.table())
-    lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}")
+    lines.append(f"{result.tag}  {result.image_id[:19]}  {human_size(result.size)}"
+                 + (f"  (built by {outcome.builder})" if outcome.builder else ""))
     if outcome.pushed:
         lines.append(f"pushed {outcome.pushed.ref}@{outcome.pushed.digest}")
         for kind in ("sbom", "provenance", "signature"):

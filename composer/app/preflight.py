@@ -65,7 +65,7 @@ def connect(engine: Callable[[], Engine]) -> Engine:
 
 def check_builders(engine: Engine, specs: Sequence[CompositionSpec]) -> None:
     """Each --builder other than the engine answers (and buildctl is here), before any work."""
-    for builder in dict.fromkeys(spec.result.builder for spec in specs if spec.result.builder != "engine"):
+    for builder in dict.fromkeys(b for spec in specs for b in spec.result.builders if b != "engine"):
         BuildKit(builder, engine).check()
 
 

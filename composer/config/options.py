@@ -211,11 +211,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("result.cache", "--no-cache", "build_cache", Flag(inverted=True),
            "Build from scratch: no step of the engine's build cache, no image or smoke test recorded before.",
            commands=(BUILD, BUNDLE), portable=False),
-    Option("result.builder", "--builder", "builder",
-           Text(check_builder, "engine, buildkit, buildkit://unix:///PATH or buildkit://tcp://HOST:PORT"),
+    Option("result.builders", "--builder", "builder",
+           Strings(check_builder, "engine, buildkit, buildkit://unix:///PATH or buildkit://tcp://HOST:PORT",
+                   unique=True, one_or_many=True),
            "What builds the rendered Dockerfile: engine (default: the engine's own builder), or a BuildKit daemon: "
            "buildkit://unix:///PATH, buildkit://tcp://HOST:PORT, or buildkit (BUILDKIT_HOST's address). The engine "
-           "still runs the smoke test; the same inputs give the same image id either way.",
+           "still runs the smoke test; the same inputs give the same image id either way. Repeatable: the run's "
+           "sets are spread over the builders, each taking the next set when it is free.",
            commands=(BUILD,), portable=False),
     Option("result.builder_cache", "--builder-cache", "builder_cache", Text(check_prefix, "a repository, REGISTRY/PATH"),
            "With a BuildKit --builder: export the build's cache to this repository (BuildKit's registry cache, "

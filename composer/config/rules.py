@@ -345,9 +345,17 @@ def signing_needs_a_push(spec: CompositionSpec, run: Invocation) -> Problem | No
     return None
 
 
+def some_builder(spec: CompositionSpec, run: Invocation) -> Problem | None:
+    """Something must build: an empty builder list is a mistake, not the default."""
+    if not spec.result.builders:
+        return Problem("builder", "builder is empty: give engine, buildkit or buildkit://ADDR (or leave it out)",
+                       "--builder: give engine, buildkit or buildkit://ADDR")
+    return None
+
+
 def builder_cache_needs_buildkit(spec: CompositionSpec, run: Invocation) -> Problem | None:
     """A registry cache is BuildKit's: the engine's own builder keeps its cache on the engine."""
-    if spec.result.builder_cache and spec.result.builder == "engine":
+    if spec.result.builder_cache and all(builder == "engine" for builder in spec.result.builders):
         return Problem("builder_cache", "builder_cache is BuildKit's registry cache: add builder: buildkit://ADDR",
                        "--builder-cache is BuildKit's registry cache: add --builder buildkit://ADDR (or buildkit)")
     return None
@@ -439,6 +447,7 @@ RULES: tuple[Rule, ...] = (
     samples_off_leaves_models,
     signing_needs_a_push,
     compression_is_the_composers,
+    some_builder,
     builder_cache_needs_buildkit,
     wheelhouse_exists,
     package_sources_have_packages,

@@ -251,7 +251,9 @@ class _Reader:
                         raise self.fail(value_node, f"{key}.{name}", str(problem)) from None
                 return tuple(sorted(pairs))
             if kind.yaml_shape == "list":
-                items = self.strings(node, key, getattr(kind, "what", "a list of strings"))
+                one = getattr(kind, "one_or_many", False) and isinstance(node, ScalarNode) and node.tag == _STR
+                items = ([(node, self.string(node, key, kind.what))] if one
+                         else self.strings(node, key, getattr(kind, "what", "a list of strings")))
                 try:
                     return kind.read_set([text for _item, text in items], self.folder, self.environ)
                 except Invalid as problem:  # at the line of the item at fault

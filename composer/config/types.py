@@ -169,7 +169,9 @@ class Result:
     space_check: bool = True  # refuse a build the engine's disk cannot hold (composer.assembly.space)
     smoke_mode: str = "recorded"  # "recorded": a PASS recorded for the same image, models and host stands; "always"
     cache: bool = True  # False (--no-cache): no build cache, no recorded image or smoke test: from scratch
-    builder: str = "engine"  # what builds: the engine's builder, or buildkit[://ADDR] (composer.engine.buildkit)
+    # What builds: the engine's builder, or buildkit[://ADDR] (composer.engine.buildkit); several: the
+    # run's sets are spread over them (composer.pipeline.compose_all).
+    builders: tuple[str, ...] = ("engine",)
     builder_cache: str | None = None  # a repository BuildKit exports its cache to and imports it from
 
 

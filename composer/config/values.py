@@ -122,8 +122,10 @@ class Strings(Kind):
     yaml_shape = "list"
 
     def __init__(self, check: Callable[[str], str | None] = lambda v: None, what: str = "a list of strings",
-                 unique: bool = False, set_check: Callable[[str], str | None] = lambda v: None):
+                 unique: bool = False, set_check: Callable[[str], str | None] = lambda v: None,
+                 one_or_many: bool = False):
         self.check, self.what, self.unique, self.set_check = check, what, unique, set_check
+        self.one_or_many = one_or_many  # a set file may give one string for a list of one
 
     def read_set(self, raw: Sequence[str], base: Path, environ: Mapping[str, str]) -> tuple[str, ...]:
         for index, item in enumerate(raw):

@@ -23,9 +23,19 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STOPPING = threading.Event()
 
 
+_STOPPED_BY: list[int] = []  # the first signal, for worker threads' own Interrupted (check())
+
+
 def pause(seconds: float) -> None:
     """time.sleep that ends early when the command is being interrupted."""
     STOPPING.wait(seconds)
+
+
+def check() -> None:
+    """In a worker thread (a set on its own builder, composer.core.workers), a long step ends here
+    once the command is being stopped: the signal itself reaches only the main thread."""
+    if STOPPING.is_set() and threading.current_thread() is not threading.main_thread():
+        raise Interrupted(_STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT, "working on another builder")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -127,6 +137,7 @@ def handling(phases: Phases | None = None) -> Iterator[list[int]]:
 
     def on_signal(signum, _frame) -> None:
         received.append(signum)
+        _STOPPED_BY[:] = _STOPPED_BY or [signum]
         STOPPING.set()
         if len(received) > 1:
             return  # a second signal while cleaning up: ignored, so the cleanup is not cut short
@@ -137,6 +148,7 @@ def handling(phases: Phases | None = None) -> Iterator[list[int]]:
         raise stop
 
     STOPPING.clear()
+    _STOPPED_BY.clear()
     previous = {signum: signal.signal(signum, on_signal) for signum in SIGNALS}
     try:
         yield received

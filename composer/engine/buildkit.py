@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+from composer.core import interrupts
 from composer.core.errors import BuildFailed, EngineUnavailable, UsageError
 from composer.core.progress import LineSink, quiet
 from composer.engine import locks, oci_layout
@@ -186,6 +187,15 @@ class BuildKit:
                                       daemon=True)
             reader.start()
             failure: list[BaseException] = []
+            ended = threading.Event()
+
+            def watch() -> None:  # on a worker thread the signal never arrives: the run's stop does
+                while not ended.wait(0.5):
+                    if interrupts.STOPPING.is_set():
+                        _stop(process)
+                        return
+
+            threading.Thread(target=watch, daemon=True).start()
             try:
                 try:
                     self.runtime.load_stream(_without(process.stdout, held), f"the builder's stage {target or 'last'}")
@@ -197,7 +207,9 @@ class BuildKit:
                 _stop(process)
                 raise
             finally:
+                ended.set()
                 reader.join(timeout=30)
+            interrupts.check()
             if process.returncode != 0:
                 error = next((line for line in reversed(tail) if line.startswith("error:") or "ERROR" in line),
                              tail[-1] if tail else "buildctl failed")

@@ -273,6 +273,7 @@ class DockerEngine(ContainerEngine):
         try:
             stream = self._build_events(context, dockerfile, tag, labels, network_mode, buildargs, nocache)
             for event in stream:
+                interrupts.check()  # a set on another builder's thread: the run is being stopped
                 if "stream" in event:
                     for line in redact(event["stream"]).splitlines():
                         if line.strip():

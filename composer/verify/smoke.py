@@ -300,6 +300,7 @@ def wait_for_models(client: TritonHTTP, container: Container, deadline: float) -
             break
         if time.monotonic() >= deadline or not container.running():
             break
+        interrupts.check()
         time.sleep(POLL)
     for name, entry in index.items():
         if entry.get("reason"):
@@ -524,5 +525,6 @@ def _wait(ready: Callable[[], object], deadline: float, container: Container) ->
             pass
         if not container.running():
             return False
+        interrupts.check()
         time.sleep(POLL)
     return False

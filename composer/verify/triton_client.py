@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 
 import requests
 
+from composer.core import interrupts
 from composer.core.errors import ComposerError
 from composer.config.cases import TensorData
 
@@ -56,6 +57,7 @@ class TritonHTTP:
                 return False
             if time.monotonic() >= deadline:
                 return False
+            interrupts.check()
             time.sleep(0.1)  # loopback: asking often costs nothing, and each wait is the user's
 
     def _json(self, method: str, path: str, body: Any = None) -> Any:

@@ -247,3 +247,62 @@ def test_an_unchanged_build_takes_its_recorded_image_and_smoke_test_and_no_cache
     other = ngc_plan("python", tag="team/triton:1", labels=(("a", "b"),))  # another input: built again
     build_image(engine, other)
     assert len(engine.builds) == 3
+
+
+def test_several_builders_share_the_sets_and_one_that_goes_takes_no_more(monkeypatch):
+    """--builder twice: each set is built once, on one of its builders, its lines marked with its name;
+    a builder that fails a set and stops answering takes no more, and the others finish the run."""
+    import dataclasses
+    import threading
+    import time
+
+    from composer.core.errors import BuildFailed, EngineUnavailable
+    from composer.pipeline import Outcome, compose_all
+
+    a, b = "buildkit://unix:///run/a.sock", "buildkit://unix:///run/b.sock"
+    specs = [dataclasses.replace(s, name=f"set{n}") for n, s in
+             enumerate([spec(backends=("python",), version="24.09", builders=(a, b))] * 4)]
+    taken, lines, lock = [], [], threading.Lock()
+
+    def fake_compose(engine, one, catalog, run, *, inspection=None, builder=None):
+        run.on_line("building")
+        with lock:
+            taken.append((builder, one.name))
+        time.sleep(0.05)
+        if builder == b:
+            raise BuildFailed(f"the build failed on BuildKit at {builder}: connection refused")
+        return Outcome(one)
+
+    class Checked:
+        def __init__(self, builder, engine, cache=None):
+            self.builder = builder
+
+        def check(self):
+            if self.builder == b:
+                raise EngineUnavailable("no BuildKit answers at unix:///run/b.sock")
+
+    monkeypatch.setattr(pipeline, "compose", fake_compose)
+    monkeypatch.setattr(pipeline, "BuildKit", Checked)
+    outcomes = compose_all(FakeEngine(), specs, Catalog.load(), Run(on_line=lines.append))
+    assert [o.spec.name for o in outcomes] == ["set0", "set1", "set2", "set3"]
+    assert sorted(name for _, name in taken) == ["set0", "set1", "set2", "set3"]  # each once
+    assert [builder for builder, _ in taken].count(b) == 1  # b failed once, then stopped taking
+    failed = [o for o in outcomes if o.error is not None]
+    assert len(failed) == 1 and "connection refused" in failed[0].error.message
+    assert f"{b} stopped answering: it takes no more sets" in lines
+    assert any(line.startswith("[set") and line.endswith("] building") for line in lines)
+
+
+def test_a_set_file_names_one_builder_or_several(tmp_path):
+    from composer.config.sets import load_set
+
+    one = tmp_path / "one.yaml"
+    one.write_text('version: "24.09"\nbackends: [python]\nbuilder: buildkit://unix:///run/a.sock\n')
+    two = tmp_path / "two.yaml"
+    two.write_text('version: "24.09"\nbackends: [python]\nbuilder: [engine, "buildkit://tcp://10.0.0.2:1234"]\n')
+    assert load_set(one, {}).result.builders == ("buildkit://unix:///run/a.sock",)
+    assert load_set(two, {}).result.builders == ("engine", "buildkit://tcp://10.0.0.2:1234")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('version: "24.09"\nbackends: [python]\nbuilder: [engine, engine]\n')
+    with pytest.raises(UsageError, match="bad.yaml:3: builder: 'engine' is listed twice"):
+        load_set(bad, {})
