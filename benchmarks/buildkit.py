@@ -9,6 +9,9 @@ Rows (each the real command line, `python -m composer build ...`, timed by its w
   buildkit warm   the same buildkitd, an empty state folder again (no recorded image): every step
                   from BuildKit's cache, the stages loaded into the engine again
   buildkit again  the same command and state as the warm row: the recorded image, nothing built
+  farm, 1 builder four sets (python; onnxruntime+python; identity; identity+python), --no-cache, on a
+                  fresh buildkitd, smoke tests included
+  farm, 2 builders the same four sets over two fresh buildkitds (--builder twice)
 
     .venv/bin/python benchmarks/buildkit.py                               (small stand-ins)
     .venv/bin/python benchmarks/buildkit.py --source localhost/standin-ngc --base pruned   (NGC scale)
@@ -40,6 +43,37 @@ KEY_LINE = re.compile(r"=<stage> ([0-9a-f]{16})\)")
 KEYS: set[str] = set()
 
 
+FARM = {"python": "[python]", "onnx": "[onnxruntime, python]", "identity": "[identity]",
+        "identity-python": "[identity, python]"}
+
+
+def _start(folder: Path) -> list[str]:
+    started = subprocess.run([str(SERVICE), "start", str(folder)], capture_output=True, text=True, timeout=900)
+    if started.returncode != 0:
+        raise SystemExit(f"buildkitd did not start: {started.stderr.strip()[-500:]}")
+    return ["--builder", "buildkit://" + started.stdout.strip()]
+
+
+def _farm(folder: Path, source: str, builders: list[str], state: Path, tags: list[str]) -> tuple[float, list[dict]]:
+    """The four sets on `builders` in one run: its wall clock and its images."""
+    files = []
+    for name, backends in FARM.items():
+        tag = f"triton-composer-bench/buildkit:{name}-{uuid.uuid4().hex[:8]}"
+        tags.append(tag)
+        (folder / f"{name}.yaml").write_text(f'version: "24.09"\nregistry: {source}\nbackends: {backends}\n'
+                                            f'tag: "{tag}"\n')
+        files += ["--set", str(folder / f"{name}.yaml")]
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "composer", "build", *files, *builders, "--no-cache", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "COMPOSER_STATE_DIR": str(state)})
+    seconds = time.monotonic() - started
+    KEYS.update(KEY_LINE.findall(done.stderr))
+    if done.returncode != 0:
+        tail = "\n    | ".join(done.stderr.strip().splitlines()[-8:])
+        raise SystemExit(f"the farm's run failed (exit {done.returncode}):\n    | {tail}")
+    return seconds, json.loads(done.stdout)["images"]
+
+
 def _build(args: list[str], state: Path) -> tuple[float, dict]:
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "composer", "build", *args, "--json"], cwd=ROOT, capture_output=True,
@@ -63,12 +97,9 @@ def main() -> int:
     selection = ["--registry", options.source, "--version", "24.09", "-b", "onnxruntime", "-b", "python",
                  "--base", options.base, "--tag", tag]
     rows: dict[str, dict] = {}
+    tags: list[str] = []
     try:
-        started = subprocess.run([str(SERVICE), "start", str(folder / "bk")], capture_output=True, text=True,
-                                 timeout=900)
-        if started.returncode != 0:
-            raise SystemExit(f"buildkitd did not start: {started.stderr.strip()[-500:]}")
-        builder = ["--builder", "buildkit://" + started.stdout.strip()]
+        builder = _start(folder / "bk")
         plan = (("engine cold", ["--no-cache"], "engine"), ("buildkit cold", builder, "bk-cold"),
                 ("buildkit warm", builder, "bk-warm"), ("buildkit again", builder, "bk-warm"))
         for name, extra, state in plan:
@@ -81,13 +112,27 @@ def main() -> int:
         cold = rows["engine cold"]["seconds"]
         print(f"one image id from both builders: {same}; BuildKit cold {rows['buildkit cold']['seconds'] / cold:.2f}x "
               f"the engine's, warm {rows['buildkit warm']['seconds'] / cold:.2f}x", flush=True)
+        farm: dict[str, dict] = {}
+        for name, daemons in (("farm, 1 builder", ["f1"]), ("farm, 2 builders", ["f2", "f3"])):
+            builders = [flag for daemon in daemons for flag in _start(folder / daemon)]
+            seconds, images = _farm(folder, options.source, builders, folder / name.replace(" ", ""), tags)
+            farm[name] = {"seconds": round(seconds, 1), "images": {i["name"]: i["image_id"] for i in images},
+                          "passed": all((i.get("smoke_test") or {}).get("passed") for i in images)}
+            print(f"{name:16} {seconds:7.1f} s  4 sets, smoke tests passed: {farm[name]['passed']}", flush=True)
+        alike = farm["farm, 1 builder"]["images"] == farm["farm, 2 builders"]["images"]
+        ratio = farm["farm, 2 builders"]["seconds"] / farm["farm, 1 builder"]["seconds"]
+        print(f"four sets over two builders: {ratio:.2f}x one builder's time; the same four image ids: {alike}",
+              flush=True)
         if options.json:
             Path(options.json).write_text(json.dumps({"source": options.source, "base": options.base,
-                                                      "rows": rows, "same_image_id": same}, indent=2) + "\n")
-        return 0 if same else 1
+                                                      "rows": rows, "same_image_id": same, "farm": farm,
+                                                      "farm_ratio": round(ratio, 2)}, indent=2) + "\n")
+        return 0 if same and alike else 1
     finally:
-        subprocess.run([str(SERVICE), "stop", str(folder / "bk")], capture_output=True, timeout=120)
-        subprocess.run(["docker", "image", "rm", tag], capture_output=True)
+        for daemon in ("bk", "f1", "f2", "f3"):
+            subprocess.run([str(SERVICE), "stop", str(folder / daemon)], capture_output=True, timeout=120)
+        for name in (tag, *tags):
+            subprocess.run(["docker", "image", "rm", name], capture_output=True)
         shutil.rmtree(folder, ignore_errors=True)
         _remove_cached_stages()
 

@@ -36,6 +36,7 @@ from composer.engine import locks, oci_layout
 from composer.engine.interface import STAGE_LABEL, Engine
 
 SCHEME = "buildkit://"
+_NOISE = 'msg="failed check for fsverity support"'  # buildctl's warning on every OCI layout: not the build's
 _STEP = re.compile(r"^#\d+ (\d+\.\d+ )?")  # buildctl's plain progress: "#12 0.345 the step's own line"
 _FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
 _ARG = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?\s*$", re.IGNORECASE)
@@ -177,7 +178,7 @@ class BuildKit:
 
             def said(line: str) -> None:
                 shown = _STEP.sub("", redact(line.rstrip()))
-                if shown.strip():
+                if shown.strip() and _NOISE not in shown:
                     tail.append(shown)
                     del tail[:-40]
                     on_line(shown)

@@ -161,6 +161,10 @@ class DockerEngine(ContainerEngine):
             # one was loaded whole (a BuildKit stage), one with one was built here; the latter first
             return [img["Id"] for img in sorted(roots, key=lambda img: (not img.get("ParentId"),
                                                                          -int(img.get("Created") or 0)))]
+        if len(roots) > 1 and not self.is_podman:
+            # Docker keeps the parents of what it builds: images with none were each loaded whole, a
+            # stage from a builder (two BuildKit builders that made the same stage): any serves.
+            return sorted(img["Id"] for img in roots)
         return super().labelled_roots(label)  # no parents known: first_labelled's way
 
     def first_labelled(self, label: str) -> str | None:

@@ -162,6 +162,61 @@ def test_a_fresh_builder_rebuilds_from_the_registry_cache_another_exported(engin
     assert not [log for log in logs if shared["registry"].password in log]
 
 
+def test_two_builders_share_a_runs_sets_and_one_stopped_mid_run_fails_only_its_set(
+        engine, standin_images, buildkit, states, tmp_path):
+    """--builder twice, three sets: both builders work at once; the second is stopped in the middle
+    of its set, which fails in one line naming it; it takes no more sets, the first builds the rest,
+    no tag moves for the failed one and no buildctl of the run is left."""
+    tags = {}
+    files = []
+    for name, backends in (("one", "[python]"), ("two", "[onnxruntime, python]"), ("three", "[onnxruntime]")):
+        tags[name] = f"triton-composer-test/buildkit:{name}-{uuid.uuid4().hex[:8]}"
+        (tmp_path / f"{name}.yaml").write_text(f'version: "24.09"\nregistry: localhost/standin\n'
+                                                f'backends: {backends}\ntag: "{tags[name]}"\n')
+        files += ["--set", str(tmp_path / f"{name}.yaml")]
+    answer = tmp_path / "answer.json"
+    with _buildkitd() as second, open(answer, "w") as out:
+        process = subprocess.Popen(  # three and two are one selection (onnxruntime takes python): one stage key
+            [sys.executable, "-m", "composer", "build", *files, *SMALL, "--no-cache", "--no-smoke-test", "--verbose",
+             "--json", "--builder", f"buildkit://{buildkit}", "--builder", f"buildkit://{second}"],
+            stdout=out, stderr=subprocess.PIPE, text=True, env={**os.environ, **_env(states / "two")})
+        seen: list[str] = []
+        on_second = None
+        deadline = time.monotonic() + 900
+        for line in process.stderr:
+            seen.append(line)
+            text = line.strip()
+            if text.startswith("== ") and text.endswith(f" on buildkit://{second} =="):
+                on_second = text.split()[1]
+            if on_second and text.startswith(f"[{on_second}] ") and "collect:" in text or time.monotonic() > deadline:
+                break  # the collect stage's RUN on the second builder: its solve is at work
+        subprocess.run([str(SCRIPT), "stop", str(Path(second.removeprefix("unix://")).parent)], capture_output=True,
+                       timeout=120)
+        try:
+            _, rest = process.communicate(timeout=1200)
+        finally:
+            process.kill()
+    log = "".join(seen) + rest
+    try:
+        assert on_second, log[-3000:]
+        assert process.returncode == 1, log[-3000:]
+        images = {image["name"]: image for image in json.loads(answer.read_text())["images"]}
+        failed = {name: images.pop(name) for name in list(images) if images[name]["status"] == "failed"}
+        assert list(failed) == [on_second], failed  # the set at work when its builder went
+        assert "\n" not in failed[on_second]["error"] and failed[on_second]["builder"] == f"buildkit://{second}"
+        assert f"buildkit://{second} stopped answering: it takes no more sets" in log
+        assert {image["status"] for image in images.values()} == {"built"}, images
+        assert {image["builder"] for image in images.values()} == {f"buildkit://{buildkit}"}
+        assert engine.image(tags[on_second]) is None  # the failed set moved no tag
+        assert all(engine.image(tags[name]) is not None for name in images)
+        left = subprocess.run(["pgrep", "-f", f"buildctl --addr unix://{second.removeprefix('unix://')}"],
+                              capture_output=True, text=True)
+        assert left.stdout.strip() == "", "a buildctl of the stopped builder still runs"
+    finally:
+        for tag in tags.values():
+            subprocess.run(["docker", "image", "rm", tag], capture_output=True)
+
+
 def test_a_wrong_buildkit_address_is_refused_before_any_work(tmp_path):
     run = composer("build", *SMALL, "-b", "python", "--builder", f"buildkit://unix://{tmp_path}/none.sock",
                    env=_env(tmp_path / "state"))

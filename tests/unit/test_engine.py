@@ -333,3 +333,18 @@ def test_a_copy_into_a_container_podman_broke_is_tried_once_more(monkeypatch, po
         with pytest.raises(docker.errors.APIError):
             engine._put_files("c1", b"tar")
     assert engine._api.calls == tries
+
+
+def test_a_stage_two_builders_each_loaded_whole_is_found_either_way():
+    """Two BuildKit builders made the same labelled stage (same steps, ids of their own) and each was
+    loaded whole: no parents, and any of them serves; one built here (with a parent) goes first."""
+    engine, fake = docker_engine()
+    loaded = [{"Id": "sha256:b", "ParentId": "", "Created": 1}, {"Id": "sha256:a", "ParentId": "", "Created": 1}]
+    fake.images = lambda **query: list(images)
+    images = loaded
+    assert engine.labelled_roots("stage=collected k") == ["sha256:a", "sha256:b"]
+    images = [*loaded, {"Id": "sha256:c", "ParentId": "sha256:p", "Created": 1}]
+    assert engine.labelled_roots("stage=collected k")[0] == "sha256:c"
+    images = loaded[:1]
+    fake.images = lambda **query: list(images)
+    assert engine.labelled_roots("stage=collected k") == ["sha256:b"]
