@@ -432,7 +432,8 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run, builder: str) 
         options = dict(labels=dict(run.labels or {}), on_line=run.on_line, on_engine_line=run.on_build_line or run.on_line,
                        on_smoke_line=run.on_line, contents=resolved.contents, check_space=result.space_check,
                        smoke_always=result.smoke_mode == "always",
-                       builder=BuildKit(builder, engine, result.builder_cache) if builder != "engine" else None)
+                       builder=BuildKit(builder, engine, result.builder_cache, result.builder_tls)
+                       if builder != "engine" else None)
         built = build_image(engine, plan, layers_dir=layers, cache=result.cache, **options,
                             reuse_when=lambda image_id: pushed_before(image_id, compression, result.push))
         if result.sbom and built.sbom:
@@ -540,7 +541,8 @@ def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catal
     def answers(builder: str) -> bool:
         try:
             if builder != "engine":
-                BuildKit(builder, engine).check()
+                BuildKit(builder, engine, tls=next(s.result.builder_tls for s in specs if builder in s.result.builders)
+                         ).check()
             return True
         except ComposerError:
             return False

@@ -155,13 +155,17 @@ def _mirrored_line(image) -> str:
     return line
 
 
-def cache_list(engine: Callable[[], Engine]) -> Result:
-    """The pruned bases and what runs left on the engine."""
-    from composer.assembly.cache import freed_by, listing
+def cache_list(engine: Callable[[], Engine], builders: Sequence[str] = (), tls: Path | None = None) -> Result:
+    """The pruned bases and what runs left on the engine; with `builders`, what the composer's
+    builds keep in those BuildKit builders' caches."""
+    from composer.assembly.cache import builder_entry, freed_by, listing
     from composer.core.units import human_size
+    from composer.render.render import stage_names
 
+    given = preflight.CacheBuilders.given(builders, tls)
     connected = preflight.connect(engine)
-    entries = listing(connected)
+    checked = given.reach(connected)
+    entries = listing(connected) + [builder_entry(builder, stage_names())[0] for builder in checked]
     text = "\n".join(e.line() for e in entries) or "nothing: no pruned base, no build cache and no leftover on the engine"
     cached = [e.image for e in entries if e.kind == "cached stage"]
     summary: dict = {"entries": len(entries)}
@@ -176,14 +180,21 @@ def cache_list(engine: Callable[[], Engine]) -> Result:
 
 
 def cache_clear(older_than: float | None, everything: bool, engine: Callable[[], Engine],
-                progress: Progress = Progress()) -> Result:
-    """What ended runs left (and, when asked, pruned bases), never an image a tag or a build holds."""
+                progress: Progress = Progress(), builders: Sequence[str] = (), tls: Path | None = None) -> Result:
+    """What ended runs left (and, when asked, pruned bases), never an image a tag or a build holds;
+    with `builders`, the composer's records in their caches that no build uses."""
     from composer.assembly.cache import clear
     from composer.core.units import human_size
+    from composer.render.render import stage_names
 
-    done = clear(preflight.connect(engine), older_than_days=older_than, everything=everything,
-                 on_line=progress.on_line)
+    given = preflight.CacheBuilders.given(builders, tls)
+    connected = preflight.connect(engine)
+    checked = given.reach(connected)
+    done = clear(connected, older_than_days=older_than, everything=everything, on_line=progress.on_line,
+                 builders=checked, stages=stage_names())
     payload = done.to_dict()
     return Result("cache clear", [], {"removed": len(done.removed), "freed": done.freed}, 
-                  f"removed {len(done.removed)} images and {done.containers} containers, "
-                  f"freed {human_size(done.freed)}; kept {len(done.kept)}", extra=payload)
+                  f"removed {len([e for e in done.removed if e.kind != 'builder cache'])} images and "
+                  f"{done.containers} containers" + (f", {human_size(done.builder_cache)} of builders' caches"
+                                                     if done.builder_cache else "") +
+                  f", freed {human_size(done.freed)}; kept {len(done.kept)}", extra=payload)

@@ -63,10 +63,43 @@ def connect(engine: Callable[[], Engine]) -> Engine:
     return connected
 
 
+@dataclass(frozen=True)
+class CacheBuilders:
+    """`composer cache --builder ADDR ... [--builder-tls DIR]`, checked before any work."""
+
+    builders: tuple[str, ...] = ()
+    tls: Path | None = None
+
+    @classmethod
+    def given(cls, builders: Sequence[str], tls: Path | None) -> "CacheBuilders":
+        from composer.config.values import TlsFolder, check_builder
+
+        for builder in builders:
+            if builder == "engine":
+                raise UsageError("--builder engine: the engine's own cache is what composer cache shows without "
+                                 "--builder; give buildkit, buildkit://unix:///PATH or buildkit://tcp://HOST:PORT")
+            problem = check_builder(builder)
+            if problem:
+                raise UsageError(f"--builder {problem}")
+        try:
+            folder = TlsFolder().read(str(tls), Path.cwd()) if tls is not None else None
+        except Invalid as problem:
+            raise UsageError(f"--builder-tls: {problem}") from None
+        return cls(tuple(dict.fromkeys(builders)), folder)
+
+    def reach(self, engine: Engine) -> list[BuildKit]:
+        """Each builder, once it answered."""
+        reached = [BuildKit(builder, engine, tls=self.tls) for builder in self.builders]
+        for builder in reached:
+            builder.check()
+        return reached
+
+
 def check_builders(engine: Engine, specs: Sequence[CompositionSpec]) -> None:
     """Each --builder other than the engine answers (and buildctl is here), before any work."""
-    for builder in dict.fromkeys(b for spec in specs for b in spec.result.builders if b != "engine"):
-        BuildKit(builder, engine).check()
+    for builder, tls in dict.fromkeys((b, spec.result.builder_tls) for spec in specs for b in spec.result.builders
+                                      if b != "engine"):
+        BuildKit(builder, engine, tls=tls).check()
 
 
 def check_push_targets(engine: Engine, specs: Sequence[CompositionSpec], secrets: Secrets,

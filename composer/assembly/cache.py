@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 
 from composer.assembly.pruning import BASE_LABEL, STAGE_LABEL, base_tag_in, remove_stages, run_of
@@ -31,6 +31,7 @@ from composer.core.progress import LineSink, quiet
 from composer.core.units import human_size
 from composer.assembly import records
 from composer.engine import locks, oci_layout
+from composer.engine.buildkit import BuildKit, CacheRecord, composers
 from composer.resolve.plan_types import BACKENDS_LABEL, RUN_LABEL
 from composer.resolve.plan_types import STAGE_LABEL as PLAN_STAGE_LABEL
 
@@ -79,6 +80,9 @@ class Entry:
             return f"pruned base  {name}  {size}  {self.layers} layers  {used}  {whose}{shares}"
         if self.kind == "cached stage":
             return f"cached stage {self.key}  {size}  {used}  {self.held or 'held by no build'}"
+        if self.kind == "builder cache":
+            size = human_size(self.size) + f" ({human_size(self.unique)} not in use)"
+            return f"builder cache {self.image}  {self.layers} records of the composer's steps  {size}  {used}"
         state = "at work" if self.run_alive else "dead or unknown"
         return f"{self.kind:<11}  {name}  {size}  {used}  run {self.run or '?'} ({state})"
 
@@ -235,16 +239,31 @@ class Cleared:
     containers: int
     freed_bytes: int = -1  # the engine's images before less those after (-1: it keeps no parents)
     builder_copies: int = 0  # bytes of BuildKit's copies of the engine's images removed (composer.engine.oci_layout)
+    builder_cache: int = 0  # bytes of the composer's records removed from BuildKit builders' caches
 
     @property
     def freed(self) -> int:
-        return (self.freed_bytes if self.freed_bytes >= 0 else sum(max(e.unique, 0) for e in self.removed)) \
-            + self.builder_copies
+        engine = self.freed_bytes if self.freed_bytes >= 0 else sum(
+            max(e.unique, 0) for e in self.removed if e.kind != "builder cache")
+        return engine + self.builder_copies + self.builder_cache
 
     def to_dict(self) -> dict:
         return {"removed": [e.to_dict() for e in self.removed], "containers_removed": self.containers,
                 "kept": [{**e.to_dict(), "why": why} for e, why in self.kept], "freed": self.freed,
-                "builder_copies_removed": self.builder_copies}
+                "builder_copies_removed": self.builder_copies, "builder_cache_removed": self.builder_cache}
+
+
+def builder_entry(builder: BuildKit, stages: Iterable[str]) -> tuple[Entry, list[CacheRecord]]:
+    """What the composer's builds keep in a BuildKit builder's cache (its steps, the engine images it
+    handed over), as one entry: the records, their bytes, and those no build uses now."""
+    mine = composers(builder.records(), stages, oci_layout.handed(builder.runtime))
+    times = sorted(_created(r.created) for r in mine)
+    used = sorted(_created(r.last_used) for r in mine if r.last_used)
+    busy = sum(r.in_use for r in mine)
+    entry = Entry("builder cache", f"buildkit://{builder.address}", (), sum(r.size for r in mine),
+                  sum(r.size for r in mine if not r.in_use), times[0] if times else 0.0, used[-1] if used else None,
+                  layers=len(mine), held=f"{busy} records in use by a build" if busy else None)
+    return entry, mine
 
 
 def select(entries: list[Entry], *, older_than_days: float | None, everything: bool,
@@ -296,9 +315,11 @@ def select(entries: list[Entry], *, older_than_days: float | None, everything: b
 
 
 def clear(engine, *, older_than_days: float | None = None, everything: bool = False,
-          on_line: LineSink = quiet, only: Callable[[Entry], bool] = lambda entry: True) -> Cleared:
+          on_line: LineSink = quiet, only: Callable[[Entry], bool] = lambda entry: True,
+          builders: Sequence[BuildKit] = (), stages: Iterable[str] = ()) -> Cleared:
     """Remove what select() chooses (of the entries `only` accepts): leftovers of runs not at work
-    (and their containers), and pruned bases no tag uses, each only while no build holds it."""
+    (and their containers), and pruned bases no tag uses, each only while no build holds it; and
+    from each of `builders`, the records of the composer's steps (`stages`) no build uses."""
     containers = remove_dead_runs(engine, on_line)
     before = engine.image_graph()
     entries = [entry for entry in listing(engine) if only(entry)]
@@ -363,13 +384,23 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
             on_line(f"removed {tag}")
     after = engine.image_graph()
     freed = freed_by(before, set(before) - set(after)) if before else -1
+    from_builders = 0
+    for builder in builders:  # before the engine's copies go: their records are known by the copies' digests
+        entry, mine = builder_entry(builder, stages)
+        idle = [r.id for r in mine if not r.in_use]
+        if idle:
+            from_builders += builder.prune(idle)
+            removed.append(entry)
+            on_line(f"removed {len(idle)} records of the composer's steps from {entry.image}")
+        if entry.held:
+            kept.append((entry, entry.held))
     copies = 0
     with locks.removable_host(engine_id, records.CACHE_LOCK) as free:  # no build is handing images to BuildKit
         if free:
             copies = oci_layout.remove(engine)
             if copies:
                 on_line(f"removed BuildKit's copies of this engine's images ({human_size(copies)}: made again when needed)")
-    return Cleared(tuple(removed), tuple(kept), containers, freed, copies)
+    return Cleared(tuple(removed), tuple(kept), containers, freed, copies, from_builders)
 
 
 def _built_on_a_base(info) -> bool:

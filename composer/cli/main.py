@@ -373,11 +373,19 @@ def cache_command(ctx: typer.Context) -> None:
         raise UsageError("composer cache needs a command: list or clear (composer cache --help)")
 
 
+_CACHE_BUILDERS = typer.Option([], "--builder", metavar="ADDR",
+                               help="Also the composer's records in this BuildKit builder's cache (repeatable): "
+                                    "buildkit, buildkit://unix:///PATH or buildkit://tcp://HOST:PORT.")
+_CACHE_TLS = typer.Option(None, "--builder-tls", metavar="DIR",
+                          help="The client's TLS files for a builder at tcp:// (as buildctl's --tlsdir).")
+
+
 @cache_app.command("list")
 @reports_errors
-def cache_list(as_json: bool = JsonOpt) -> None:
+def cache_list(builders: List[str] = _CACHE_BUILDERS, tls: Optional[Path] = _CACHE_TLS,
+               as_json: bool = JsonOpt) -> None:
     """List the pruned bases (sizes, last use, the tagged images using them) and what runs left."""
-    _show(Printer(as_json), images.cache_list(_engine))
+    _show(Printer(as_json), images.cache_list(_engine, builders, tls))
 
 
 @cache_app.command("clear")
@@ -386,12 +394,13 @@ def cache_clear(
     older_than: Optional[float] = typer.Option(None, "--older-than", metavar="DAYS", min=0,
                                                help="Also remove pruned bases unused for DAYS days."),
     everything: bool = typer.Option(False, "--all", help="Also remove every pruned base no tagged image uses."),
+    builders: List[str] = _CACHE_BUILDERS, tls: Optional[Path] = _CACHE_TLS,
     as_json: bool = JsonOpt,
 ) -> None:
     """Remove what runs that ended left on the engine (and, when asked, pruned bases): never an image
     a tag uses, nor anything a build at work holds."""
     out = Printer(as_json)
-    _show(out, images.cache_clear(older_than, everything, _engine, _progress(out)))
+    _show(out, images.cache_clear(older_than, everything, _engine, _progress(out), builders, tls))
 
 
 @app.command("version")

@@ -21,7 +21,7 @@ from composer.config.requirements import check_requirement
 from composer.config.types import DEFAULT_REGISTRY, Base, CompositionSpec, Device
 from composer.config.values import (
     CasesFile, Flag, FromEnvironment, Kind, LocalPath, ModelRepository, Named, Number, OutputFile, RequirementFiles,
-    RequirementsFile, Strings, Text, Tree, check_base, check_device, check_flavour, check_gpus, check_host,
+    RequirementsFile, Strings, Text, TlsFolder, Tree, check_base, check_device, check_flavour, check_gpus, check_host,
     check_builder, check_compression, check_smoke_mode, check_label_key, check_label_value, check_name, check_prefix, check_provider,
     check_push_via, check_reference, check_release_name, check_secret_source, check_tag_reference, check_url,
     is_sbom,
@@ -223,6 +223,9 @@ OPTIONS: tuple[Option, ...] = (
            "With a BuildKit --builder: export the build's cache to this repository (BuildKit's registry cache, "
            "mode=max, a tag per Dockerfile and stage) and import it first, so a fresh builder rebuilds from it.",
            commands=(BUILD,), portable=False),
+    Option("result.builder_tls", "--builder-tls", "builder_tls", TlsFolder(),
+           "With a BuildKit --builder at tcp://: the folder of the client's TLS files (ca.pem, cert.pem, key.pem, "
+           "or ca.crt, tls.crt, tls.key), as buildctl's --tlsdir takes it.", commands=(BUILD,), portable=False),
     Option("result.space_check", "--no-space-check", "space_check", Flag(inverted=True),
            "Build even when the estimate of what the build writes exceeds the free space at the engine's "
            "data root (see docs/guides/shared-engines-and-cache.md).", commands=(BUILD,), portable=False),

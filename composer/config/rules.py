@@ -353,6 +353,15 @@ def some_builder(spec: CompositionSpec, run: Invocation) -> Problem | None:
     return None
 
 
+def builder_tls_needs_tcp(spec: CompositionSpec, run: Invocation) -> Problem | None:
+    """TLS files are for a BuildKit reached over tcp:// (or BUILDKIT_HOST, which may be one)."""
+    if spec.result.builder_tls and not any(b == "buildkit" or b.startswith("buildkit://tcp://")
+                                           for b in spec.result.builders):
+        return Problem("builder_tls", "builder_tls is for a BuildKit at tcp://: add builder: buildkit://tcp://HOST:PORT",
+                       "--builder-tls is for a BuildKit at tcp://: add --builder buildkit://tcp://HOST:PORT")
+    return None
+
+
 def builder_cache_needs_buildkit(spec: CompositionSpec, run: Invocation) -> Problem | None:
     """A registry cache is BuildKit's: the engine's own builder keeps its cache on the engine."""
     if spec.result.builder_cache and all(builder == "engine" for builder in spec.result.builders):
@@ -448,6 +457,7 @@ RULES: tuple[Rule, ...] = (
     signing_needs_a_push,
     compression_is_the_composers,
     some_builder,
+    builder_tls_needs_tcp,
     builder_cache_needs_buildkit,
     wheelhouse_exists,
     package_sources_have_packages,

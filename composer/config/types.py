@@ -173,6 +173,7 @@ class Result:
     # run's sets are spread over them (composer.pipeline.compose_all).
     builders: tuple[str, ...] = ("engine",)
     builder_cache: str | None = None  # a repository BuildKit exports its cache to and imports it from
+    builder_tls: Path | None = None  # the client's TLS files for a tcp:// BuildKit (buildctl --tlsdir)
 
 
     @property

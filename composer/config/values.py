@@ -198,6 +198,22 @@ class LocalPath(Kind):
 
 
 
+class TlsFolder(LocalPath):
+    """A folder of TLS files as buildctl's --tlsdir takes them: ca.pem, cert.pem and key.pem, or
+    ca.crt, tls.crt and tls.key (a Kubernetes TLS secret mounted as is)."""
+
+    NAMES = (("ca.pem", "cert.pem", "key.pem"), ("ca.crt", "tls.crt", "tls.key"))
+
+    def __init__(self):
+        super().__init__("folder")
+
+    def read(self, raw: Any, base: Path) -> Path:
+        path = super().read(raw, base)
+        if not any(all((path / name).is_file() for name in names) for names in self.NAMES):
+            raise Invalid(f"{path} holds neither ca.pem, cert.pem and key.pem nor ca.crt, tls.crt and tls.key")
+        return path
+
+
 class OutputFile(LocalPath):
     """A file the composer writes (--sbom), checked up front: no link, no folder, an existing
     file only when `ours(path)` says the composer wrote it."""

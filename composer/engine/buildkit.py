@@ -27,7 +27,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from composer.core import interrupts
 from composer.core.errors import BuildFailed, EngineUnavailable, UsageError
@@ -100,10 +100,13 @@ def stages_of(dockerfile: str, buildargs: Mapping[str, str]) -> list[Stage]:
 class BuildKit:
     """A buildkitd the composer builds with; the engine runs (and holds) what it builds."""
 
-    def __init__(self, builder: str, runtime: Engine, cache: str | None = None):
+    def __init__(self, builder: str, runtime: Engine, cache: str | None = None, tls: Path | None = None):
         self.address = address_of(builder)
         self.runtime = runtime
         self.cache = cache  # a repository for BuildKit's registry cache (export and import), or None
+        # buildctl's global options: the address, and over tcp:// the client's TLS files (their folder).
+        self.connection = ["--addr", self.address,
+                           *(("--tlsdir", str(tls)) if tls and self.address.startswith("tcp://") else ())]
 
     def where(self) -> str:
         return f"BuildKit at {self.address}"
@@ -111,13 +114,43 @@ class BuildKit:
     def check(self) -> None:
         """It answers (buildctl debug workers), before any work."""
         try:
-            done = subprocess.run([buildctl(), "--addr", self.address, "debug", "workers"], capture_output=True,
+            done = subprocess.run([buildctl(), *self.connection, "debug", "workers"], capture_output=True,
                                   text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as error:
             raise EngineUnavailable(f"no BuildKit answers at {self.address}: {error}") from None
         if done.returncode != 0:
             why = (done.stderr.strip().splitlines() or ["no answer"])[-1]
             raise EngineUnavailable(f"no BuildKit answers at {self.address}: {why[:300]}")
+
+    def records(self) -> list[CacheRecord]:
+        """Every record of its build cache (buildctl du)."""
+        return [CacheRecord(str(r.get("id")), str(r.get("description") or ""), int(r.get("size") or 0),
+                            bool(r.get("inUse")), str(r.get("createdAt") or ""), r.get("lastUsedAt"))
+                for r in self._json("du", "--verbose")]
+
+    def prune(self, ids: Sequence[str]) -> int:
+        """Remove these records where nothing uses them (buildctl prune); the bytes freed."""
+        freed = 0
+        for start in range(0, len(ids), 50):
+            filters = [x for i in ids[start:start + 50] for x in ("--filter", f"id=={i}")]
+            freed += sum(int(r.get("size") or 0) for r in self._json("prune", *filters))
+        return freed
+
+    def _json(self, command: str, *options: str) -> list[dict]:
+        try:
+            done = subprocess.run([buildctl(), *self.connection, command, *options, "--format", "{{json .}}"],
+                                  capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise EngineUnavailable(f"no BuildKit answers at {self.address}: {error}") from None
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or ["no answer"])[-1]
+            raise EngineUnavailable(f"buildctl {command} at {self.address} failed: {why[:300]}")
+        found = []
+        for line in done.stdout.splitlines():
+            if line.strip():
+                value = json.loads(line)
+                found += value if isinstance(value, list) else [value]
+        return found
 
     def build(self, context: Path, *, dockerfile: str = "Dockerfile", tag: str | None = None,
               labels: Mapping[str, str] | None = None, network_mode: str | None = None,
@@ -171,7 +204,7 @@ class BuildKit:
         with tempfile.TemporaryDirectory(prefix="triton-composer-buildkit-") as folder:
             metadata = Path(folder) / "metadata.json"
             output = "type=docker,compression=uncompressed" + (f",name={tag}" if tag else "")
-            command = [buildctl(), "--addr", self.address, "build", *options,
+            command = [buildctl(), *self.connection, "build", *options,
                        *(("--opt", f"target={target}") if target else ()),  # no name: the last stage, the default
                        "--metadata-file", str(metadata), "--output", output]
             tail: list[str] = []
@@ -223,6 +256,27 @@ class BuildKit:
             raise BuildFailed(f"the builder's stage {target or 'last'} ({image_id[:19] or 'no id'}) is not on the engine after "
                               "loading it")
         return image_id
+
+
+@dataclass(frozen=True)
+class CacheRecord:
+    """One record of BuildKit's build cache (buildctl du)."""
+
+    id: str
+    description: str
+    size: int
+    in_use: bool
+    created: str
+    last_used: str | None
+
+
+def composers(records: Sequence[CacheRecord], stages: Iterable[str], handed: set[str]) -> list[CacheRecord]:
+    """The records the composer's builds made: a step of one of its stages ("[collect 2/3] RUN ..."),
+    or an engine image it handed over ("pulled from REF@DIGEST", DIGEST in its OCI layout)."""
+    names = [re.escape(s[:-1]) + r"[A-Za-z0-9_.-]+" if s.endswith("*") else re.escape(s) for s in sorted(stages)]
+    step = re.compile(r"^\[(?:%s) \d+/\d+\] " % "|".join(names))
+    return [r for r in records if step.match(r.description) or
+            (r.description.startswith("pulled from ") and r.description.rpartition("@")[2] in handed)]
 
 
 def _stop(process: subprocess.Popen) -> None:

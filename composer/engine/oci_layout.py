@@ -86,6 +86,12 @@ def ensure(engine: Engine, image: str, on_line: LineSink = quiet) -> Layout:
         return Layout(folder, digest, info.id)
 
 
+def handed(engine: Engine) -> set[str]:
+    """The manifest digests of the images this engine's layout holds (what BuildKit names them by:
+    its cache records of them read "pulled from REF@DIGEST")."""
+    return {str(m.get("digest")) for m in _index(folder_for(engine)).get("manifests", [])}
+
+
 def remove(engine: Engine) -> int:
     """Remove this engine's layout (what `composer cache clear` frees: it is made again when a build
     needs it); the bytes it held. The caller holds the build cache alone (no build hands images over)."""

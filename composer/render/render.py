@@ -57,6 +57,20 @@ def templates() -> jinja2.Environment:
     return environment
 
 
+def stage_names() -> frozenset[str]:
+    """The names the composer's Dockerfiles give their stages ("FROM ... AS collect"): how its steps
+    are told from others' in a builder's cache (composer cache --builder). A name made in the
+    template ("AS layer-{{ slot.name }}") is given by its fixed start and a * ("layer-*")."""
+    folder = resources.files("composer.dockerfiles")
+    names = set()
+    for template in folder.iterdir():
+        if template.name.endswith((".j2", "Dockerfile")):
+            for name, made in re.findall(r"^FROM\s+\S+\s+AS\s+([A-Za-z0-9_.-]+)(\{\{[^}]*\}\})?\s*$",
+                                         template.read_text(), re.MULTILINE):
+                names.add(name + ("*" if made else ""))
+    return frozenset(names)
+
+
 def dockerfile_quoted(value: str) -> str:
     """A value as a Dockerfile ENV takes it literally: double quotes, with \\, " and $ escaped
     (tojson would write > as \\u003e, which ENV keeps as it is)."""

@@ -217,6 +217,33 @@ def test_two_builders_share_a_runs_sets_and_one_stopped_mid_run_fails_only_its_s
             subprocess.run(["docker", "image", "rm", tag], capture_output=True)
 
 
+def test_a_builder_over_tcp_with_mutual_tls_builds_with_the_client_files_and_refuses_without(
+        engine, standin_images, states, tmp_path):
+    """buildkitd on tcp:// with mutual TLS (scripts/buildkit-service --tls): without --builder-tls the
+    composer stops before any work in one line; with the client's folder it builds there."""
+    from tests.integration.conftest import _free_port
+
+    port = _free_port()
+    tag = f"triton-composer-test/buildkit:tls-{uuid.uuid4().hex[:8]}"
+    with _buildkitd("--tls", f"127.0.0.1:{port}") as addresses:
+        unix, tcp = addresses.splitlines()
+        assert tcp == f"tcp://127.0.0.1:{port}"
+        client = Path(unix.removeprefix("unix://")).parent / "tls" / "client"
+        refused = composer("build", *SMALL, "-b", "python", "--builder", f"buildkit://{tcp}",
+                           env=_env(states / "tls-refused"))
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.strip().splitlines()[-1].startswith(f"error: no BuildKit answers at {tcp}")
+        assert "looking inside" not in refused.stderr
+        built = composer("build", *SMALL, "-b", "python", "--builder", f"buildkit://{tcp}", "--builder-tls",
+                         str(client), "--no-smoke-test", "--tag", tag, "--json", env=_env(states / "tls"))
+    try:
+        assert built.returncode == 0, built.stderr[-3000:]
+        assert engine.image(tag) is not None and image_json(built.stdout)["image_id"].startswith("sha256:")
+        assert str(client / "key.pem") not in built.stderr
+    finally:
+        subprocess.run(["docker", "image", "rm", tag], capture_output=True)
+
+
 def test_a_wrong_buildkit_address_is_refused_before_any_work(tmp_path):
     run = composer("build", *SMALL, "-b", "python", "--builder", f"buildkit://unix://{tmp_path}/none.sock",
                    env=_env(tmp_path / "state"))
@@ -275,3 +302,38 @@ def _records(text: str) -> list[dict]:
         return found if isinstance(found, list) else [found]
     except ValueError:
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_cache_lists_and_clears_the_composers_records_on_a_builder_and_leaves_the_others(
+        engine, standin_images, buildkit, tmp_path):
+    """composer cache --builder: the module's builder holds the composer's steps (its earlier tests
+    built there) and a build of someone else's; list shows the composer's records, clear removes
+    them and leaves the other build's."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "Dockerfile").write_text("FROM scratch\nCOPY note.txt /note.txt\n")
+    (other / "note.txt").write_text(uuid.uuid4().hex)
+    done = subprocess.run([_buildctl(), "--addr", buildkit, "build", "--frontend", "dockerfile.v0", "--local",
+                           f"context={other}", "--local", f"dockerfile={other}"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    def descriptions() -> list[str]:
+        du = subprocess.run([_buildctl(), "--addr", buildkit, "du", "--verbose", "--format", "{{json .}}"],
+                            capture_output=True, text=True, timeout=120)
+        return [r["description"] for line in du.stdout.splitlines() if line.strip() for r in json.loads(line)]
+
+    assert any(d.startswith("[1/1] COPY note.txt") for d in descriptions())
+    listed = composer("cache", "list", "--builder", f"buildkit://{buildkit}", "--json")
+    assert listed.returncode == 0, listed.stderr
+    entry = [e for e in json.loads(listed.stdout)["entries"] if e["kind"] == "builder cache"]
+    assert len(entry) == 1 and entry[0]["image"] == f"buildkit://{buildkit}"
+    assert entry[0]["layers"] > 5 and entry[0]["size"] > 0, entry
+    cleared = composer("cache", "clear", "--builder", f"buildkit://{buildkit}", "--json")
+    assert cleared.returncode == 0, cleared.stderr
+    assert json.loads(cleared.stdout)["builder_cache_removed"] > 0, cleared.stdout[-2000:]
+    left = descriptions()
+    assert any(d.startswith("[1/1] COPY note.txt") for d in left)  # not the composer's: it stays
+    assert not [d for d in left if d.startswith(("[collect ", "[composed ", "[system "))], left
+    refused = composer("cache", "list", "--builder", "engine")
+    assert refused.returncode == 2 and refused.stderr.strip().startswith("error: --builder engine:"), refused.stderr

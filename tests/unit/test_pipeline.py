@@ -274,7 +274,7 @@ def test_several_builders_share_the_sets_and_one_that_goes_takes_no_more(monkeyp
         return Outcome(one)
 
     class Checked:
-        def __init__(self, builder, engine, cache=None):
+        def __init__(self, builder, engine, cache=None, tls=None):
             self.builder = builder
 
         def check(self):

@@ -278,3 +278,19 @@ def test_unknown_preset_lists_the_shipped_ones():
     assert "did you mean 'onnx-python'" in info.value.message and "python" in info.value.message
     with pytest.raises(UsageError, match="no such set file"):
         preset_path("./nope.yaml")
+
+
+def test_builder_tls_is_a_folder_of_client_files_for_a_tcp_builder(tmp_path):
+    files = tmp_path / "client"
+    files.mkdir()
+    head = 'version: "24.09"\nbackends: [python]\n'
+    empty = write(tmp_path, head + "builder: buildkit://tcp://127.0.0.1:1234\nbuilder_tls: ./client\n")
+    with pytest.raises(UsageError, match=r":4: builder_tls: .*client holds neither ca.pem, cert.pem and key.pem "
+                                         r"nor ca.crt, tls.crt and tls.key"):
+        load_set(empty, {})
+    for name in ("ca.crt", "tls.crt", "tls.key"):
+        (files / name).write_text("x")
+    loaded = load_set(write(tmp_path, head + "builder: buildkit://tcp://127.0.0.1:1234\nbuilder_tls: ./client\n"), {})
+    assert loaded.result.builder_tls == files
+    with pytest.raises(UsageError, match=":4: builder_tls: builder_tls is for a BuildKit at tcp://"):
+        load_set(write(tmp_path, head + "builder: buildkit://unix:///run/b.sock\nbuilder_tls: ./client\n"), {})

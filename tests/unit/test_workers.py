@@ -117,3 +117,19 @@ def test_an_error_in_a_worker_reaches_the_caller():
     with pytest.raises(RuntimeError, match="a bug"):
         _shared(["1"], ["x"], work).run()
     interrupts.STOPPING.clear()
+
+
+def test_the_composers_records_in_a_builders_cache_are_its_stages_steps_and_the_images_it_handed():
+    from composer.engine.buildkit import CacheRecord, composers
+    from composer.render.render import stage_names
+
+    def record(description: str) -> CacheRecord:
+        return CacheRecord(description, description, 1, False, "", None)
+
+    found = composers([record("[collect 2/3] RUN python3 /composer/collect.py"), record("[layer-cuda 1/2] COPY x /"),
+                       record("[builder 1/2] RUN make"), record("[2/2] COPY note.txt /note.txt"),
+                       record("pulled from localhost/standin/tritonserver:24.09-py3@sha256:aa"),
+                       record("pulled from docker.io/library/debian:12@sha256:bb"), record("local source for context")],
+                      stage_names(), {"sha256:aa"})
+    assert [r.id for r in found] == ["[collect 2/3] RUN python3 /composer/collect.py", "[layer-cuda 1/2] COPY x /",
+                                     "pulled from localhost/standin/tritonserver:24.09-py3@sha256:aa"]
