@@ -247,7 +247,9 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
                               reuse=layers_dir is None and cache)
     except ComposerError as error:
         if space.no_space(error.message, getattr(error, "log_tail", "") or ""):
-            raise space.disk_full(engine, plan.tag) from error
+            where = builder.where() if builder is not engine and hasattr(builder, "where") else None
+            raise space.disk_full(engine, plan.tag, where if where and error.message.startswith(
+                f"the build failed on {where}") else None) from error
         raise
     except OSError as error:
         if error.errno == errno.ENOSPC:

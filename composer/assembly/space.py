@@ -115,8 +115,13 @@ def no_space(message: str, log_tail: str = "") -> bool:
     return NO_SPACE in f"{message}\n{log_tail}".lower()
 
 
-def disk_full(engine, tag: str) -> NoSpace:
-    """The one line of a build that ran out of space on the engine's disk."""
+def disk_full(engine, tag: str, builder: str | None = None) -> NoSpace:
+    """The one line of a build that ran out of space on the engine's disk, or on the disk of the
+    builder that said so (`builder`: "BuildKit at ADDR", whose disk is not the engine's)."""
+    if builder:
+        return NoSpace(f"no space left on device on {builder} during the build; {tag} was not moved: free some "
+                       f"space there (composer cache clear --builder buildkit://{builder.split(' at ', 1)[-1]}) "
+                       "and run again")
     found = engine.storage()
     where = getattr(getattr(engine, "endpoint", None), "url", "") or "engine"
     disk = found[0] if found else "the engine's data root"

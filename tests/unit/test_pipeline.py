@@ -306,3 +306,23 @@ def test_a_set_file_names_one_builder_or_several(tmp_path):
     bad.write_text('version: "24.09"\nbackends: [python]\nbuilder: [engine, engine]\n')
     with pytest.raises(UsageError, match="bad.yaml:3: builder: 'engine' is listed twice"):
         load_set(bad, {})
+
+
+def test_a_builder_that_runs_out_of_space_is_named_not_the_engine(engine, ngc_plan):
+    """BuildKit's disk is not the engine's: a full one is one line naming the builder."""
+    from composer.core.errors import BuildFailed, NoSpace
+
+    class Full:
+        def where(self):
+            return "BuildKit at unix:///run/bk.sock"
+
+        def build(self, context, **kwargs):
+            raise BuildFailed("the build failed on BuildKit at unix:///run/bk.sock: write /var/lib/buildkit/x: "
+                              "no space left on device")
+
+    engine.images["team/triton:1"] = OLD
+    with pytest.raises(NoSpace) as stopped:
+        build_image(engine, ngc_plan("python", tag="team/triton:1"), check_space=False, builder=Full())
+    assert stopped.value.message.startswith("no space left on device on BuildKit at unix:///run/bk.sock")
+    assert "composer cache clear --builder buildkit://unix:///run/bk.sock" in stopped.value.message
+    assert engine.images == {"team/triton:1": OLD}
