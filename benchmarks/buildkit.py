@@ -16,8 +16,10 @@ Rows (each the real command line, `python -m composer build ...`, timed by its w
     .venv/bin/python benchmarks/buildkit.py                               (small stand-ins)
     .venv/bin/python benchmarks/buildkit.py --source localhost/standin-ngc --base pruned   (NGC scale)
 
-Starts and stops its buildkitd (scripts/buildkit-service, a folder of its own); removes its tags,
-its state folders (with their OCI layouts) and the cached stages of its builds.
+Starts and stops its buildkitds (scripts/buildkit-service, a folder each; each stopped and its
+state removed once its rows are done: a cold builder's snapshots of the stand-ins take GBs);
+removes its tags, its state folders (with their OCI layouts) and the cached stages of its builds
+(before each farm row too, so both start cold on the engine's side).
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ def _start(folder: Path) -> list[str]:
     if started.returncode != 0:
         raise SystemExit(f"buildkitd did not start: {started.stderr.strip()[-500:]}")
     return ["--builder", "buildkit://" + started.stdout.strip()]
+
+
+def _stop(folder: Path) -> None:
+    """Stop a daemon of the benchmark's and remove its state (its snapshots of the stand-ins take GBs)."""
+    subprocess.run([str(SERVICE), "stop", str(folder)], capture_output=True, timeout=120)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _farm(folder: Path, source: str, builders: list[str], state: Path, tags: list[str]) -> tuple[float, list[dict]]:
@@ -112,10 +120,14 @@ def main() -> int:
         cold = rows["engine cold"]["seconds"]
         print(f"one image id from both builders: {same}; BuildKit cold {rows['buildkit cold']['seconds'] / cold:.2f}x "
               f"the engine's, warm {rows['buildkit warm']['seconds'] / cold:.2f}x", flush=True)
+        _stop(folder / "bk")
         farm: dict[str, dict] = {}
         for name, daemons in (("farm, 1 builder", ["f1"]), ("farm, 2 builders", ["f2", "f3"])):
+            _remove_cached_stages()  # each arm from scratch on the engine's side too
             builders = [flag for daemon in daemons for flag in _start(folder / daemon)]
             seconds, images = _farm(folder, options.source, builders, folder / name.replace(" ", ""), tags)
+            for daemon in daemons:
+                _stop(folder / daemon)
             farm[name] = {"seconds": round(seconds, 1), "images": {i["name"]: i["image_id"] for i in images},
                           "passed": all((i.get("smoke_test") or {}).get("passed") for i in images)}
             print(f"{name:16} {seconds:7.1f} s  4 sets, smoke tests passed: {farm[name]['passed']}", flush=True)
@@ -130,7 +142,7 @@ def main() -> int:
         return 0 if same and alike else 1
     finally:
         for daemon in ("bk", "f1", "f2", "f3"):
-            subprocess.run([str(SERVICE), "stop", str(folder / daemon)], capture_output=True, timeout=120)
+            _stop(folder / daemon)
         for name in (tag, *tags):
             subprocess.run(["docker", "image", "rm", name], capture_output=True)
         shutil.rmtree(folder, ignore_errors=True)
