@@ -242,9 +242,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("result.push_via", "--push-via", "push_via", Text(check_push_via, "composer or engine"),
            "How --push pushes: composer (default: its own registry client, the same inputs giving the same digest, "
            "signed and attested) or engine (the engine's own push, as docker push does).", commands=(BUILD,)),
-    Option("result.compression", "--compression", "compression", Text(check_compression, "gzip, zstd or none"),
+    Option("result.compression", "--compression", "compression",
+           Text(check_compression, "gzip, zstd, estargz or none"),
            "How the layers the composer pushes are compressed: gzip (default: every runtime pulls it), zstd "
-           "(faster to pull: containerd, Podman, Docker 23+) or none; mirror: recompress every layer so on the way "
+           "(faster to pull: containerd, Podman, Docker 23+), estargz (gzip a stargz snapshotter mounts lazily, "
+           "every other runtime pulls as gzip; build only) or none; mirror: recompress every layer so on the way "
            "(new digests, without it the source's blobs are copied as they are).", commands=(BUILD, MIRROR)),
     Option("result.sign_key", "--sign-key", "sign_key", Text(check_secret_source, "file:PATH or env:NAME"),
            "Sign the pushed image and its provenance (cosign's format) with this PEM ECDSA P-256 private key: "

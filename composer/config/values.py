@@ -428,7 +428,7 @@ def check_provider(value: str) -> str | None:
 
 
 PUSH_VIA = ("composer", "engine")
-COMPRESSIONS = ("gzip", "zstd", "none")
+COMPRESSIONS = ("gzip", "zstd", "estargz", "none")
 
 
 def check_push_via(value: str) -> str | None:
@@ -463,7 +463,7 @@ def check_builder(value: str) -> str | None:
 
 def check_compression(value: str) -> str | None:
     if value not in COMPRESSIONS:
-        return f"'{printable(value[:40])}' is not a compression: give gzip, zstd or none"
+        return f"'{printable(value[:40])}' is not a compression: give gzip, zstd, estargz or none"
     return None
 
 

@@ -129,11 +129,19 @@ class BuildKit:
                 for r in self._json("du", "--verbose")]
 
     def prune(self, ids: Sequence[str]) -> int:
-        """Remove these records where nothing uses them (buildctl prune); the bytes freed."""
-        freed = 0
-        for start in range(0, len(ids), 50):
-            filters = [x for i in ids[start:start + 50] for x in ("--filter", f"id=={i}")]
-            freed += sum(int(r.get("size") or 0) for r in self._json("prune", *filters))
+        """Remove these records where nothing uses them (buildctl prune; its filters are alternatives);
+        the bytes freed. A record another stands on goes once that one went: passes until none goes."""
+        freed, left = 0, list(ids)
+        for _ in range(16):
+            gone = []
+            for start in range(0, len(left), 50):
+                filters = [x for i in left[start:start + 50] for x in ("--filter", f"id=={i}")]
+                pruned = self._json("prune", *filters)
+                freed += sum(int(r.get("size") or 0) for r in pruned)
+                gone += [str(r.get("id")) for r in pruned]
+            if not gone:
+                break
+            left = [i for i in left if i not in set(gone)]
         return freed
 
     def _json(self, command: str, *options: str) -> list[dict]:
@@ -148,8 +156,8 @@ class BuildKit:
         found = []
         for line in done.stdout.splitlines():
             if line.strip():
-                value = json.loads(line)
-                found += value if isinstance(value, list) else [value]
+                value = json.loads(line)  # a list, one record, or null (no record at all)
+                found += value if isinstance(value, list) else [value] if isinstance(value, dict) else []
         return found
 
     def build(self, context: Path, *, dockerfile: str = "Dockerfile", tag: str | None = None,

@@ -5,7 +5,11 @@ so a second push compresses nothing again.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +17,7 @@ from typing import BinaryIO
 
 from composer.engine import locks
 from composer.core.errors import UsageError
+from composer.registry import estargz
 from composer.registry.compression import (  # noqa: F401 (the publishing side's names for them)
     COMPRESSION_OF, COMPRESSIONS, MEDIA_TYPES, compress, compressor_id,
 )
@@ -20,12 +25,36 @@ from composer.registry.compression import (  # noqa: F401 (the publishing side's
 
 @dataclass(frozen=True)
 class Blob:
-    """A blob on this machine: its file, digest, size and media type."""
+    """A blob on this machine: its file, digest, size and media type; for an eStargz layer, the diff
+    id of the tar it holds (not the layer's: the TOC and landmark are entries of it) and the
+    annotations its descriptor carries."""
 
     path: Path
     digest: str
     size: int
     media_type: str
+    diff_id: str | None = None
+    annotations: tuple[tuple[str, str], ...] = ()
+
+
+def layer_blob(source: Path, diff_id: str, out: Path, compression: str) -> Blob:
+    """The layer tar at `source` (whose digest is `diff_id`) written to `out` as `compression` says."""
+    if compression == "estargz":
+        with open(source, "rb") as check:
+            read = hashlib.sha256()
+            while chunk := check.read(1 << 20):
+                read.update(chunk)
+        if "sha256:" + read.hexdigest() != diff_id:
+            raise UsageError(f"the layer {source} hashes to sha256:{read.hexdigest()}, not to its diff id {diff_id}")
+        with open(out, "wb") as fh:
+            made = estargz.convert(source, fh)
+        return Blob(out, made.digest, made.size, MEDIA_TYPES[compression], made.diff_id,
+                    tuple(sorted(made.annotations.items())))
+    with open(source, "rb") as fh:
+        digest, size, read_id = compress(fh, out, compression)
+    if read_id != diff_id:
+        raise UsageError(f"the layer {source} hashes to {read_id}, not to its diff id {diff_id}")
+    return Blob(out, digest, size, MEDIA_TYPES[compression])
 
 
 class BlobCache:
@@ -40,31 +69,46 @@ class BlobCache:
 
     def find(self, diff_id: str, compression: str) -> Blob | None:
         try:
-            digest, size = self._index(diff_id, compression).read_text().split()
-        except (OSError, ValueError):
+            digest, size, *more = self._index(diff_id, compression).read_text().split()
+            annotations = json.loads(more[1]) if more else {}
+        except (OSError, ValueError, IndexError):
             return None
         path = self.root / "sha256" / digest.partition(":")[2]
         if not path.is_file() or path.stat().st_size != int(size):
             return None
-        return Blob(path, digest, int(size), MEDIA_TYPES[compression])
+        return Blob(path, digest, int(size), MEDIA_TYPES[compression], more[0] if more else None,
+                    tuple(sorted(annotations.items())))
 
     def add(self, source: BinaryIO, diff_id: str, compression: str) -> Blob:
-        """Compress `source` (the layer whose diff id is `diff_id`) into the cache."""
+        """Compress `source` (the layer whose diff id is `diff_id`) into the cache (an eStargz layer
+        is written from a spooled copy: its entries are read twice)."""
         (self.root / "sha256").mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=self.root / "sha256", prefix=".incoming-")
         os.close(fd)
+        spool = None
         try:
-            digest, size, read = compress(source, Path(name), compression)
-            if read != diff_id:
-                raise UsageError(f"the layer read hashes to {read}, not to its diff id {diff_id}")
-            path = self.root / "sha256" / digest.partition(":")[2]
+            if compression == "estargz":
+                fd, spool = tempfile.mkstemp(dir=self.root, prefix=".layer-")
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(source, out, 1 << 20)
+                blob = layer_blob(Path(spool), diff_id, Path(name), compression)
+            else:
+                digest, size, read = compress(source, Path(name), compression)
+                if read != diff_id:
+                    raise UsageError(f"the layer read hashes to {read}, not to its diff id {diff_id}")
+                blob = Blob(Path(name), digest, size, MEDIA_TYPES[compression])
+            path = self.root / "sha256" / blob.digest.partition(":")[2]
             os.replace(name, path)
         except BaseException:
             Path(name).unlink(missing_ok=True)
             raise
+        finally:
+            if spool:
+                Path(spool).unlink(missing_ok=True)
         index = self._index(diff_id, compression)
         index.parent.mkdir(parents=True, exist_ok=True)
         temporary = index.with_name(index.name + ".incoming")
-        temporary.write_text(f"{digest} {size}\n")
+        more = f" {blob.diff_id} {json.dumps(dict(blob.annotations), separators=(',', ':'))}" if blob.diff_id else ""
+        temporary.write_text(f"{blob.digest} {blob.size}{more}\n")
         os.replace(temporary, index)
-        return Blob(path, digest, size, MEDIA_TYPES[compression])
+        return dataclasses.replace(blob, path=path)

@@ -24,7 +24,7 @@ import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Sequence
 
 from composer.assembly.assemble import Assembled, canonical_json
 from composer.core.errors import RegistryError, UsageError
@@ -34,7 +34,7 @@ from composer.core.units import human_size
 from composer.engine.archives import ChunkReader, may_be_layer
 from composer.engine import locks
 from composer.engine.interface import Engine
-from composer.publish.blobs import COMPRESSION_OF, MEDIA_TYPES, Blob, BlobCache, compress
+from composer.publish.blobs import COMPRESSION_OF, MEDIA_TYPES, Blob, BlobCache, layer_blob
 from composer.registry.blobs import VerifiedBlob
 from composer.registry.client import CHUNK, Registries, RegistryApi
 from composer.registry.retries import RetryPolicy
@@ -68,16 +68,29 @@ class Pushed:
     bytes_skipped: int
 
 
-def image_manifest(config: bytes, layers: Iterable[tuple[str, int, str]]) -> bytes:
-    """The OCI image manifest of a configuration and (digest, size, media type) layers, as the
-    composer writes every document it digests (canonical JSON)."""
+def image_manifest(config: bytes, layers: Iterable[tuple]) -> bytes:
+    """The OCI image manifest of a configuration and (digest, size, media type[, annotations])
+    layers, as the composer writes every document it digests (canonical JSON)."""
     return canonical_json({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "config": {"mediaType": OCI_CONFIG, "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
                    "size": len(config)},
-        "layers": [{"mediaType": media, "digest": digest, "size": size} for digest, size, media in layers],
+        "layers": [{"mediaType": layer[2], "digest": layer[0], "size": layer[1],
+                    **({"annotations": dict(layer[3])} if len(layer) > 3 and layer[3] else {})} for layer in layers],
     })
+
+
+def config_for(assembled: Assembled, layers: Sequence) -> bytes:
+    """The configuration a push names: the image's own, unless a layer's blob holds another tar
+    than the image's layer (eStargz: its TOC and landmark are entries of it), whose diff ids it
+    then names instead (an image id of its own, as any eStargz conversion gives)."""
+    diff_ids = [getattr(layer, "diff_id", None) for layer in layers]
+    if not any(diff_ids):
+        return assembled.config
+    config = json.loads(assembled.config)
+    config["rootfs"]["diff_ids"] = [new or old for new, old in zip(diff_ids, assembled.diff_ids)]
+    return canonical_json(config)
 
 
 def base_in_a_registry(registries: Registries, assembled: Assembled, compression: str,
@@ -175,11 +188,10 @@ def own_layers(assembled: Assembled, compression: str, folder: Path) -> list[Blo
 
     def one(layer) -> Blob:
         out = folder / f"{layer.diff_id.partition(':')[2]}.{compression}"
-        with open(layer.path, "rb") as source:
-            digest, size, read = compress(source, out, compression)
-        if read != layer.diff_id:
-            raise RegistryError(f"the layer {layer.path} changed since it was written ({read} is not {layer.diff_id})")
-        return Blob(out, digest, size, MEDIA_TYPES[compression])
+        try:
+            return layer_blob(layer.path, layer.diff_id, out, compression)
+        except UsageError as error:
+            raise RegistryError(f"the layer {layer.path} changed since it was written: {error.message}") from None
 
     with ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="compress") as pool:
         return list(pool.map(one, assembled.layers))
@@ -215,11 +227,12 @@ def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: R
         base = list(base_from_the_engine(engine, assembled, compression, cache, on_line))
         layers = [*base, *mine]  # the engine's layers compressed here: digests of their own
         stats = _upload(api, repository, layers, on_line)
-    config = "sha256:" + hashlib.sha256(assembled.config).hexdigest()
+    document = config_for(assembled, layers)
+    config = "sha256:" + hashlib.sha256(document).hexdigest()
 
     def put_config() -> None:
         if api.blob_size(repository, config) is None:
-            api.upload_blob(repository, assembled.config)
+            api.upload_blob(repository, document)
 
     api.retry.run(api.host, put_config, on_line)
     # The tag last, and only once the registry says it holds every blob the manifest names (a
@@ -228,7 +241,8 @@ def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: R
     if missing:
         raise RegistryError(f"{api.host}/{repository} lacks {len(missing)} blob(s) it took ({missing[0][:19]}...): "
                             f"{target.tag_or_latest} was not moved")
-    manifest = image_manifest(assembled.config, [(b.digest, b.size, b.media_type) for b in layers])
+    manifest = image_manifest(document, [(b.digest, b.size, b.media_type, getattr(b, "annotations", ()))
+                                         for b in layers])
     stored = api.put_manifest(repository, target.tag_or_latest, manifest, OCI_MANIFEST)
     digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
     if stored != digest:

@@ -26,11 +26,13 @@ MEDIA_TYPES = {
     "gzip": "application/vnd.oci.image.layer.v1.tar+gzip",
     "zstd": "application/vnd.oci.image.layer.v1.tar+zstd",
     "none": "application/vnd.oci.image.layer.v1.tar",
+    "estargz": "application/vnd.oci.image.layer.v1.tar+gzip",  # gzip members: any runtime reads it as gzip
 }
 COMPRESSIONS = tuple(MEDIA_TYPES)
-# What each media type a registry may hand us says of its compression (Docker's names included).
+# What each media type a registry may hand us says of its compression (Docker's names included); an
+# eStargz layer says gzip (the TOC annotation is what tells it apart), and reads as one.
 COMPRESSION_OF = {
-    **{media: name for name, media in MEDIA_TYPES.items()},
+    **{media: name for name, media in MEDIA_TYPES.items() if name != "estargz"},
     "application/vnd.docker.image.rootfs.diff.tar.gzip": "gzip",
     "application/vnd.docker.image.rootfs.diff.tar": "none",
     "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip": "gzip",
@@ -46,6 +48,11 @@ def compressor_id(compression: str) -> str:
         import zstandard
 
         return f"zstd {getattr(zstandard, 'ZSTD_VERSION', None) or zstandard.__version__} level {ZSTD_LEVEL}"
+    if compression == "estargz":
+        from composer.registry import estargz
+
+        return (f"eStargz: zlib {zlib.ZLIB_RUNTIME_VERSION} level {estargz.GZIP_LEVEL}, "
+                f"chunks of {estargz.CHUNK_SIZE >> 20} MiB")
     return "none"
 
 
@@ -102,7 +109,7 @@ def decompressing(chunks: Iterable[bytes], compression: str) -> Iterator[bytes]:
     if compression == "none":
         yield from chunks
         return
-    if compression == "gzip":
+    if compression in ("gzip", "estargz"):
         inflate = zlib.decompressobj(wbits=47)  # a gzip header, possibly several members
         for chunk in chunks:
             data = inflate.decompress(chunk)

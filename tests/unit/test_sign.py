@@ -154,12 +154,10 @@ def _one_layer_image(tmp_path):
     return engine, assembled, base_tar, own_tar
 
 
-def test_the_composers_push_gives_one_digest_twice_blobs_first_and_the_tag_last(tmp_path):
+def _push_twice(tmp_path, engine, assembled, registry, ref: str, compression: str) -> list:
+    """The composer's push of `assembled` to the in-memory registry, twice (a blob cache of the test's own)."""
     from composer.publish.blobs import BlobCache
     from composer.publish.image_push import push_assembled
-
-    engine, assembled, base_tar, own_tar = _one_layer_image(tmp_path)
-    registry = Registry("r.example")
 
     class Registries:
         def client(self, host):
@@ -168,10 +166,17 @@ def test_the_composers_push_gives_one_digest_twice_blobs_first_and_the_tag_last(
 
     pushes = []
     for attempt in range(2):
-        folder = tmp_path / f"blobs{attempt}"
+        folder = tmp_path / f"{compression}{attempt}"
         folder.mkdir()
-        pushes.append(push_assembled(engine, assembled, "r.example/team/t:1", Registries(), compression="gzip",
-                                     folder=folder, cache=BlobCache(tmp_path / "cache")))
+        pushes.append(push_assembled(engine, assembled, ref, Registries(), compression=compression, folder=folder,
+                                     cache=BlobCache(tmp_path / "cache")))
+    return pushes
+
+
+def test_the_composers_push_gives_one_digest_twice_blobs_first_and_the_tag_last(tmp_path):
+    engine, assembled, base_tar, own_tar = _one_layer_image(tmp_path)
+    registry = Registry("r.example")
+    pushes = _push_twice(tmp_path, engine, assembled, registry, "r.example/team/t:1", "gzip")
     assert pushes[0].digest == pushes[1].digest == "sha256:" + hashlib.sha256(pushes[0].manifest).hexdigest()
     assert pushes[0].bytes_moved > 0 and pushes[1].bytes_moved == 0  # the second finds every blob there
     manifest = json.loads(pushes[0].manifest)
@@ -310,3 +315,29 @@ def test_sec1_and_pkcs8_pem_keys_both_load(tmp_path):
         (tmp_path / name).write_bytes(private.private_bytes(serialization.Encoding.PEM, form,
                                                             serialization.NoEncryption()))
         assert SigningKey.load(f"file:{tmp_path / name}", environ={}).public_pem() == SigningKey(private).public_pem()
+
+
+def test_an_estargz_push_names_its_layers_toc_and_the_config_of_the_tars_it_holds(tmp_path):
+    """--compression estargz: every layer an eStargz blob with its TOC digest and uncompressed size as
+    annotations, and a configuration naming the diff ids of the tars the blobs hold; twice, one digest."""
+    engine, assembled, _, _ = _one_layer_image(tmp_path)
+    registry = Registry("r.example")
+    pushes = _push_twice(tmp_path, engine, assembled, registry, "r.example/team/t:esgz", "estargz")
+    assert pushes[0].digest == pushes[1].digest
+    manifest = json.loads(pushes[0].manifest)
+    assert all(l["mediaType"] == "application/vnd.oci.image.layer.v1.tar+gzip" for l in manifest["layers"])
+    assert all(set(l["annotations"]) == {"containerd.io/snapshot/stargz/toc.digest",
+                                         "io.containers.estargz.uncompressed-size"} for l in manifest["layers"])
+    config = json.loads(registry.blobs[("team/t", manifest["config"]["digest"])])
+    import zlib
+
+    for entry, diff_id in zip(manifest["layers"], config["rootfs"]["diff_ids"]):
+        blob = registry.blobs[("team/t", entry["digest"])]
+        raw, rest = b"", blob
+        while rest:
+            inflate = zlib.decompressobj(31)
+            raw += inflate.decompress(rest)
+            rest = inflate.unused_data
+        assert diff_id == "sha256:" + hashlib.sha256(raw).hexdigest() and b"stargz.index.json" in raw
+        assert entry["annotations"]["io.containers.estargz.uncompressed-size"] == str(len(raw))
+    assert config["rootfs"]["diff_ids"] != list(assembled.diff_ids)  # the tars inside are not the image's
