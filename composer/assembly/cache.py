@@ -389,9 +389,10 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
         entry, mine = builder_entry(builder, stages)
         idle = [r.id for r in mine if not r.in_use]
         if idle:
-            from_builders += builder.prune(idle)
+            count, freed = builder.prune(idle)
+            from_builders += freed
             removed.append(entry)
-            on_line(f"removed {len(idle)} records of the composer's steps from {entry.image}")
+            on_line(f"removed {count} of {len(mine)} records of the composer's steps from {entry.image}")
         if entry.held:
             kept.append((entry, entry.held))
     copies = 0

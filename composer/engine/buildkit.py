@@ -125,13 +125,15 @@ class BuildKit:
     def records(self) -> list[CacheRecord]:
         """Every record of its build cache (buildctl du)."""
         return [CacheRecord(str(r.get("id")), str(r.get("description") or ""), int(r.get("size") or 0),
-                            bool(r.get("inUse")), str(r.get("createdAt") or ""), r.get("lastUsedAt"))
+                            bool(r.get("inUse")), str(r.get("createdAt") or ""), r.get("lastUsedAt"),
+                            tuple(r.get("parents") or ()))
                 for r in self._json("du", "--verbose")]
 
-    def prune(self, ids: Sequence[str]) -> int:
-        """Remove these records where nothing uses them (buildctl prune; its filters are alternatives);
-        the bytes freed. A record another stands on goes once that one went: passes until none goes."""
-        freed, left = 0, list(ids)
+    def prune(self, ids: Sequence[str]) -> tuple[int, int]:
+        """Remove these records where nothing uses them (buildctl prune; its filters are alternatives):
+        how many went and their bytes. A record another stands on goes once that one went: passes
+        until none goes."""
+        count, freed, left = 0, 0, list(ids)
         for _ in range(16):
             gone = []
             for start in range(0, len(left), 50):
@@ -141,8 +143,9 @@ class BuildKit:
                 gone += [str(r.get("id")) for r in pruned]
             if not gone:
                 break
+            count += len(gone)
             left = [i for i in left if i not in set(gone)]
-        return freed
+        return count, freed
 
     def _json(self, command: str, *options: str) -> list[dict]:
         try:
@@ -276,15 +279,23 @@ class CacheRecord:
     in_use: bool
     created: str
     last_used: str | None
+    parents: tuple[str, ...] = ()
 
 
 def composers(records: Sequence[CacheRecord], stages: Iterable[str], handed: set[str]) -> list[CacheRecord]:
-    """The records the composer's builds made: a step of one of its stages ("[collect 2/3] RUN ..."),
-    or an engine image it handed over ("pulled from REF@DIGEST", DIGEST in its OCI layout)."""
+    """The records the composer's builds made: a step of one of its stages ("[collect 2/3] COPY ..."),
+    an engine image it handed over ("pulled from REF@DIGEST", DIGEST in its OCI layout), and what
+    stands on those (a RUN step's record reads "mount / from exec ...")."""
     names = [re.escape(s[:-1]) + r"[A-Za-z0-9_.-]+" if s.endswith("*") else re.escape(s) for s in sorted(stages)]
     step = re.compile(r"^\[(?:%s) \d+/\d+\] " % "|".join(names))
-    return [r for r in records if step.match(r.description) or
-            (r.description.startswith("pulled from ") and r.description.rpartition("@")[2] in handed)]
+    mine = {r.id for r in records if step.match(r.description) or
+            (r.description.startswith("pulled from ") and r.description.rpartition("@")[2] in handed)}
+    grown = True
+    while grown:
+        more = {r.id for r in records if r.id not in mine and set(r.parents) & mine}
+        mine |= more
+        grown = bool(more)
+    return [r for r in records if r.id in mine]
 
 
 def _stop(process: subprocess.Popen) -> None:

@@ -87,9 +87,15 @@ def ensure(engine: Engine, image: str, on_line: LineSink = quiet) -> Layout:
 
 
 def handed(engine: Engine) -> set[str]:
-    """The manifest digests of the images this engine's layout holds (what BuildKit names them by:
-    its cache records of them read "pulled from REF@DIGEST")."""
-    return {str(m.get("digest")) for m in _index(folder_for(engine)).get("manifests", [])}
+    """The manifest digests of the images this engine's layout holds or held (what BuildKit names
+    them by: its cache records of them read "pulled from REF@DIGEST"); a removed layout leaves its
+    digests in a file beside it, so a builder's records of it are still known as the composer's."""
+    folder = folder_for(engine)
+    try:
+        before = set(json.loads(folder.with_suffix(".handed").read_text()))
+    except (OSError, ValueError, TypeError):
+        before = set()
+    return before | {str(m.get("digest")) for m in _index(folder).get("manifests", [])}
 
 
 def remove(engine: Engine) -> int:
@@ -99,6 +105,7 @@ def remove(engine: Engine) -> int:
     if not folder.is_dir():
         return 0
     with locks.making_host(engine.identity(), "oci-layout"):
+        write_file(folder.with_suffix(".handed"), json.dumps(sorted(handed(engine))).encode())
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
         shutil.rmtree(folder, ignore_errors=True)
     return size

@@ -51,6 +51,9 @@ def _cases(tmp: Path) -> list[Case]:
     (tmp / "busy").mkdir()
     (tmp / "busy" / "Dockerfile").write_text("mine\n")
     (tmp / "afile").write_text("x")
+    (tmp / "tls").mkdir()
+    for name in ("ca.crt", "tls.crt", "tls.key"):
+        (tmp / "tls" / name).write_text("x")
     (tmp / "req-with-option.txt").write_text("six\n--index-url https://x.example/simple\n")
     (tmp / "broken.yaml").write_text('version: "24.09"\nbackends: [python\n')
     (tmp / "deep.yaml").write_text("a: " + "[" * 20000 + "]" * 20000 + "\n")
@@ -143,6 +146,12 @@ def _cases(tmp: Path) -> list[Case]:
         C(("build", *V, *B, "--base", "slim"), "--base slim: 'slim' is not a base: give min"),
         C(("build", *V, *B, "--keep-tensorrt-builder"), "--keep-tensorrt-builder applies to a pruned base"),
         C(("build", *V, *B, "--explain"), "--explain lists what a pruned base keeps and drops: add --base pruned"),
+        C(("build", *V, *B, "--builder", "buildkit://ftp://x"), "is not a builder: give engine, buildkit"),
+        C(("build", *V, *B, "--builder", "engine", "--builder", "engine"), "'engine' is listed twice"),
+        C(("build", *V, *B, "--builder", "buildkit://tcp://127.0.0.1:1234", "--builder-tls", str(tmp)),
+          "holds neither ca.pem, cert.pem and key.pem nor ca.crt, tls.crt and tls.key"),
+        C(("build", *V, *B, "--builder-tls", str(tmp / "tls")), "--builder-tls is for a BuildKit at tcp://"),
+        C(("build", *V, *B, "--compression", "brotli"), "'brotli' is not a compression: give gzip, zstd, estargz"),
         C(("build", *V, *B, "--gpus", "0"), "is not a GPU request"),
         C(("build", *V, *B, "--junit", "/proc/x.xml"), "--junit /proc/x.xml: cannot be written"),
         C(("build", *V, *B, "--junit", str(tmp)), "is a folder"),
@@ -214,6 +223,9 @@ def _cases(tmp: Path) -> list[Case]:
         C(("smoke-test", "img:1", "--model-repository", "/nonexistent"), "no such folder"),
         C(("mirror", "--version", "24.9", "--to", "x.example/n"), "--version 24.9: '24.9' is not a release"),
         C(("mirror", *V, "--to", "Bad Prefix"), "--to Bad Prefix: not a valid registry prefix"),
+        C(("mirror", *V, "--to", "x.example/n", "--compression", "estargz"), "--compression estargz is for composer build"),
+        C(("cache", "list", "--builder", "engine"), "--builder engine: the engine's own cache"),
+        C(("cache", "clear", "--builder", "tcp://x:1"), "is not a builder"),
         C(("mirror", *V, "--registry", "localhost/standin", "--to", "localhost/standin/"),
           "is the registry it copies from (--registry localhost/standin): give another prefix to copy into"),
         C(("mirror", *V), "--to is required: the registry prefix to copy into"),
