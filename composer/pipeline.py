@@ -541,13 +541,8 @@ def compose_all(engine: Engine, specs: Sequence[CompositionSpec], catalog: Catal
         return dataclasses.replace(_one(engine, spec, catalog, marked, inspection, builder), builder=builder)
 
     def answers(builder: str) -> bool:
-        try:
-            if builder != "engine":
-                BuildKit(builder, engine, tls=next(s.result.builder_tls for s in specs if builder in s.result.builders)
-                         ).check()
-            return True
-        except ComposerError:
-            return False
+        tls = next(s.result.builder_tls for s in specs if builder in s.result.builders)
+        return builder == "engine" or BuildKit(builder, engine, tls=tls).answers()
 
     def orphaned(spec: CompositionSpec, gone: list[str]) -> Outcome:
         names = ", ".join(_builder_name(b) for b in gone if b in spec.result.builders)

@@ -428,7 +428,7 @@ def check_provider(value: str) -> str | None:
 
 
 PUSH_VIA = ("composer", "engine")
-COMPRESSIONS = ("gzip", "zstd", "estargz", "none")
+COMPRESSIONS = ("gzip", "zstd", "none", "estargz")
 
 
 def check_push_via(value: str) -> str | None:

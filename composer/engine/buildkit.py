@@ -122,6 +122,14 @@ class BuildKit:
             why = (done.stderr.strip().splitlines() or ["no answer"])[-1]
             raise EngineUnavailable(f"no BuildKit answers at {self.address}: {why[:300]}")
 
+    def answers(self) -> bool:
+        """Whether it answers now (check()'s question, as a yes or no: a builder gone mid-run)."""
+        try:
+            self.check()
+            return True
+        except EngineUnavailable:
+            return False
+
     def records(self) -> list[CacheRecord]:
         """Every record of its build cache (buildctl du)."""
         return [CacheRecord(str(r.get("id")), str(r.get("description") or ""), int(r.get("size") or 0),

@@ -15,6 +15,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
+from composer.config.values import COMPRESSIONS
 from composer.core.errors import UsageError
 
 CHUNK = 1 << 20
@@ -28,7 +29,7 @@ MEDIA_TYPES = {
     "none": "application/vnd.oci.image.layer.v1.tar",
     "estargz": "application/vnd.oci.image.layer.v1.tar+gzip",  # gzip members: any runtime reads it as gzip
 }
-COMPRESSIONS = tuple(MEDIA_TYPES)
+assert set(MEDIA_TYPES) == set(COMPRESSIONS)  # the compressions a user may name (config.values), each written here
 # What each media type a registry may hand us says of its compression (Docker's names included); an
 # eStargz layer says gzip (the TOC annotation is what tells it apart), and reads as one.
 COMPRESSION_OF = {

@@ -17,6 +17,7 @@ says it, with the TOC digest and the uncompressed size the layer's descriptor ca
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import struct
@@ -122,8 +123,6 @@ def _entry(info: tarfile.TarInfo) -> dict:
         entry["devMajor"], entry["devMinor"] = info.devmajor, info.devminor
     xattrs = {k[len("SCHILY.xattr."):]: v for k, v in (info.pax_headers or {}).items() if k.startswith("SCHILY.xattr.")}
     if xattrs:
-        import base64
-
         entry["xattrs"] = {k: base64.b64encode(v.encode("utf-8", "surrogateescape")).decode() for k, v in
                            sorted(xattrs.items())}
     if kind == "reg":

@@ -273,7 +273,9 @@ def test_several_builders_share_the_sets_and_one_that_goes_takes_no_more(monkeyp
             raise BuildFailed(f"the build failed on BuildKit at {builder}: connection refused")
         return Outcome(one)
 
-    class Checked:
+    from composer.engine.buildkit import BuildKit
+
+    class Checked(BuildKit):  # the real answers(), over a check() that says what the test wants
         def __init__(self, builder, engine, cache=None, tls=None):
             self.builder = builder
 
