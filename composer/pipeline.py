@@ -55,7 +55,7 @@ from composer.sources.lock import verify_lock
 from composer.registry.client import Registries
 from composer.registry.retries import retry_policy
 from composer.publish.image_push import push_again, push_assembled, pushed_before, record_push
-from composer.publish.blobs import compressor_id
+from composer.publish.blobs import compressor_id, kept_as
 from composer.publish.provenance import SLSA_PROVENANCE, Made, now, statement
 from composer.publish.push import push_image
 from composer.publish.sign import SigningKey, push_attestation, push_signature
@@ -120,6 +120,7 @@ def build_image(
     smoke_always: bool = False,
     reuse_when=None,
     builder: Builder | None = None,
+    record_reads: bool = False,
 ) -> BuildResult:
     """Build the plan; tag the image only once its smoke test (with plan.smoke's settings) passed.
 
@@ -134,7 +135,8 @@ def build_image(
     leave on the engine (tests use them to sweep); `layers_dir` keeps the image's own layers for a
     push after (so the image is written, not taken from the record, unless `reuse_when(image id)`
     says its layers are not needed: pushed before, composer.publish.image_push); `tag` False leaves every tag
-    alone (a rebuild that only compares). `contents` (the probe's) sizes the parts for the disk check
+    alone (a rebuild that only compares). `record_reads`: the smoke test lists the files the server
+    opens (an eStargz push's prefetch list, composer.verify.reads). `contents` (the probe's) sizes the parts for the disk check
     (composer.assembly.space), which `check_space` False skips. `builder` builds instead of the
     engine's own builder (BuildKit: composer.engine.buildkit); the engine still holds and runs it all.
     """
@@ -183,7 +185,7 @@ def build_image(
             report = None
             if plan.smoke is not None:
                 report = _smoke(engine, plan, image_id, run, labels, cache and not smoke_always,
-                                on_smoke_line or on_line)
+                                on_smoke_line or on_line, record_reads)
             if tag:
                 engine.tag(image_id, plan.tag)
             info = engine.image(image_id)
@@ -198,10 +200,11 @@ def _base_record(base: PrunedBase | None) -> dict | None:
 
 
 def _smoke(engine: Engine, plan: CompositionPlan, image_id: str, run: str, labels, reuse: bool,
-           on_line: LineSink) -> SmokeReport:
+           on_line: LineSink, record_reads: bool = False) -> SmokeReport:
     """The image's smoke test: a PASS recorded for the same image, models, cases and engine stands
     when `reuse` (the table says when it passed); else the server runs. A failure raises."""
-    smoke = SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke, device=plan.device)
+    smoke = dataclasses.replace(SmokePlan.of(plan.all_backends, plan.server_version, plan.smoke, device=plan.device),
+                    record_reads=record_reads)
     report = smoke_record.recorded(engine, image_id, smoke) if reuse else None
     if report is not None:
         on_line(f"smoke test: passed at {report.recorded_at} for this image, its models and cases on this engine "
@@ -431,13 +434,17 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run, builder: str) 
         # The image's own layers stay on this machine until the composer pushed them.
         layers = Path(stack.enter_context(locks.temporary_folder("layers"))) if mine else None
         compression = result.layer_compression
+        # An eStargz push puts first what the smoke test saw the server open: the push is kept by
+        # that list too, known only once the smoke test ran, so the image's layers are written.
+        record_reads = mine and compression == "estargz"
         options = dict(labels=dict(run.labels or {}), on_line=run.on_line, on_engine_line=run.on_build_line or run.on_line,
                        on_smoke_line=run.on_line, contents=resolved.contents, check_space=result.space_check,
-                       smoke_always=result.smoke_mode == "always",
+                       smoke_always=result.smoke_mode == "always", record_reads=record_reads,
                        builder=BuildKit(builder, engine, result.builder_cache, result.builder_tls)
                        if builder != "engine" else None)
         built = build_image(engine, plan, layers_dir=layers, cache=result.cache, **options,
-                            reuse_when=lambda image_id: pushed_before(image_id, compression, result.push))
+                            reuse_when=lambda image_id: not record_reads and pushed_before(image_id, compression,
+                                                                                           result.push))
         if result.sbom and built.sbom:
             try:  # checked before any work; checked again, as something may have taken the name since
                 write_file(check_output_file(result.sbom, "--sbom", is_sbom), built.sbom.encode())
@@ -450,16 +457,18 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run, builder: str) 
                                 retry_policy(spec.images, run.on_line))
         try:
             if mine:
-                again = None if built.assembled else push_again(built.image_id, compression, result.push, registries,
-                                                                 run.on_line)
+                prefetch = _prefetch(built, run.on_line) if record_reads else ()
+                kept = kept_as(compression, prefetch)
+                again = None if built.assembled and not record_reads else push_again(built.image_id, kept, result.push,
+                                                                                   registries, run.on_line)
                 if again is None and built.assembled is None:  # the registry lost a blob: the layers again
                     built = build_image(engine, plan, layers_dir=layers, cache=result.cache, **options)
                 if again is None:
                     folder = Path(stack.enter_context(locks.temporary_folder("blobs")))
                     origin = plan.min.in_its_registry if built.assembled.base == plan.min.id else None
                     again = push_assembled(engine, built.assembled, result.push, registries, compression=compression,
-                                           folder=folder, origin=origin, on_line=run.on_line)
-                    record_push(built.image_id, compression, again)
+                                           folder=folder, origin=origin, prefetch=prefetch, on_line=run.on_line)
+                    record_push(built.image_id, kept, again)
                 digest = again.digest
             else:
                 run.on_line(f"pushing {result.push} through the engine")
@@ -474,6 +483,20 @@ def _build_and_push(engine: Engine, resolved: Resolved, run: Run, builder: str) 
     except ComposerError as error:  # the image is pushed: say so, and what of its attachments is not
         return Outcome(spec, built, pushed, error)
     return Outcome(spec, built, pushed)
+
+
+def _prefetch(built: BuildResult, on_line: LineSink) -> tuple[str, ...]:
+    """The files an eStargz push puts first: those the smoke test saw the server open."""
+    report = built.smoke
+    if report is None:
+        on_line("eStargz: no prefetch list, as the smoke test did not run (a node fetches each file on first read)")
+        return ()
+    if not report.reads:
+        on_line(f"eStargz: no prefetch list ({report.reads_note or 'the server opened no file of the image'})")
+        return ()
+    on_line(f"eStargz: the {len(report.reads)} file(s) the server opened up to its last checked answer go first in "
+            "their layers (a lazily pulling node fetches them before the container starts)")
+    return report.reads
 
 
 @dataclass(frozen=True)

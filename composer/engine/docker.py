@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
 import tarfile
@@ -418,6 +419,7 @@ class DockerEngine(ContainerEngine):
         environment: Mapping[str, str] | None = None,
         user: str | None = None,
         gpus: Gpus | None = None,
+        entrypoint: list[str] | None = None,
     ) -> Container:
         api = self._api
         ports = list(ports)
@@ -438,6 +440,7 @@ class DockerEngine(ContainerEngine):
                 environment=dict(environment or {}),
                 user=user,
                 host_config=host_config,
+                entrypoint=entrypoint,
             )
         container = Container(self, created["Id"], host=self.endpoint.reach_host)
         try:
@@ -460,6 +463,22 @@ class DockerEngine(ContainerEngine):
             container.remove()
             raise
         return container
+
+    def put_files(self, container_id: str, files: Mapping[str, bytes]) -> None:
+        with _translated(f"cannot write files into container {container_id[:12]}", EngineError, absent_is_error=True):
+            self._put_files(container_id, tar_of({k.lstrip("/"): v for k, v in files.items()}))
+
+    def container_root(self, container_id: str) -> Path | None:
+        """The overlay's merged folder the engine reports, when this machine mounts it (a local
+        engine in this machine's mount namespace)."""
+        if self.endpoint.scheme != "unix":
+            return None
+        try:
+            data = (self._api.inspect_container(container_id).get("GraphDriver") or {}).get("Data") or {}
+        except docker.errors.DockerException:
+            return None
+        merged = data.get("MergedDir")
+        return Path(merged) if merged and os.path.ismount(merged) else None
 
     def containers_labelled(self, label: str) -> list[str]:
         with _translated("cannot list containers", EngineError):

@@ -276,9 +276,20 @@ class ContainerEngine(ABC):
         environment: Mapping[str, str] | None = None,
         user: str | None = None,
         gpus: Gpus | None = None,
+        entrypoint: list[str] | None = None,
     ) -> Container:
         """Start a container with `ports` published where only this machine reaches them
-        (the local engine's loopback), or where the remote engine publishes them."""
+        (the local engine's loopback), or where the remote engine publishes them. `entrypoint`
+        replaces the image's."""
+
+    def put_files(self, container_id: str, files: Mapping[str, bytes]) -> None:
+        """Write files into a container, running or not."""
+        raise EngineError("this engine cannot write files into a container")
+
+    def container_root(self, container_id: str) -> Path | None:
+        """The running container's root filesystem as this machine mounts it (a local engine's
+        overlay), or None: a remote engine, or a storage this machine does not see."""
+        return None
 
     @abstractmethod
     def containers_labelled(self, label: str) -> list[str]: ...

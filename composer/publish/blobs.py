@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Sequence
 
 from composer.engine import locks
 from composer.core.errors import UsageError
@@ -37,8 +37,17 @@ class Blob:
     annotations: tuple[tuple[str, str], ...] = ()
 
 
-def layer_blob(source: Path, diff_id: str, out: Path, compression: str) -> Blob:
-    """The layer tar at `source` (whose digest is `diff_id`) written to `out` as `compression` says."""
+def kept_as(compression: str, prefetch: Sequence[str] = ()) -> str:
+    """The name blobs and pushes are kept under: the compression, and for eStargz the files put first
+    (another prefetch list is another blob)."""
+    if compression != "estargz" or not prefetch:
+        return compression
+    return f"{compression}-{hashlib.sha256(chr(10).join(prefetch).encode()).hexdigest()[:16]}"
+
+
+def layer_blob(source: Path, diff_id: str, out: Path, compression: str, prefetch: Sequence[str] = ()) -> Blob:
+    """The layer tar at `source` (whose digest is `diff_id`) written to `out` as `compression` says
+    (eStargz: the files of `prefetch` this layer holds first)."""
     if compression == "estargz":
         with open(source, "rb") as check:
             read = hashlib.sha256()
@@ -47,7 +56,7 @@ def layer_blob(source: Path, diff_id: str, out: Path, compression: str) -> Blob:
         if "sha256:" + read.hexdigest() != diff_id:
             raise UsageError(f"the layer {source} hashes to sha256:{read.hexdigest()}, not to its diff id {diff_id}")
         with open(out, "wb") as fh:
-            made = estargz.convert(source, fh)
+            made = estargz.convert(source, fh, prefetch)
         return Blob(out, made.digest, made.size, MEDIA_TYPES[compression], made.diff_id,
                     tuple(sorted(made.annotations.items())))
     with open(source, "rb") as fh:
@@ -64,12 +73,12 @@ class BlobCache:
     def __init__(self, root: Path | None = None):
         self.root = root or locks.cache_dir() / "blobs"
 
-    def _index(self, diff_id: str, compression: str) -> Path:
-        return self.root / "index" / compression / diff_id.replace(":", "-")
+    def _index(self, diff_id: str, compression: str, prefetch: Sequence[str]) -> Path:
+        return self.root / "index" / kept_as(compression, prefetch) / diff_id.replace(":", "-")
 
-    def find(self, diff_id: str, compression: str) -> Blob | None:
+    def find(self, diff_id: str, compression: str, prefetch: Sequence[str] = ()) -> Blob | None:
         try:
-            digest, size, *more = self._index(diff_id, compression).read_text().split()
+            digest, size, *more = self._index(diff_id, compression, prefetch).read_text().split()
             annotations = json.loads(more[1]) if more else {}
         except (OSError, ValueError, IndexError):
             return None
@@ -79,7 +88,7 @@ class BlobCache:
         return Blob(path, digest, int(size), MEDIA_TYPES[compression], more[0] if more else None,
                     tuple(sorted(annotations.items())))
 
-    def add(self, source: BinaryIO, diff_id: str, compression: str) -> Blob:
+    def add(self, source: BinaryIO, diff_id: str, compression: str, prefetch: Sequence[str] = ()) -> Blob:
         """Compress `source` (the layer whose diff id is `diff_id`) into the cache (an eStargz layer
         is written from a spooled copy: its entries are read twice)."""
         (self.root / "sha256").mkdir(parents=True, exist_ok=True)
@@ -91,7 +100,7 @@ class BlobCache:
                 fd, spool = tempfile.mkstemp(dir=self.root, prefix=".layer-")
                 with os.fdopen(fd, "wb") as out:
                     shutil.copyfileobj(source, out, 1 << 20)
-                blob = layer_blob(Path(spool), diff_id, Path(name), compression)
+                blob = layer_blob(Path(spool), diff_id, Path(name), compression, prefetch)
             else:
                 digest, size, read = compress(source, Path(name), compression)
                 if read != diff_id:
@@ -105,7 +114,7 @@ class BlobCache:
         finally:
             if spool:
                 Path(spool).unlink(missing_ok=True)
-        index = self._index(diff_id, compression)
+        index = self._index(diff_id, compression, prefetch)
         index.parent.mkdir(parents=True, exist_ok=True)
         temporary = index.with_name(index.name + ".incoming")
         more = f" {blob.diff_id} {json.dumps(dict(blob.annotations), separators=(',', ':'))}" if blob.diff_id else ""

@@ -125,11 +125,11 @@ def base_in_a_registry(registries: Registries, assembled: Assembled, compression
 
 
 def base_from_the_engine(engine: Engine, assembled: Assembled, compression: str, cache: BlobCache,
-                         on_line: LineSink) -> list[Blob]:
+                         on_line: LineSink, prefetch: Sequence[str] = ()) -> list[Blob]:
     """The base's layers compressed into this machine's cache, from the engine's export of the base
     (read once: what the cache holds already is not compressed again)."""
     wanted = list(assembled.base_layers)
-    found = {diff: cache.find(diff, compression) for diff in wanted}
+    found = {diff: cache.find(diff, compression, prefetch) for diff in wanted}
     missing = {diff for diff, blob in found.items() if blob is None}
     if missing:
         on_line(f"compressing {len(missing)} layer(s) of the base {assembled.base[:19]} ({compression}), once: "
@@ -142,12 +142,12 @@ def base_from_the_engine(engine: Engine, assembled: Assembled, compression: str,
                 data = tar.extractfile(member)
                 diff = _diff_of_member(member, missing)
                 if diff is None:  # its digest is known only once read: compress and see
-                    blob = _compress_unknown(data, missing, compression, cache)
+                    blob = _compress_unknown(data, missing, compression, cache, prefetch)
                     if blob is not None:
                         found[blob[0]] = blob[1]
                         missing.discard(blob[0])
                     continue
-                found[diff] = cache.add(data, diff, compression)
+                found[diff] = cache.add(data, diff, compression, prefetch)
                 missing.discard(diff)
         if missing:
             raise RegistryError(f"the engine's export of the base {assembled.base[:19]} lacks layer(s) "
@@ -164,7 +164,7 @@ def _diff_of_member(member: tarfile.TarInfo, missing: set[str]) -> str | None:
     return None
 
 
-def _compress_unknown(data, missing: set[str], compression: str, cache: BlobCache):
+def _compress_unknown(data, missing: set[str], compression: str, cache: BlobCache, prefetch: Sequence[str]):
     """A layer named by the engine's own id: compressed into a scratch file, kept if it is one wanted."""
     cache.root.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=cache.root, prefix=".layer-", delete=False) as spool:
@@ -178,18 +178,18 @@ def _compress_unknown(data, missing: set[str], compression: str, cache: BlobCach
         if diff not in missing:
             return None
         with open(path, "rb") as fh:
-            return diff, cache.add(fh, diff, compression)
+            return diff, cache.add(fh, diff, compression, prefetch)
     finally:
         path.unlink(missing_ok=True)
 
 
-def own_layers(assembled: Assembled, compression: str, folder: Path) -> list[Blob]:
+def own_layers(assembled: Assembled, compression: str, folder: Path, prefetch: Sequence[str] = ()) -> list[Blob]:
     """The composition's own layers, compressed into `folder` (two at a time)."""
 
     def one(layer) -> Blob:
         out = folder / f"{layer.diff_id.partition(':')[2]}.{compression}"
         try:
-            return layer_blob(layer.path, layer.diff_id, out, compression)
+            return layer_blob(layer.path, layer.diff_id, out, compression, prefetch)
         except UsageError as error:
             raise RegistryError(f"the layer {layer.path} changed since it was written: {error.message}") from None
 
@@ -199,9 +199,10 @@ def own_layers(assembled: Assembled, compression: str, folder: Path) -> list[Blo
 
 def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: Registries, *, compression: str,
                    folder: Path, origin: str | None = None, cache: BlobCache | None = None,
-                   on_line: LineSink = quiet) -> Pushed:
+                   prefetch: Sequence[str] = (), on_line: LineSink = quiet) -> Pushed:
     """Push the composer's image as `ref` through its registry client; the manifest's digest.
-    `origin` is the repo@digest the run resolved the base from, when a registry holds it."""
+    `origin` is the repo@digest the run resolved the base from, when a registry holds it; `prefetch`
+    the files an eStargz layer puts first (the paths the smoke test saw the server open)."""
     target = ImageRef.parse(ref)
     api = registries.client(target.host)
     repository = target.repository
@@ -209,12 +210,15 @@ def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: R
     on_line(f"pushing {ref} through the composer's registry client ({compression})")
     remote = base_in_a_registry(registries, assembled, compression, origin)
     if remote is None:
-        base: list[Blob | RemoteLayer] = list(base_from_the_engine(engine, assembled, compression, cache, on_line))
+        base: list[Blob | RemoteLayer] = list(base_from_the_engine(engine, assembled, compression, cache, on_line,
+                                                                   prefetch))
     else:
         base = list(remote)
         on_line(f"the base's {len(remote)} layer(s) come from {remote[0].api.host}/{remote[0].repository}" if remote
                 else "the base has no layers")
-    mine = own_layers(assembled, compression, folder)
+    if prefetch:
+        on_line(f"eStargz: {len(prefetch)} file(s) to prefetch, first in each layer that holds it")
+    mine = own_layers(assembled, compression, folder, prefetch)
     layers: list[Blob | RemoteLayer] = [*base, *mine]
     try:
         stats = _upload(api, repository, layers, on_line)
@@ -224,7 +228,7 @@ def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: R
         # The registry the base came from went away during the push (a mirror restarted): the
         # engine holds the same layers. What arrived stays; the rest goes again, from here.
         on_line(f"{remote[0].api.host} no longer answers: the base's layers go from the engine instead")
-        base = list(base_from_the_engine(engine, assembled, compression, cache, on_line))
+        base = list(base_from_the_engine(engine, assembled, compression, cache, on_line, prefetch))
         layers = [*base, *mine]  # the engine's layers compressed here: digests of their own
         stats = _upload(api, repository, layers, on_line)
     document = config_for(assembled, layers)

@@ -34,6 +34,7 @@ SOURCES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 from composer.publish.artifacts import find_sbom
 from composer.publish.blobs import COMPRESSION_OF
+from composer.registry.estargz import PREFETCH_BYTES_ANNOTATION, PREFETCH_FILES_ANNOTATION, TOC_DIGEST_ANNOTATION
 from composer.publish.sign import read_attestations, read_signatures
 PARTS = (("backends", "org.triton-composer.backends"), ("repoagents", "org.triton-composer.repoagents"),
          ("caches", "org.triton-composer.caches"))
@@ -51,7 +52,8 @@ class ImageReport:
     layers: tuple[int, ...]  # bytes per layer, bottom first (compressed in a registry)
     sbom: Mapping[str, Any] | None = None
     versions: Mapping[str, str | None] = field(default_factory=dict)
-    compressions: tuple[str, ...] = ()  # each layer's, in a registry (gzip, zstd, none)
+    compressions: tuple[str, ...] = ()  # each layer's, in a registry (gzip, zstd, none, estargz)
+    prefetched: tuple[tuple[int, int], ...] = ()  # an eStargz layer's (bytes, files) a node fetches first
     signatures: tuple[str, ...] = ()  # the references the signatures beside it were made for (unverified)
     attestations: tuple[str, ...] = ()  # the predicate types of the statements beside it
 
@@ -113,6 +115,7 @@ class ImageReport:
             **self.parts(), "layers": list(self.layers), "size": sum(self.layers),
             "labels": dict(self.labels), "composition": self.composition(), "sbom": self.sbom,
             "compressions": list(self.compressions), "signatures": list(self.signatures),
+            "prefetched": [{"bytes": size, "files": files} for size, files in self.prefetched],
             "attestations": list(self.attestations),
         }
 
@@ -132,12 +135,37 @@ class ImageReport:
                          "composer verify checks them)" if self.signatures else "none"))
             rows.append(("attestations", ", ".join(self.attestations) or "none"))
         compressions = self.compressions if len(self.compressions) == len(self.layers) else ("",) * len(self.layers)
-        rows += [(f"layer {i}", human_size(size) + (f" ({kind})" if kind else ""))
-                 for i, (size, kind) in enumerate(zip(self.layers, compressions), 1)]
+        prefetched = self.prefetched if len(self.prefetched) == len(self.layers) else ((0, 0),) * len(self.layers)
+        rows += [(f"layer {i}", human_size(size) + (f" ({kind}{_prefetch_note(first)})" if kind else ""))
+                 for i, (size, kind, first) in enumerate(zip(self.layers, compressions, prefetched), 1)]
         rows.append(("size", f"{human_size(sum(self.layers))} in {len(self.layers)} layers"
                      + (" (compressed)" if self.source == "registry" else "")))
+        first, files = sum(size for size, _ in self.prefetched), sum(n for _, n in self.prefetched)
+        if files:
+            rows.append(("prefetched", f"{human_size(first)} of {files} file(s) before the container starts "
+                         f"({first / max(1, sum(self.layers)):.2f}x of the compressed size)"))
         width = max(len(label) for label, _ in rows)
         return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
+
+
+def _prefetch_note(prefetched: tuple[int, int]) -> str:
+    size, files = prefetched
+    return f", {human_size(size)} of {files} file(s) prefetched" if files else ""
+
+
+def _layer_kind(layer: Mapping[str, Any]) -> str:
+    """A layer's compression, eStargz told by its TOC digest annotation (its media type is gzip's)."""
+    if TOC_DIGEST_ANNOTATION in (layer.get("annotations") or {}):
+        return "estargz"
+    return COMPRESSION_OF.get(layer.get("mediaType"), "?")
+
+
+def _prefetched(layer: Mapping[str, Any]) -> tuple[int, int]:
+    said = layer.get("annotations") or {}
+    try:
+        return int(said.get(PREFETCH_BYTES_ANNOTATION, 0)), int(said.get(PREFETCH_FILES_ANNOTATION, 0))
+    except ValueError:
+        return 0, 0
 
 
 def _is_triton(env: Mapping[str, str], labels: Mapping[str, str]) -> bool:
@@ -183,7 +211,8 @@ def inspect_remote(registries, ref: str) -> ImageReport:
     layers = manifest.get("layers", [])
     return ImageReport.of(ref, "registry", digest, _env(settings.get("Env")), settings.get("Labels") or {},
                           [int(layer.get("size", 0)) for layer in layers], json.loads(sbom) if sbom else None,
-                          compressions=tuple(COMPRESSION_OF.get(layer.get("mediaType"), "?") for layer in layers),
+                          compressions=tuple(_layer_kind(layer) for layer in layers),
+                          prefetched=tuple(_prefetched(layer) for layer in layers),
                           signatures=tuple(s.reference for s in read_signatures(api, target.repository, digest)),
                           attestations=tuple(str(st.get("predicateType")) for st, _ in
                                              read_attestations(api, target.repository, digest)))

@@ -38,6 +38,10 @@ NO_PREFETCH_LANDMARK = ".no.prefetch.landmark"
 LANDMARK_CONTENTS = b"\x0f"
 TOC_DIGEST_ANNOTATION = "containerd.io/snapshot/stargz/toc.digest"
 UNCOMPRESSED_SIZE_ANNOTATION = "io.containers.estargz.uncompressed-size"
+# The composer's own: how much of the blob a lazily pulling node fetches before the container starts
+# (everything before the landmark's payload), and how many files that is; `composer inspect` reads them.
+PREFETCH_BYTES_ANNOTATION = "org.triton-composer.estargz.prefetch-bytes"
+PREFETCH_FILES_ANNOTATION = "org.triton-composer.estargz.prefetch-files"
 FOOTER_SIZE = 51
 BLOCK = tarfile.BLOCKSIZE
 _TYPES = {tarfile.DIRTYPE: "dir", tarfile.REGTYPE: "reg", tarfile.AREGTYPE: "reg", tarfile.SYMTYPE: "symlink",
@@ -54,10 +58,15 @@ class Converted:
     toc_digest: str
     uncompressed_size: int
     prefetched: tuple[str, ...]  # the entries before the prefetch landmark, in order
+    prefetch_bytes: int = 0  # the blob's bytes before the landmark's payload: what a node fetches first
 
     @property
     def annotations(self) -> dict[str, str]:
-        return {TOC_DIGEST_ANNOTATION: self.toc_digest, UNCOMPRESSED_SIZE_ANNOTATION: str(self.uncompressed_size)}
+        said = {TOC_DIGEST_ANNOTATION: self.toc_digest, UNCOMPRESSED_SIZE_ANNOTATION: str(self.uncompressed_size)}
+        if self.prefetched:
+            said[PREFETCH_BYTES_ANNOTATION] = str(self.prefetch_bytes)
+            said[PREFETCH_FILES_ANNOTATION] = str(len(self.prefetched))
+        return said
 
 
 class _Members:
@@ -173,9 +182,10 @@ def convert(source: Path, out: BinaryIO, prefetch: Sequence[str] = ()) -> Conver
         toc_info.size, toc_info.mode, toc_info.mtime = len(toc), 0o644, 0
         blob.write(_header(toc_info) + toc + b"\0" * (-len(toc) % BLOCK) + b"\0" * (2 * BLOCK))
         blob.footer(toc_offset)
+    landmark_at = next((e.get("offset", 0) for e in entries if e["name"] == PREFETCH_LANDMARK), 0)
     return Converted("sha256:" + blob.blob.hexdigest(), blob.offset, "sha256:" + blob.tar.hexdigest(),
                      "sha256:" + hashlib.sha256(toc).hexdigest(), blob.tar_size,
-                     tuple(m.name for m in wanted))
+                     tuple(m.name for m in wanted), landmark_at if wanted else 0)
 
 
 def _payload(blob: _Members, entry: dict, data, size: int, entries: list[dict]) -> None:

@@ -31,6 +31,7 @@ from composer.verify.samples import Sample, samples_for
 from composer.verify.triton_client import TritonHTTP
 from composer.verify.grpc_client import TritonGRPC
 from composer.verify.protocols import Exchanges
+from composer.verify import reads
 from composer.verify.plans import plan_images, with_built_plans
 from composer.verify.smoke_plan import SmokePlan, SmokeReport, SmokeRow, read_record, resolve_gpus
 from composer.core.progress import LineSink, quiet
@@ -43,6 +44,7 @@ SMOKE_LABEL = "org.triton-composer.smoke"
 MODELS = "/models"  # where a composed image holds baked models, and where its CMD serves them from
 SAMPLES = "/composer-smoke/samples"  # the composer's own models (samples, package check)
 USER_MODELS = "/composer-smoke/models"  # a --model-repository, copied in for the smoke test
+COPIED_IN = "/composer-smoke/"  # what the smoke test copies in: no file of the image
 PACKAGE_CHECK = "composer_package_check"
 POLL = 0.1  # seconds between asks of a server on loopback: each wait is the user's
 
@@ -100,7 +102,9 @@ def smoke_test(
     metrics = ["--allow-metrics=true", "--allow-gpu-metrics=true"] if with_gpus else ["--allow-metrics=false"]
     count = len(served.samples) + len(served.models)
     on_line(f"starting tritonserver from {image} with {count} model(s), GPUs: {gpus} ({why})")
-    container = None
+    not_watched = reads.unavailable() if options.record_reads else None
+    watch = options.record_reads and not_watched is None
+    container, watching, files_read = None, None, ()
     try:
         with interrupts.holding():  # an interrupt waits until the container is known, so it goes
             container = engine.start(
@@ -112,11 +116,22 @@ def smoke_test(
                 labels={SMOKE_LABEL: "1", **(labels or {})},
                 shm_size=options.shm_size,
                 gpus=gpus,
+                entrypoint=reads.wait_entrypoint(_entrypoint(engine, image)) if watch else None,
             )
+        if watch:
+            watching, not_watched = _watch(engine, container)
         report = _check_server(container, image, options, served, packages, rows, on_line, with_gpus)
+        if watching is not None:
+            files_read = tuple(sorted(p for p in watching.stop() if not p.startswith(COPIED_IN)))
+            watching = None
+            on_line(f"the server opened {len(files_read)} file(s) of the image up to its last checked answer")
     finally:
+        if watching is not None:
+            watching.stop()
         if container is not None:
             container.remove()
+    if not_watched:
+        on_line(f"note: no list of the files the server reads: {not_watched}")
     rows = list(report.rows)
     if options.strict:
         rows = [replace(r, status="FAIL", detail=f"strict: {r.detail}") if r.status == "SKIP" else r for r in rows]
@@ -125,7 +140,29 @@ def smoke_test(
     rows = [replace(r, detail=f"{r.detail}; {said}") if r.subject == "server" else r for r in rows]
     failed = any(r.status == "FAIL" for r in rows)
     return SmokeReport(image, tuple(rows), report.server_version, report.log_tail if failed else "",
-                       gpus=str(gpus), gpus_reason=why, strict=options.strict, device=options.device)
+                       gpus=str(gpus), gpus_reason=why, strict=options.strict, device=options.device,
+                       reads=files_read, reads_note=not_watched or "")
+
+
+def _entrypoint(engine: Engine, image: str) -> tuple[str, ...]:
+    info = engine.image(image)
+    return info.entrypoint if info is not None else ()
+
+
+def _watch(engine: Engine, container: Container) -> tuple[reads.Reads | None, str | None]:
+    """Watch the waiting container's filesystem, then let it start (in every case: a container
+    whose filesystem this machine does not see starts unwatched, and says why)."""
+    root = engine.container_root(container.id)
+    watching, why = None, None
+    if root is None:
+        why = "the engine's container filesystems are not mounted on this machine (a remote engine or storage)"
+    else:
+        try:
+            watching = reads.Reads(root)
+        except OSError as error:
+            why = f"cannot watch the container's filesystem: {error.strerror or error}"
+    engine.put_files(container.id, {reads.GO: b""})
+    return watching, why
 
 
 def _what_to_serve(engine: Engine, image: str, options: SmokePlan, present: set[str], record: dict,

@@ -43,6 +43,10 @@ class SmokeReport:
     strict: bool = False
     device: Device = Device.GPU  # CPU: a CPU-only image, served with no GPU
     recorded_at: str | None = None  # a PASS recorded before (composer.verify.smoke_record): when; not served now
+    # The image's files the server opened from its start to its last checked answer, when the plan
+    # asked (composer.verify.reads), sorted; or why there is no such list.
+    reads: tuple[str, ...] = ()
+    reads_note: str = ""
 
     @property
     def passed(self) -> bool:
@@ -64,6 +68,8 @@ class SmokeReport:
             "strict": self.strict,
             "device": str(self.device),
             "recorded_at": self.recorded_at,
+            **({"files_read": len(self.reads)} if self.reads else {}),
+            **({"files_read_note": self.reads_note} if self.reads_note else {}),
             # A SKIP is neither passed nor failed: CI sees how much went unproven.
             "counts": {"passed": self.count("PASS"), "failed": self.count("FAIL"), "skipped": self.count("SKIP")},
             "rows": [
@@ -90,6 +96,7 @@ class SmokePlan:
     gpus: str | int = "auto"  # auto (all when the engine offers the nvidia runtime), all, none, or a count
     strict: bool = False  # every SKIP becomes a failure
     device: Device = Device.GPU  # CPU: a CPU-only image, served with no GPU and the server's CPU flags
+    record_reads: bool = False  # list the files the server opens (an eStargz push's prefetch list)
 
     @property
     def server_flags(self) -> tuple[str, ...]:

@@ -45,7 +45,8 @@ def record_key(engine: Engine, image_id: str, plan: SmokePlan) -> str:
         "format": FORMAT, "composer": __version__, "image": image_id, "engine": engine.identity(),
         "runtimes": sorted(engine.runtimes()),
         "plan": {"backends": sorted(plan.backends), "server_version": plan.server_version, "samples": plan.samples,
-                 "shm_size": plan.shm_size, "gpus": str(plan.gpus), "strict": plan.strict, "device": str(plan.device)},
+                 "shm_size": plan.shm_size, "gpus": str(plan.gpus), "strict": plan.strict, "device": str(plan.device),
+                 **({"record_reads": True} if plan.record_reads else {})},
         "models": _tree_digest(plan.model_repository), "cases": _tree_digest(plan.cases_file),
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
@@ -57,7 +58,7 @@ def save(engine: Engine, image_id: str, plan: SmokePlan, report: SmokeReport) ->
         return
     locks.write_record("smoke-records", record_key(engine, image_id, plan),
                        {"engine": engine.identity(), "passed_at": time.time(), "report": report.to_dict(),
-                        "log_tail": report.log_tail})
+                        "log_tail": report.log_tail, "reads": list(report.reads), "reads_note": report.reads_note})
 
 
 def recorded(engine: Engine, image_id: str, plan: SmokePlan) -> SmokeReport | None:
@@ -75,7 +76,9 @@ def recorded(engine: Engine, image_id: str, plan: SmokePlan) -> SmokeReport | No
         found = SmokeReport(image=report["image"], rows=rows, server_version=report.get("server_version"),
                             log_tail=str(record.get("log_tail") or ""), gpus=str(report.get("gpus") or "none"),
                             gpus_reason=str(report.get("gpus_reason") or ""), strict=bool(report.get("strict")),
-                            device=Device(str(report.get("device") or "gpu")))
+                            device=Device(str(report.get("device") or "gpu")),
+                            reads=tuple(str(p) for p in record.get("reads") or ()),
+                            reads_note=str(record.get("reads_note") or ""))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not found.passed or found.image != image_id:

@@ -1,7 +1,8 @@
 """Nodes of the benchmarks' and tests' own: an empty node simulated on this machine.
 
 A fresh containerd (Debian's containerd and ctr, the runtime of most Kubernetes nodes) with its own
-root, state and socket and no CRI plugin; a bandwidth-capping TCP proxy on 127.0.0.1 standing for
+root, state and socket and no CRI plugin, or containerd v2 with stargz-snapshotter pulling eStargz
+layers lazily (scripts/go-tools builds both); a bandwidth-capping TCP proxy on 127.0.0.1 standing for
 the link between a node and its registry; the per-layer arrival times of a pull and the peak disk
 it took; the first answer of a server started on a node. The second Docker engine is
 triton_standins.engines.Dockerd. Everything here stops only the processes it started, by their
@@ -14,6 +15,8 @@ they listen on 127.0.0.1 only, on ports chosen free.
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import os
 import shutil
 import signal
@@ -25,9 +28,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 from triton_standins.engines import unmount_under
+from triton_standins.host import cache_dir
 
 CONTENT = "io.containerd.content.v1.content"
 SNAPSHOTS = "io.containerd.snapshotter.v1.overlayfs"
@@ -148,6 +152,9 @@ class ContainerdNode:
     namespace: str = "node"
     process: subprocess.Popen | None = None
 
+    config_version: ClassVar[int] = 2
+    disabled_plugins: ClassVar[tuple[str, ...]] = DISABLED_PLUGINS
+
     @property
     def state(self) -> Path:
         return Path("/run") / f"tc-ctd-{self.name}"
@@ -164,19 +171,30 @@ class ContainerdNode:
     def content(self) -> Path:
         return self.data / CONTENT
 
+    def _binary(self, name: str) -> str:
+        """containerd, ctr: Debian's, from PATH (Containerd2Node's are scripts/go-tools')."""
+        return name
+
+    def _env(self) -> dict[str, str] | None:
+        return None
+
+    def _config(self) -> str:
+        return (f"version = {self.config_version}\n"
+                f'root = "{self.data}"\nstate = "{self.state}"\n'
+                f"disabled_plugins = [{', '.join(json.dumps(p) for p in self.disabled_plugins)}]\n"
+                f'[grpc]\n  address = "{self.socket}"\n'
+                f'[ttrpc]\n  address = "{self.socket}.ttrpc"\n'
+                '[debug]\n  address = ""\n[metrics]\n  address = ""\n')
+
     def start(self, timeout: float = 60) -> "ContainerdNode":
         self.root.mkdir(parents=True, exist_ok=True)
         config = self.root / "config.toml"
-        config.write_text(
-            "version = 2\n"
-            f'root = "{self.data}"\nstate = "{self.state}"\n'
-            f"disabled_plugins = [{', '.join(repr(p).replace(chr(39), chr(34)) for p in DISABLED_PLUGINS)}]\n"
-            f'[grpc]\n  address = "{self.socket}"\n'
-            f'[ttrpc]\n  address = "{self.socket}.ttrpc"\n'
-            '[debug]\n  address = ""\n[metrics]\n  address = ""\n')
+        config.write_text(self._config())
         log = open(self.root / "containerd.log", "ab")
-        self.process = subprocess.Popen(["containerd", "--config", str(config)], stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen([self._binary("containerd"), "--config", str(config)], stdout=log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                        env=self._env())
+        log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -194,8 +212,8 @@ class ContainerdNode:
             return ""
 
     def ctr(self, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
-        return subprocess.run(["ctr", "-a", str(self.socket), "-n", self.namespace, *args], capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run([self._binary("ctr"), "-a", str(self.socket), "-n", self.namespace, *args],
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
     def _checked(self, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
         done = self.ctr(*args, timeout=timeout)
@@ -247,7 +265,11 @@ class ContainerdNode:
         """Start `args` from `ref` as task `task`, detached, in this machine's network namespace."""
         mount_args = [f"--mount=type=bind,src={src},dst={dst},options=rbind:ro" for src, dst in mounts]
         log_args = [f"--log-uri=file://{log}"] if log else []
-        self._checked("run", "-d", "--net-host", *mount_args, *log_args, ref, task, *args, timeout=300)
+        self._checked("run", "-d", "--net-host", *self._run_args(), *mount_args, *log_args, ref, task, *args,
+                      timeout=300)
+
+    def _run_args(self) -> list[str]:
+        return []
 
     def running(self, task: str) -> bool:
         done = self.ctr("tasks", "ls")
@@ -270,6 +292,7 @@ class ContainerdNode:
             for line in self.ctr("containers", "ls", "-q", timeout=60).stdout.split():
                 self.remove_task(line)
             _end(self.process)
+        self._stop_services()
         for pid in self._shims():
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -278,6 +301,9 @@ class ContainerdNode:
         unmount_under(self.state, self.root)
         for path in (self.state, self.root):
             shutil.rmtree(path, ignore_errors=True)
+
+    def _stop_services(self) -> None:
+        """What runs beside containerd (Containerd2Node's snapshotter), ended after it."""
 
     def _shims(self) -> list[int]:
         mine = []
@@ -291,6 +317,183 @@ class ContainerdNode:
             if argv and argv[0].endswith(b"containerd-shim-runc-v2") and str(self.socket).encode() in argv:
                 mine.append(int(proc.name))
         return mine
+
+
+# containerd v2 and stargz-snapshotter, built by scripts/go-tools into the machine's cache (folder: binary).
+GO_TOOLS = {"containerd": "containerd2-v2.4.2", "ctr": "ctr2-v2.4.2",
+            "containerd-shim-runc-v2": "containerd-shim2-v2.4.2",
+            "containerd-stargz-grpc": "containerd-stargz-grpc-v0.18.2", "ctr-remote": "ctr-remote-v0.18.2"}
+# containerd v2's CRI is three plugins (and a sandbox controller needing them); its NRI would listen
+# on /var/run/nri, shared with the machine's containerd.
+DISABLED_PLUGINS_V2 = (*DISABLED_PLUGINS, "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime",
+                       "io.containerd.podsandbox.controller.v1.podsandbox", "io.containerd.nri.v1.nri")
+STARGZ = "stargz"
+# The field of the snapshotter's log line for each layer it was asked to mount from the registry:
+# "prepared remote snapshot" (true) or "failed to prepare remote snapshot" (false, containerd then
+# fetches and unpacks the layer whole); stargz-snapshotter v0.18.2, snapshot/snapshot.go.
+REMOTE_SNAPSHOT = "remote-snapshot-prepared"
+
+
+def go_tool(binary: str) -> str:
+    """A binary scripts/go-tools built (PATH holds Debian's containerd 1.6, not these)."""
+    path = cache_dir() / "tools" / GO_TOOLS[binary] / binary
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"{path} is missing: run scripts/go-tools {GO_TOOLS[binary].rsplit('-v', 1)[0]}")
+    return str(path)
+
+
+@dataclass
+class Containerd2Node(ContainerdNode):
+    """containerd v2 laid out as ContainerdNode. With `lazy`, stargz-snapshotter runs beside it as
+    the proxy snapshotter `stargz` (root under this root, socket under the state folder), so an
+    eStargz image's layers are mounted from the registry and read on demand, not fetched whole
+    before the server starts: the cold start the issue measures."""
+
+    lazy: bool = False
+    plain_http_hosts: tuple[str, ...] = ()  # for the snapshotter (it reaches 127.0.0.1 over http anyway)
+    background_fetch: bool = True  # the snapshotter's default: once mounted, a layer is fetched whole behind
+    metrics_port: int = field(default_factory=free_port)
+    snapshotter: subprocess.Popen | None = None
+
+    config_version: ClassVar[int] = 3
+    disabled_plugins: ClassVar[tuple[str, ...]] = DISABLED_PLUGINS_V2
+
+    def _binary(self, name: str) -> str:
+        return go_tool(name)
+
+    def _env(self) -> dict[str, str]:
+        """Its own shim first on PATH: containerd v2 looks the shim up there, and Debian's 1.6 shim
+        cannot start its tasks."""
+        shims = Path(go_tool("containerd-shim-runc-v2")).parent
+        return {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    @property
+    def stargz_root(self) -> Path:
+        return self.root / STARGZ
+
+    @property
+    def stargz_socket(self) -> Path:
+        return self.state / STARGZ / "stargz.sock"
+
+    @property
+    def stargz_log(self) -> Path:
+        return self.root / "stargz.log"
+
+    @property
+    def docker_config(self) -> Path:
+        """The snapshotter's DOCKER_CONFIG: it reads the credentials there each time it needs them."""
+        return self.root / "docker"
+
+    def _config(self) -> str:
+        if not self.lazy:
+            return super()._config()
+        # The annotations let containerd's transfer service (plain ctr pull --snapshotter stargz) pull lazily too.
+        return (super()._config() + f'[proxy_plugins.{STARGZ}]\n  type = "snapshot"\n'
+                f'  address = "{self.stargz_socket}"\n'
+                f'  [proxy_plugins.{STARGZ}.exports]\n    root = "{self.stargz_root}"\n'
+                '    enable_remote_snapshot_annotations = "true"\n')
+
+    def start(self, timeout: float = 60) -> "Containerd2Node":
+        try:
+            if self.lazy:
+                self._start_snapshotter(timeout)
+            return super().start(timeout)
+        except BaseException:
+            self.stop()  # the snapshotter too, whichever failed
+            raise
+
+    def _start_snapshotter(self, timeout: float) -> None:
+        self.docker_config.mkdir(parents=True, exist_ok=True)
+        config = self.root / "stargz.toml"
+        config.write_text(
+            f'metrics_address = "127.0.0.1:{self.metrics_port}"\n'
+            f"no_background_fetch = {'false' if self.background_fetch else 'true'}\n"
+            + "".join(f'[[resolver.host."{host}".mirrors]]\n  host = "{host}"\n  insecure = true\n'
+                      for host in self.plain_http_hosts))
+        with open(self.stargz_log, "ab") as log:
+            self.snapshotter = subprocess.Popen(
+                [go_tool("containerd-stargz-grpc"), "-root", str(self.stargz_root), "-address", str(self.stargz_socket),
+                 "-config", str(config), "-log-level", "debug"],  # debug: the remote-snapshot lines
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, "DOCKER_CONFIG": str(self.docker_config)})
+        deadline = time.monotonic() + timeout
+        while not self.stargz_socket.exists():
+            if self.snapshotter.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"containerd-stargz-grpc did not start: {_tail(self.stargz_log)}")
+            time.sleep(0.1)
+
+    def _credentials(self, host: str, user: str) -> None:
+        path = self.docker_config / "config.json"
+        config = json.loads(path.read_text()) if path.exists() else {}
+        config.setdefault("auths", {})[host] = {"auth": base64.b64encode(user.encode()).decode()}
+        path.write_text(json.dumps(config))
+        path.chmod(0o600)
+
+    def rpull(self, ref: str, *, plain_http: bool = True, user: str | None = None) -> float:
+        """Pull `ref` with ctr-remote images rpull (stargz-snapshotter's handler on containerd's
+        pull): containerd fetches the index, manifest and config; the snapshotter mounts each eStargz
+        layer from the registry (a layer it cannot is fetched whole). Its seconds. `user`
+        (USER:PASSWORD) goes to ctr-remote and, for the layers, to the snapshotter's docker config."""
+        if not self.lazy:
+            raise RuntimeError("rpull needs the stargz snapshotter: Containerd2Node(..., lazy=True)")
+        if user:
+            self._credentials(ref.split("/", 1)[0], user)
+        started = time.monotonic()
+        done = subprocess.run([go_tool("ctr-remote"), "-a", str(self.socket), "-n", self.namespace, "images", "rpull",
+                               *self._remote(plain_http, user), ref], capture_output=True, text=True, timeout=3600,
+                              stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise RuntimeError(f"ctr-remote images rpull: {(done.stderr or done.stdout).strip()[-400:]}")
+        return time.monotonic() - started
+
+    def _run_args(self) -> list[str]:
+        return ["--snapshotter", STARGZ] if self.lazy else []
+
+    def remote_snapshots(self) -> tuple[int, int]:
+        """How many layers the snapshotter mounted from the registry, and how many it could not
+        (those containerd fetched whole): its log's remote-snapshot-prepared lines, the evidence
+        stargz-snapshotter's own tests read."""
+        counts = {"true": 0, "false": 0}
+        for line in _lines(self.stargz_log):
+            try:
+                value = json.loads(line).get(REMOTE_SNAPSHOT)
+            except (ValueError, AttributeError):
+                continue
+            if value in counts:
+                counts[value] += 1
+        return counts["true"], counts["false"]
+
+    def fetched_bytes(self) -> dict[str, tuple[int, int]]:
+        """Each layer mounted now, by digest: the bytes the snapshotter has fetched of it from the
+        registry (prefetch, reads, background fetch) and its size, from its Prometheus metrics."""
+        import requests
+
+        session = requests.Session()
+        session.trust_env = False  # the snapshotter's metrics on 127.0.0.1
+        text = session.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
+        found: dict[str, dict[str, int]] = {}
+        for line in text.splitlines():
+            name, _, rest = line.partition("{")
+            if name in ("stargz_fs_layer_fetched_size_bytes", "stargz_fs_layer_size_bytes"):
+                digest = rest.split('digest="', 1)[1].split('"', 1)[0]
+                found.setdefault(digest, {})[name] = int(float(rest.rsplit(" ", 1)[1]))
+        return {d: (v.get("stargz_fs_layer_fetched_size_bytes", 0), v.get("stargz_fs_layer_size_bytes", 0))
+                for d, v in found.items()}
+
+    def _stop_services(self) -> None:
+        if self.snapshotter is not None:
+            _end(self.snapshotter)  # SIGTERM: it unmounts its FUSE layers on the way out
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def _tail(path: Path, lines: int = 10) -> str:
+    return "\n".join(_lines(path)[-lines:])
 
 
 # The link: a proxy on 127.0.0.1 that moves at most `rate` bytes a second each way.

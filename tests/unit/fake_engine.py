@@ -41,6 +41,8 @@ class FakeEngine(ContainerEngine):
     pushes: list[tuple[str, object]] = field(default_factory=list)
     running: set[str] = field(default_factory=set)
     removed: list[str] = field(default_factory=list)
+    put: list[tuple[str, dict]] = field(default_factory=list)  # files written into running containers
+    root: Path | None = None  # where its containers' filesystems are mounted on this machine
     registry_settings: dict = field(default_factory=lambda: {"InsecureRegistryCIDRs": ["127.0.0.0/8"]})
     logins: dict[str, dict] = field(default_factory=dict)  # registry host -> docker login credentials
     asked_logins: list[str] = field(default_factory=list)
@@ -149,14 +151,21 @@ class FakeEngine(ContainerEngine):
 
     def start(self, image: str, command: list[str] | None = None, *, ports: Iterable[int] = (),
               files: Mapping | None = None, labels: Mapping | None = None, shm_size: str | None = None,
-              environment: Mapping | None = None, user: str | None = None, gpus: Gpus | None = None) -> Container:
+              environment: Mapping | None = None, user: str | None = None, gpus: Gpus | None = None,
+              entrypoint: list[str] | None = None) -> Container:
         ports = list(ports)
         gpu_request(gpus)  # refuses a bad value as the real engine does
         container_id = f"container-{len(self.starts) + 1}"
         self.starts.append({"image": image, "command": command, "ports": ports, "files": files,
-                            "labels": labels, "shm_size": shm_size, "gpus": gpus})
+                            "labels": labels, "shm_size": shm_size, "gpus": gpus, "entrypoint": entrypoint})
         self.running.add(container_id)
         return Container(self, container_id, host="127.0.0.1", ports={p: 40000 + p for p in ports})
+
+    def put_files(self, container_id: str, files) -> None:
+        self.put.append((container_id, dict(files)))
+
+    def container_root(self, container_id: str):
+        return self.root
 
     def containers_labelled(self, label: str) -> list[str]:
         return sorted(self.running)

@@ -120,3 +120,21 @@ def test_an_entry_type_estargz_cannot_hold_is_one_line(tmp_path):
         tar.addfile(info)
     with pytest.raises(estargz.UsageError, match="entry ./odd is of a tar type it cannot hold"):
         _convert(path)
+
+
+def test_a_prefetching_layer_says_how_many_bytes_and_files_a_node_fetches_first(tmp_path):
+    path = _layer(tmp_path, {"./opt/a": b"a" * 70000, "./opt/b": b"b" * 90000})
+    converted, blob = _convert(path, ["/opt/b"])
+    said = converted.annotations
+    assert said[estargz.PREFETCH_FILES_ANNOTATION] == "1"
+    first = int(said[estargz.PREFETCH_BYTES_ANNOTATION])
+    # Everything before the landmark's payload: the prefetched file whole, not the other one.
+    assert 0 < first < len(blob)
+    raw, rest = b"", blob[:first]
+    while rest:  # member by member, as a node reads the span it fetched
+        member = zlib.decompressobj(31)
+        raw += member.decompress(rest)
+        rest = member.unused_data
+    assert b"b" * 90000 in raw and b"a" * 1000 not in raw
+    none, _ = _convert(path)
+    assert estargz.PREFETCH_BYTES_ANNOTATION not in none.annotations

@@ -106,3 +106,22 @@ def test_the_sbom_is_pushed_next_to_the_image_and_found_again(referrers_api):
         (where.rsplit("@", 1)[1], "application/vnd.cyclonedx+json")]
     assert find_sbom(api, "team/triton", digest) == '{"bomFormat": "CycloneDX"}\n'
     assert find_sbom(api, "team/triton", "sha256:" + "0" * 64) is None
+
+
+def test_an_estargz_layer_is_told_by_its_toc_and_says_what_a_node_fetches_first():
+    from composer.publish.inspect import _layer_kind, _prefetched
+    from composer.registry import estargz
+
+    gzip = "application/vnd.oci.image.layer.v1.tar+gzip"
+    layers = [{"mediaType": gzip, "size": 1000},
+              {"mediaType": gzip, "size": 3000, "annotations": {
+                  estargz.TOC_DIGEST_ANNOTATION: "sha256:" + "1" * 64, estargz.PREFETCH_BYTES_ANNOTATION: "1500",
+                  estargz.PREFETCH_FILES_ANNOTATION: "7"}}]
+    report = ImageReport.of("r/t:1", "registry", None, NGC_ENV, {}, [1000, 3000], None,
+                            compressions=tuple(_layer_kind(layer) for layer in layers),
+                            prefetched=tuple(_prefetched(layer) for layer in layers))
+    table = report.table()
+    assert "layer 1   " in table and "(gzip)" in table
+    assert "(estargz, 1.5 KB of 7 file(s) prefetched)" in table
+    assert "1.5 KB of 7 file(s) before the container starts (0.38x of the compressed size)" in table
+    assert report.to_dict()["prefetched"] == [{"bytes": 0, "files": 0}, {"bytes": 1500, "files": 7}]

@@ -123,8 +123,13 @@ func verifyFile(reader *estargz.Reader, verifier estargz.TOCEntryVerifier, name 
 			return fmt.Errorf("%s: chunk at %d: %w", name, offset, err)
 		}
 		size := chunk.ChunkSize
-		if _, err := io.Copy(check, io.NewSectionReader(content, chunk.ChunkOffset, size)); err != nil {
+		// The chunk in one read: the reader inflates a chunk's member from its start on each ReadAt.
+		data := make([]byte, size)
+		if _, err := io.ReadFull(io.NewSectionReader(content, chunk.ChunkOffset, size), data); err != nil {
 			return fmt.Errorf("%s: reading the chunk at %d: %w", name, offset, err)
+		}
+		if _, err := check.Write(data); err != nil {
+			return fmt.Errorf("%s: chunk at %d: %w", name, offset, err)
 		}
 		if !check.Verified() {
 			return fmt.Errorf("%s: the chunk at %d does not match its chunkDigest %s", name, offset, chunk.ChunkDigest)
