@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -119,12 +120,18 @@ def engines(engine, standin_images, tmp_path_factory):
     from triton_standins.engines import Dockerd
 
     started = []
+
+    def start(slot: int) -> Dockerd:  # both at once: each its own data root, disk and CPU shared
+        node = Dockerd(tmp_path_factory.mktemp(f"engine{slot}"), slot=slot)
+        started.append(node)
+        node.start()
+        node.load_from(None, STANDINS)
+        return node
+
     try:
-        for slot in (241, 242):
-            node = Dockerd(tmp_path_factory.mktemp(f"engine{slot}"), slot=slot).start()
-            started.append(node)
-            node.load_from(None, STANDINS)
-        yield started
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            nodes = list(pool.map(start, (241, 242)))
+        yield nodes
     finally:
         for node in started:
             node.stop()
@@ -140,16 +147,22 @@ def pushed(engines, target, keys):
     base = ["build", "--registry", "localhost/standin", "--version", "24.09", "-b", "onnxruntime", "-b", "python",
             "--pip", "six==1.16.0", "--registry-auth", f"file:{target['auth']}", "--label", f"{TEST_LABEL_KEY}={TEST_RUN}",
             "--json"]
-    runs = []
-    for index, node in enumerate(engines):
+
+    def build(index: int) -> subprocess.CompletedProcess:  # at once: two clean engines, nothing shared
+        node = engines[index]
         if index == 0:
-            done = composer(*base, "--push", ref, "--sign-key", f"file:{keys['folder'] / 'key.pem'}", host=node.host)
-        else:  # under another tag (a tag per CI commit): the tag is no part of the image
-            done = composer(*base, "--push", f"{registry.host}/supply/triton:2", "--sign-key", "env:TC_TEST_KEY",
-                            "--sign-passphrase", "env:TC_TEST_PASS",
-                            host=node.host, env={"TC_TEST_KEY": keys["encrypted"], "TC_TEST_PASS": "test-passphrase-41"})
-        assert done.returncode == 0, done.stderr[-3000:]
-        runs.append({"result": image_json(done.stdout), "stdout": done.stdout, "stderr": done.stderr, "engine": node})
+            return composer(*base, "--push", ref, "--sign-key", f"file:{keys['folder'] / 'key.pem'}", host=node.host)
+        # under another tag (a tag per CI commit): the tag is no part of the image
+        return composer(*base, "--push", f"{registry.host}/supply/triton:2", "--sign-key", "env:TC_TEST_KEY",
+                        "--sign-passphrase", "env:TC_TEST_PASS",
+                        host=node.host, env={"TC_TEST_KEY": keys["encrypted"], "TC_TEST_PASS": "test-passphrase-41"})
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(pool.map(build, range(len(engines))))
+    runs = []
+    for node, run in zip(engines, done):
+        assert run.returncode == 0, run.stderr[-3000:]
+        runs.append({"result": image_json(run.stdout), "stdout": run.stdout, "stderr": run.stderr, "engine": node})
     return {"ref": ref, "runs": runs}
 
 
