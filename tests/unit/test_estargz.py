@@ -138,3 +138,18 @@ def test_a_prefetching_layer_says_how_many_bytes_and_files_a_node_fetches_first(
     assert b"b" * 90000 in raw and b"a" * 1000 not in raw
     none, _ = _convert(path)
     assert estargz.PREFETCH_BYTES_ANNOTATION not in none.annotations
+
+
+def test_a_prefetch_list_is_part_of_what_a_blob_and_a_push_are_kept_by(tmp_path):
+    from composer.publish.blobs import BlobCache, kept_as
+
+    assert kept_as("gzip", ["/opt/x"]) == "gzip" and kept_as("estargz") == "estargz"
+    assert kept_as("estargz", ["/opt/a"]) != kept_as("estargz", ["/opt/b"]) != "estargz"
+    path = _layer(tmp_path, {"./opt/a": b"a" * 5000, "./opt/b": b"b"})
+    diff = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    cache = BlobCache(tmp_path / "cache")
+    with open(path, "rb") as fh:
+        first = cache.add(fh, diff, "estargz", ["/opt/b"])
+    assert cache.find(diff, "estargz", ["/opt/b"]) == first
+    assert cache.find(diff, "estargz") is None and cache.find(diff, "estargz", ["/opt/a"]) is None
+    assert dict(first.annotations)[estargz.PREFETCH_FILES_ANNOTATION] == "1"
