@@ -5,14 +5,21 @@ tests' own) and serves one sample model (ONNX for onnxruntime+python; TorchScrip
 pytorch+python); the clock runs from the start of the pull to the first answer checked against the
 sample's expected values. A node is a fresh containerd (its own root, state and socket, no CRI:
 `ctr content fetch` downloads, `ctr images pull` unpacks what is then local, `ctr run --net-host`
-starts tritonserver on 127.0.0.1) or a fresh Docker data root (a second dockerd, its pull as one).
+starts tritonserver on 127.0.0.1) or a fresh Docker data root (a second dockerd, its pull as one);
+with --runtime, also containerd v2 (containerd2: the pruned image pulled apart and as one) and
+containerd v2 with stargz-snapshotter (containerd-stargz: the eStargz image mounted from the registry,
+read on demand; the clock from the start of `ctr-remote images rpull` to the first checked answer).
 
 Rows (the 24.09 NGC-scale stand-ins by default):
   composepy  onnxruntime+python made as compose.py makes it, pushed by the engine (gzip)
   min        onnxruntime+python on the min image (--base min), gzip; then pytorch+python on the same node
   pruned     onnxruntime+python --base pruned, gzip; pytorch+python after it; zstd; uncompressed;
              and the floor: the uncompressed layers imported from a local file (no network, no
-             decompression) plus the server's start
+             decompression) plus the server's start; estargz (its build's smoke test lists the
+             files the server opened: the prefetch lists), on containerd 1.6 (pulled whole, as gzip)
+             and lazily on a stargz node, beside its floor (the server started again on the same
+             node, its files local, plus the prefetched bytes at the link's rate) and the bytes the
+             node was sent before its first answer and in all (a counting proxy)
 Every image is built with the composer and pushed through its registry client (composer build
 --push --compression), but the compose.py-style one, which the engine pushes as a user of
 compose.py would. Docker 20.10 (Debian 12's) cannot pull zstd layers: its zstd rows are left out.
@@ -21,6 +28,8 @@ compose.py would. Docker 20.10 (Debian 12's) cannot pull zstd layers: its zstd r
     .venv/bin/python benchmarks/coldstart.py --source localhost/standin  (the small stand-ins: a check)
     ... --bandwidth none,1gbit,10gbit   (each row behind each cap: a proxy on 127.0.0.1)
     ... --only pruned --runtime containerd
+    ... --only pruned,composepy --runtime containerd-stargz,containerd2,containerd \
+        --compression gzip,zstd,estargz --lazy-bandwidth none,1gbit --registry-gone   (issue 46)
 
 It checks free disk (and memory, for a registry in memory) first and says what it needs; it
 removes as it goes: each node's root, the registry's storage, the images it built, its blob cache;
@@ -63,13 +72,14 @@ from composer.pipeline import build_image
 from composer.publish.blobs import BlobCache
 from composer.publish.image_push import push_assembled
 from composer.registry.client import Registries
+from composer.registry.estargz import PREFETCH_BYTES_ANNOTATION
 from composer.resolve.resolve import resolve
 from composer.verify.samples import load_samples
 from triton_standins import NUMPY_REQUIREMENT, host
 from triton_standins.engines import Dockerd
 from triton_standins.nodes import (
-    ContainerdNode, BandwidthProxy, DiskPeak, TRITONSERVER, first_answer, free_port, parse_bandwidth, server_args,
-    wait_ready,
+    Containerd2Node, ContainerdNode, BandwidthProxy, DiskPeak, TRITONSERVER, first_answer, free_port, go_tool,
+    parse_bandwidth, server_args, wait_ready,
 )
 
 NGC_SOURCE = "localhost/standin-ngc"
@@ -85,9 +95,18 @@ COMPOSE_PY_NUMPY = ("COPY wheels /tmp/wheels\n"
 BENCH_KEY = "org.triton-composer.bench"
 LABELS = {BENCH_KEY: "coldstart"}
 GROUPS = ("composepy", "min", "pruned")
-RUNTIMES = ("containerd", "docker")
+RUNTIMES = ("containerd", "docker", "containerd2", "containerd-stargz")
+DEFAULT_RUNTIMES = ("containerd", "docker")
+LAZY = "containerd-stargz"  # containerd v2 with stargz-snapshotter: eStargz images only, mounted from the registry
 PULLS = ("apart", "together")  # containerd: fetch then unpack, each timed; or one pull unpacking as layers arrive
-COMPRESSIONS = ("gzip", "zstd", "none")  # the pruned group's pushes, in this order
+COMPRESSIONS = ("gzip", "zstd", "none", "estargz")  # the pruned group's pushes, in this order
+# With the registry gone: read every file of 256 KB or more of two folders in the container (each
+# at most 20 s); how many, and how many could not be read.
+GONE_READ = ("n=0; bad=0; for f in $(find /opt/tritonserver /usr/lib -xdev -type f -size +256k 2>/dev/null); do "
+             "n=$((n+1)); timeout 20 cat \"$f\" >/dev/null 2>&1 || bad=$((bad+1)); done; echo $n $bad")
+# A lazy node keeps fetching its layers behind the server (the snapshotter's background fetch): its
+# bytes in total are read once every mounted layer is whole, or after this many seconds.
+BACKGROUND_WAIT = 120
 READY_TIMEOUT = 600
 DOCKER_SLOT = 236  # the second dockerd's addresses (unused: its servers run on the host's network)
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -127,6 +146,23 @@ class Row:
     # "together" (one ctr images pull, unpacking each layer as it arrives; unpack_s is what is left
     # after the last byte). Docker and the floor: "together" and "file".
     pull: str = "apart"
+    # Through the link's proxy (every lazy row has one, capped or not): the bytes the node was sent
+    # up to its first checked answer (a pull's rows: all of them), and in total (a lazy row: after its
+    # background fetch ended or BACKGROUND_WAIT); bytes_moved stays the registry's access log.
+    bytes_first: int | None = None
+    bytes_total: int | None = None
+    # A lazy row: the bytes its layers' prefetch lists hold (their annotations); the layers the
+    # snapshotter mounted from the registry and those it fetched whole; whether the background fetch
+    # made every layer whole within BACKGROUND_WAIT; the server started again on the same node (its
+    # files local now), to ready and answer; and the floor: that start plus the prefetched bytes at
+    # the link's rate (floor_rate: the cap, or with none the pruned gzip row's download rate).
+    prefetch_bytes: int | None = None
+    layers_mounted: int | None = None
+    layers_fetched_whole: int | None = None
+    background_done: bool | None = None
+    restart_s: float | None = None
+    floor_s: float | None = None
+    floor_rate: float | None = None
 
 
 @dataclass
@@ -230,9 +266,14 @@ class Registry:
 class Bench:
     def __init__(self, engine: Engine, source: str, scratch: Path, registry: Registry, bandwidths: list[str],
                  runtimes: tuple[str, ...], pulls: tuple[str, ...] = ("apart",),
-                 compressions: tuple[str, ...] = COMPRESSIONS):
+                 compressions: tuple[str, ...] = COMPRESSIONS, lazy_bandwidths: list[str] | None = None,
+                 second: bool = True):
         self.engine, self.source, self.scratch, self.registry = engine, source, scratch, registry
         self.bandwidths, self.runtimes, self.pulls, self.compressions = bandwidths, runtimes, pulls, compressions
+        self.lazy_bandwidths = lazy_bandwidths or bandwidths
+        self.second = second
+        self.check_gone = False  # after the lazy rows, the registry taken away from a lazily pulled server
+        self.gone: list[dict] = []
         self.rows: list[Row] = []
         self.catalog = Catalog.load()
         self.registries = Registries(engine)
@@ -241,16 +282,24 @@ class Bench:
 
     # Images
 
-    def build(self, selection: tuple[str, ...], base: str, layers: Path):
+    def build(self, selection: tuple[str, ...], base: str, layers: Path, reads: bool = False):
+        """The composer's build; with `reads` (an eStargz push to come) its smoke test serves the
+        row's sample alone and lists the files the server opened, as `composer build --push REF
+        --compression estargz` does: that push's prefetch list."""
         tag = f"coldstart/{'-'.join(selection)}:{base}-{uuid.uuid4().hex[:8]}"
-        spec = CompositionSpec().with_fields({
-            "selection.backends": selection, "images.version": VERSION, "images.registry": self.source,
-            "selection.base": base, "result.tag": tag, "result.smoke_test": False,
-            "result.labels": tuple(LABELS.items())})
+        fields = {"selection.backends": selection, "images.version": VERSION, "images.registry": self.source,
+                  "selection.base": base, "result.tag": tag, "result.smoke_test": reads,
+                  "result.labels": tuple(LABELS.items())}
+        if reads:
+            fields.update({"result.model_repository": self.models(selection)[1], "result.samples": False})
+        spec = CompositionSpec().with_fields(fields)
         plan = resolve(self.engine, spec, self.catalog).plan
         layers.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        result = build_image(self.engine, plan, labels=LABELS, layers_dir=layers)
+        result = build_image(self.engine, plan, labels=LABELS, layers_dir=layers, record_reads=reads,
+                             smoke_always=reads)
+        if reads:
+            say(f"  its smoke test saw the server open {len(result.smoke.reads if result.smoke else ())} file(s)")
         made = [tag] + ([result.pruned_base.tag] if result.pruned_base is not None and result.pruned_base.made else [])
         self.made += made
         say(f"built {'+'.join(selection)} --base {base}: {human_size(result.size)} in {time.monotonic() - started:.0f} s")
@@ -262,13 +311,16 @@ class Bench:
         folder = self.scratch / "push"
         folder.mkdir(exist_ok=True)
         started = time.monotonic()
+        prefetch = tuple(result.smoke.reads) if compression == "estargz" and result.smoke else ()
         push_assembled(self.engine, result.assembled, f"{self.registry.host}/{repository}:{tag}", self.registries,
-                       compression=compression, folder=folder, cache=BlobCache(self.scratch / "blob-cache"))
+                       compression=compression, folder=folder, cache=BlobCache(self.scratch / "blob-cache"),
+                       prefetch=prefetch)
         shutil.rmtree(folder, ignore_errors=True)
         image = Image(selection, build, compression, repository, tag, self.registry.manifest(repository, tag),
                       result.size)
         say(f"pushed {image.name} ({compression}): {human_size(sum(l['size'] for l in image.layers))} "
-            f"in {time.monotonic() - started:.0f} s")
+            f"in {time.monotonic() - started:.0f} s"
+            + (f"; {human_size(_prefetched(image))} of {len(prefetch)} file(s) prefetched" if prefetch else ""))
         return image
 
     def composepy(self, selection: tuple[str, ...]) -> Image:
@@ -335,16 +387,19 @@ class Bench:
         return Row("+".join(image.selection), image.build, image.compression, runtime,
                    f"{'+'.join(held.selection)} {held.build}" if held else "empty", bandwidth, image_size=image.size)
 
-    def containerd_rows(self, images: list[Image], bandwidth: str, pull: str = "apart") -> None:
-        """A fresh containerd node pulls each image in turn (the second on a node holding the first)."""
-        node = ContainerdNode(self.scratch / f"node-{uuid.uuid4().hex[:6]}").start()
+    def containerd_rows(self, images: list[Image], bandwidth: str, pull: str = "apart",
+                        runtime: str = "containerd") -> None:
+        """A fresh containerd node pulls each image in turn (the second on a node holding the first):
+        Debian's containerd 1.6, or (runtime containerd2) containerd v2 without a snapshotter of its own."""
+        kind = Containerd2Node if runtime == "containerd2" else ContainerdNode
+        node = kind(self.scratch / f"node-{uuid.uuid4().hex[:6]}").start()
         try:
             held = None
             for image in images:
-                row = self.row(image, "containerd", held, bandwidth)
+                row = self.row(image, runtime, held, bandwidth)
                 row.pull = pull
-                with _link(self.registry, bandwidth) as host:
-                    self._containerd(node, image, image.ref(host), row)
+                with _link(self.registry, bandwidth) as link:
+                    self._containerd(node, image, image.ref(link.host), row)
                 self._done(row)
                 held = image
         finally:
@@ -364,7 +419,7 @@ class Bench:
                 else:
                     row.download_s, arrivals = node.fetch(ref)
                     row.unpack_s = node.unpack(ref)
-                row.bytes_moved = self.registry.sent_since(offset)
+                row.bytes_moved = row.bytes_first = self.registry.sent_since(offset)
                 row.layers = _layer_times(image, arrivals)
                 self._serve(row, sample, started, lambda args: node.run(
                     ref, task, args, mounts=((models, "/models"),), log=node.root / f"{task}.log"),
@@ -405,6 +460,150 @@ class Bench:
             archive.unlink(missing_ok=True)
         self._done(row)
 
+    def lazy_row(self, image: Image, bandwidth: str) -> None:
+        """A fresh containerd v2 node with stargz-snapshotter (its default background fetch) pulls the
+        eStargz image lazily (ctr-remote images rpull: each layer mounted from the registry, its
+        prefetched files fetched first) and serves; the clock runs from the start of the pull to the
+        first checked answer. The link is always a proxy (capped or not), which counts the bytes the
+        node was sent before the answer and, once the background fetch made every layer whole (or
+        after BACKGROUND_WAIT), in total. Then the server is started again on the same node, its
+        files local now: that start plus the prefetched bytes at the link's rate is the row's floor."""
+        row = self.row(image, LAZY, None, bandwidth)
+        row.pull = "lazy"
+        row.prefetch_bytes = _prefetched(image)
+        row.layers = _layer_times(image, {})  # none lands in the content store: mounted
+        sample, models = self.models(image.selection)
+        offset = self.registry.log_offset()
+        task = f"server-{uuid.uuid4().hex[:6]}"
+        with _link(self.registry, bandwidth, counted=True) as link:
+            ref = image.ref(link.host)
+            node = Containerd2Node(self.scratch / f"node-{uuid.uuid4().hex[:6]}", lazy=True,
+                                   plain_http_hosts=(link.host,))
+            try:
+                node.start()
+                with DiskPeak(node.root) as disk:
+                    started = time.monotonic()
+                    row.download_s = node.rpull(ref)  # the index, manifest, config; each layer mounted and prefetched
+                    self._serve(row, sample, started, lambda args: node.run(
+                        ref, task, args, mounts=((models, "/models"),), log=node.root / f"{task}.log"),
+                        lambda: node.running(task), lambda: _tail(node.root / f"{task}.log"))
+                    row.bytes_first = link.moved()
+                    row.layers_mounted, row.layers_fetched_whole = node.remote_snapshots()
+                    row.background_done = _wait_whole(node, link, BACKGROUND_WAIT)
+                    row.bytes_total = link.moved()
+                    row.bytes_moved = self.registry.sent_since(offset)
+                    node.remove_task(task)
+                    row.restart_s = self._start_again(node, ref, sample, models)
+                row.peak_disk = disk.used
+                row.floor_rate = parse_bandwidth(bandwidth) or self._link_rate()
+                if row.floor_rate and row.restart_s is not None:
+                    row.floor_s = row.restart_s + row.prefetch_bytes / row.floor_rate
+            except (RuntimeError, subprocess.SubprocessError, OSError, requests.RequestException) as error:
+                row.error = str(error).splitlines()[-1][:300] if str(error) else type(error).__name__
+            finally:
+                node.stop()
+        self._done(row)
+
+    def registry_gone(self, image: Image) -> None:
+        """What a lazily pulled server does once its registry goes away (issue 46): a fresh stargz node
+        without background fetch (so what the server did not read stays in the registry) pulls the
+        eStargz image through a proxy and serves the row's sample, the python sample left unloaded
+        (--model-control-mode=explicit); the proxy is then stopped (the registry unreachable: its
+        connections cut, new ones refused); the loaded model is asked again, and the python sample is
+        loaded (its backend's files were not in the prefetch list nor read). Each step's outcome and
+        seconds go to self.gone (printed at the end, in --json as "registry_gone")."""
+        samples = {s.model: s for s in load_samples()}
+        sample, _ = self.models(image.selection)
+        other = samples["add_sub"]
+        folder = self.scratch / "models-gone"
+        shutil.rmtree(folder, ignore_errors=True)
+        for one in (sample, other):
+            shutil.copytree(one.path, folder / one.model)
+        for path in [folder, *folder.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        task = f"gone-{uuid.uuid4().hex[:6]}"
+        found: dict = {"image": f"{image.name} {image.compression}"}
+        session = requests.Session()
+        session.trust_env = False
+        link = _link(self.registry, "none", counted=True).__enter__()
+        node = Containerd2Node(self.scratch / f"node-{uuid.uuid4().hex[:6]}", lazy=True, background_fetch=False,
+                               plain_http_hosts=(link.host,))
+        try:
+            node.start()
+            ref = image.ref(link.host)
+            node.rpull(ref)
+            http, grpc = free_port(), free_port()
+            url = f"http://127.0.0.1:{http}"
+            node.run(ref, task, [*server_args("/models", http, grpc), "--model-control-mode=explicit",
+                                 f"--load-model={sample.model}"], mounts=((folder, "/models"),),
+                     log=node.root / f"{task}.log")
+            if not wait_ready(url, READY_TIMEOUT, lambda: node.running(task)):
+                raise RuntimeError(f"the server did not become ready: {_tail(node.root / f'{task}.log')[-300:]}")
+            found["before"] = first_answer(url, sample) or "answered, checked"
+            found["moved_before"] = link.moved()
+            fetched = node.fetched_bytes()
+            found["fetched_of_layers"] = [sum(d for d, _ in fetched.values()), sum(z for _, z in fetched.values())]
+            link.__exit__(None, None, None)  # the registry gone for this node
+            link.proxy = None
+            started = time.monotonic()
+            found["loaded_model_after"] = first_answer(url, sample) or "answered, checked"
+            found["loaded_model_after_s"] = round(time.monotonic() - started, 2)
+            started = time.monotonic()
+            try:
+                answer = session.post(f"{url}/v2/repository/models/{other.model}/load", timeout=300)
+                found["new_model_load"] = f"HTTP {answer.status_code}: {answer.text.strip()[:300]}"
+            except requests.RequestException as error:
+                found["new_model_load"] = f"no answer: {type(error).__name__} {str(error)[:200]}"
+            found["new_model_load_s"] = round(time.monotonic() - started, 1)
+            if found["new_model_load"].startswith("HTTP 200"):
+                found["new_model_answer"] = first_answer(url, other) or "answered, checked"
+            # Files no one read yet (so not fetched: no background fetch), read now in the container.
+            started = time.monotonic()
+            read = node.ctr("tasks", "exec", "--exec-id", f"read-{uuid.uuid4().hex[:6]}", task, "sh", "-c", GONE_READ,
+                            timeout=400)
+            found["unread_files"] = (f"exit {read.returncode}: {(read.stdout + read.stderr).strip()[-300:]} "
+                                     "(files of 256 KB or more under /opt/tritonserver and /usr/lib; read whole; failed)")
+            found["unread_files_s"] = round(time.monotonic() - started, 1)
+            found["server_running"] = node.running(task)
+            found["loaded_model_at_the_end"] = first_answer(url, sample) or "answered, checked"
+            found["snapshotter_log"] = [line[:300] for line in _tail(node.stargz_log, 200).splitlines()
+                                        if '"level":"error"' in line or '"level":"warning"' in line][-3:]
+            found["server_log"] = _tail(node.root / f"{task}.log", 8)[-800:]
+        except (RuntimeError, subprocess.SubprocessError, OSError, requests.RequestException) as error:
+            found["error"] = str(error).splitlines()[-1][:300] if str(error) else type(error).__name__
+        finally:
+            node.stop()
+            link.__exit__(None, None, None)
+            shutil.rmtree(folder, ignore_errors=True)
+        self.gone.append(found)
+        for key, value in found.items():
+            say(f"  registry gone: {key}: {value}")
+
+    def _start_again(self, node: Containerd2Node, ref: str, sample, models: Path) -> float | None:
+        """The server started again on a node that served once (what it read is local): seconds to
+        its first checked answer, or None when it did not answer right."""
+        task = f"again-{uuid.uuid4().hex[:6]}"
+        again = Row("", "", "", LAZY, "", "")
+        try:
+            started = time.monotonic()
+            self._serve(again, sample, started, lambda args: node.run(
+                ref, task, args, mounts=((models, "/models"),), log=node.root / f"{task}.log"),
+                lambda: node.running(task), lambda: _tail(node.root / f"{task}.log"))
+            return again.total_s
+        except RuntimeError as error:
+            say(f"  started again: {' '.join(str(error).split())[:200]}")
+            return None
+        finally:
+            node.remove_task(task)
+
+    def _link_rate(self) -> float | None:
+        """Bytes a second of the link without a cap, as this run measured it: the pruned gzip image's
+        download on a containerd node (its bytes over its seconds)."""
+        row = next((r for r in self.rows if r.served and r.build == "pruned" and r.compression == "gzip" and
+                    r.runtime == "containerd" and r.node == "empty" and r.bandwidth == "none" and r.pull == "apart"
+                    and r.download_s), None)
+        return row.bytes_moved / row.download_s if row else None
+
     def docker_rows(self, images: list[Image], bandwidth: str) -> None:
         """A fresh Docker data root (a second dockerd) pulls each image in turn."""
         dockerd = Dockerd(self.scratch / f"dockerd-{uuid.uuid4().hex[:6]}", slot=DOCKER_SLOT).start()
@@ -417,8 +616,8 @@ class Bench:
                     continue
                 row = self.row(image, "docker", held, bandwidth)
                 row.pull = "together"  # docker pull extracts each layer as it arrives
-                with _link(self.registry, bandwidth) as host:
-                    self._docker(dockerd, image, image.ref(host), row)
+                with _link(self.registry, bandwidth) as link:
+                    self._docker(dockerd, image, image.ref(link.host), row)
                 self._done(row)
                 held = image
         finally:
@@ -450,7 +649,7 @@ class Bench:
                               for l in image.layers]
                 row.download_s = max(downloaded.values(), default=pulled)
                 row.unpack_s = pulled - row.download_s
-                row.bytes_moved = self.registry.sent_since(offset)
+                row.bytes_moved = row.bytes_first = self.registry.sent_since(offset)
 
                 def start(args: list[str]) -> None:
                     done = dockerd.docker("run", "-d", "--name", name, "--network", "host", "--label",
@@ -493,7 +692,7 @@ class Bench:
     def _done(self, row: Row) -> None:
         self.rows.append(row)
         say("  " + line_of(row))
-        if row.layers and row.runtime in ("containerd", "docker") and row.bandwidth != "file":
+        if row.layers and row.runtime != LAZY and row.bandwidth != "file":
             say("    " + layer_line(row))
 
     # Groups
@@ -506,14 +705,16 @@ class Bench:
                 self.forget_built()
                 self.nodes([image])
                 return
-            first, first_made = self.build(FIRST, name, layers / "first")
-            second, second_made = self.build(SECOND, name, layers / "second")
+            compressions = self.compressions if name == "pruned" else ("gzip",)
+            first, first_made = self.build(FIRST, name, layers / "first", reads="estargz" in compressions)
             # Both images with the first compression (the second image on a node holding the first);
             # a pruned image then with each other compression asked for.
-            compressions = self.compressions if name == "pruned" else ("gzip",)
-            images = [self.push(first, FIRST, name, compressions[0]), self.push(second, SECOND, name, compressions[0])]
-            self.forget(second_made)  # pushed: the disk goes to the nodes
-            shutil.rmtree(layers / "second", ignore_errors=True)
+            images = [self.push(first, FIRST, name, compressions[0])]
+            if self.second:
+                second, second_made = self.build(SECOND, name, layers / "second", reads=compressions[0] == "estargz")
+                images.append(self.push(second, SECOND, name, compressions[0]))
+                self.forget(second_made)  # pushed: the disk goes to the nodes
+                shutil.rmtree(layers / "second", ignore_errors=True)
             if name != "pruned":
                 self.forget(first_made)
                 shutil.rmtree(layers / "first", ignore_errors=True)
@@ -531,31 +732,78 @@ class Bench:
             self.registry.empty()
 
     def nodes(self, images: list[Image]) -> None:
+        """Each runtime asked for pulls the images: containerd (1.6) and Docker every image; containerd2
+        the first pruned one, not eStargz, pulled apart and as one (does it overlap download and unpack?); the
+        lazy node the first if eStargz, behind each of its links."""
         shutil.rmtree(self.scratch / "blob-cache", ignore_errors=True)  # bases compressed for the pushes before
         for bandwidth in self.bandwidths:
             if "containerd" in self.runtimes:
                 for pull in self.pulls:
                     self.containerd_rows(images, bandwidth, pull)
+            if "containerd2" in self.runtimes and images[0].build == "pruned" and images[0].compression != "estargz":
+                for pull in PULLS:
+                    self.containerd_rows(images[:1], bandwidth, pull, runtime="containerd2")
             if "docker" in self.runtimes:
                 self.docker_rows(images, bandwidth)
+        if LAZY in self.runtimes and images[0].compression == "estargz":
+            for bandwidth in self.lazy_bandwidths:
+                self.lazy_row(images[0], bandwidth)
+            if self.check_gone:
+                self.registry_gone(images[0])
 
 
 class _link:
-    """The registry's address as a node reaches it: directly, or through a capped proxy."""
+    """The registry's address as a node reaches it: directly, or through a proxy, capped, or (with
+    `counted`) at least counting the bytes it relays."""
 
-    def __init__(self, registry: Registry, bandwidth: str):
-        self.registry, self.rate = registry, parse_bandwidth(bandwidth)
+    def __init__(self, registry: Registry, bandwidth: str, counted: bool = False):
+        self.registry, self.rate, self.counted = registry, parse_bandwidth(bandwidth), counted
         self.proxy: BandwidthProxy | None = None
+        self.host = registry.host
 
-    def __enter__(self) -> str:
-        if self.rate is None:
-            return self.registry.host
-        self.proxy = BandwidthProxy(("127.0.0.1", self.registry.port), self.rate).start()
-        return self.proxy.host
+    def __enter__(self) -> "_link":
+        if self.rate is not None or self.counted:
+            self.proxy = BandwidthProxy(("127.0.0.1", self.registry.port), self.rate).start()
+            self.host = self.proxy.host
+        return self
+
+    def moved(self) -> int | None:
+        """The bytes the node was sent through the proxy so far (None without one)."""
+        return self.proxy.moved()[0] if self.proxy is not None else None
 
     def __exit__(self, *exc) -> None:
         if self.proxy is not None:
             self.proxy.stop()
+
+
+def _prefetched(image: Image) -> int:
+    """The bytes of an eStargz image's prefetch lists (each layer's annotation)."""
+    return sum(int(l.get("annotations", {}).get(PREFETCH_BYTES_ANNOTATION, 0)) for l in image.layers)
+
+
+def _compressed(image: Image) -> int:
+    return sum(int(l["size"]) for l in image.layers)
+
+
+def _wait_whole(node: Containerd2Node, link: _link, timeout: float) -> bool:
+    """Wait until the snapshotter's background fetch made every mounted layer whole (its metrics),
+    or the link has carried nothing for 15 s, or `timeout`: whether every layer is whole."""
+    deadline = time.monotonic() + timeout
+    last, quiet_since = link.moved(), time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            layers = node.fetched_bytes()
+        except requests.RequestException:
+            layers = {}
+        if layers and all(size and done >= size for done, size in layers.values()):
+            return True
+        moved = link.moved()
+        if moved != last:
+            last, quiet_since = moved, time.monotonic()
+        elif time.monotonic() - quiet_since > 15:
+            return False
+        time.sleep(1)
+    return False
 
 
 def _layer_times(image: Image, arrivals: dict[str, float]) -> list[dict]:
@@ -614,10 +862,24 @@ def line_of(row: Row) -> str:
     if not row.served:
         return f"{row.selection} {row.build} {row.compression} {row.runtime} node={row.node} bw={row.bandwidth}: " \
                f"NOT SERVED: {row.error}"
+    if row.runtime == LAZY:
+        return (f"{row.selection} {row.build} {row.compression} {row.runtime} node={row.node} bw={row.bandwidth}: "
+                f"total {row.total_s:.1f} s (rpull {row.download_s:.1f}, ready {row.ready_s:.1f}, answer "
+                f"{row.first_answer_s:.2f}); layers mounted from the registry {row.layers_mounted}, fetched whole "
+                f"{row.layers_fetched_whole}; moved before the answer {_size(row.bytes_first)} (prefetch lists "
+                f"{_size(row.prefetch_bytes)}), in total {_size(row.bytes_total)} "
+                f"({'every layer whole' if row.background_done else 'background fetch not done'}; the registry's "
+                f"log: {_size(row.bytes_moved)}); started again {_s(row.restart_s)} s; floor {_s(row.floor_s)} s"
+                + (f" ({row.total_s / row.floor_s:.2f}x)" if row.floor_s else "")
+                + f"; peak disk {_size(row.peak_disk)}" + (f"; after the answer: {row.error}" if row.error else ""))
     return (f"{row.selection} {row.build} {row.compression} {row.runtime} node={row.node} bw={row.bandwidth} "
-            f"pull={row.pull}: total {row.total_s:.1f} s (download {row.download_s:.1f}, unpack {row.unpack_s:.1f}, ready "
+            f"pull={row.pull}: total {row.total_s:.1f} s (download {row.download_s:.1f}, unpack {_s(row.unpack_s)}, ready "
             f"{row.ready_s:.1f}, answer {row.first_answer_s:.2f}); moved {human_size(row.bytes_moved or 0)}; "
             f"peak disk {human_size(row.peak_disk or 0)}")
+
+
+def _size(value: int | None) -> str:
+    return "-" if value is None else human_size(value)
 
 
 def layer_line(row: Row) -> str:
@@ -634,7 +896,7 @@ def layer_line(row: Row) -> str:
 
 
 HEADER = ("selection", "build", "compression", "runtime", "node", "bandwidth", "download s", "unpack s", "ready s",
-          "first answer s", "total s", "moved", "peak disk", "served")
+          "first answer s", "total s", "moved", "moved before the answer", "floor s", "peak disk", "served")
 
 
 def table(rows: list[Row]) -> str:
@@ -643,10 +905,12 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         lines.append("| " + " | ".join([
             r.selection, r.build, r.compression, r.runtime + (" (pull together)" if r.pull == "together" and
-                                                              r.runtime == "containerd" else ""), r.node, r.bandwidth, _s(r.download_s), _s(r.unpack_s),
+                                                              r.runtime in ("containerd", "containerd2") else ""),
+            r.node, r.bandwidth, _s(r.download_s), _s(r.unpack_s),
             _s(r.ready_s), "-" if r.first_answer_s is None else f"{r.first_answer_s:.2f}", _s(r.total_s),
-            human_size(r.bytes_moved) if r.bytes_moved is not None else "-",
-            human_size(r.peak_disk) if r.peak_disk is not None else "-", "yes" if r.served else "no"]) + " |")
+            _size(r.bytes_total if r.runtime == LAZY else r.bytes_moved), _size(r.bytes_first),
+            "-" if not r.floor_s else f"{r.floor_s:.1f} ({r.total_s / r.floor_s:.2f}x)",
+            _size(r.peak_disk), "yes" if r.served else "no"]) + " |")
     return "\n".join(lines)
 
 
@@ -699,6 +963,45 @@ def goals(rows: list[Row]) -> list[str]:
             ratio = pull_gzip / pull_zstd
             lines.append(f"[{bandwidth}] pull, gzip / zstd: {ratio:.2f}x faster with zstd "
                          f"(goal >= 1.5x: {'met' if ratio >= 1.5 else 'NOT met'})")
+        estargz = find(build="pruned", compression="estargz", **base)
+        if estargz and gzip:
+            pull_gzip, pull_esgz = gzip.download_s + gzip.unpack_s, estargz.download_s + estargz.unpack_s
+            ratio = pull_esgz / pull_gzip
+            lines.append(f"[{bandwidth}] pull on containerd 1.6 (no lazy pull), estargz / gzip: {pull_esgz:.1f} / "
+                         f"{pull_gzip:.1f} s = {ratio:.2f}x (goal <= 1.15x: {'met' if ratio <= 1.15 else 'NOT met'})")
+        for compression in ("gzip", "zstd"):
+            apart = find(build="pruned", compression=compression, **{**base, "runtime": "containerd2"})
+            together = find(build="pruned", compression=compression, **{**base, "runtime": "containerd2",
+                                                                       "pull": "together"})
+            if apart and together:
+                lines.append(f"[{bandwidth}] containerd2, pruned {compression}: fetch then unpack {apart.download_s:.1f} + "
+                             f"{apart.unpack_s:.1f} s; one pull {together.download_s + together.unpack_s:.1f} s, "
+                             f"{together.unpack_s:.1f} s of it after the last byte (download and unpack overlap "
+                             f"{'yes' if together.unpack_s < 0.5 * apart.unpack_s else 'no'})")
+        lazy = find(build="pruned", compression="estargz", selection=first, runtime=LAZY, node="empty",
+                    bandwidth=bandwidth)
+        if lazy:
+            limit = {"none": 8.0, "1gbit": 15.0}.get(bandwidth)
+            lines.append(f"[{bandwidth}] empty stargz node to the first answer, pruned estargz: {lazy.total_s:.1f} s"
+                         + (f" (goal <= {limit:.0f} s: {'met' if lazy.total_s <= limit else 'NOT met'})" if limit else ""))
+            plain = find(build="composepy", compression="gzip", selection=first, runtime="containerd", node="empty",
+                         bandwidth=bandwidth, pull="apart")
+            if plain:
+                ratio = lazy.total_s / plain.total_s
+                lines.append(f"[{bandwidth}] against the compose.py-style image on a containerd node ({plain.total_s:.1f} s): "
+                             f"{ratio:.3f}x (goal <= 0.05x: {'met' if ratio <= 0.05 else 'NOT met'})")
+            if lazy.floor_s:
+                ratio = lazy.total_s / lazy.floor_s
+                lines.append(f"[{bandwidth}] against its floor ({lazy.restart_s:.1f} s started again on the node + "
+                             f"{human_size(lazy.prefetch_bytes)} prefetched at {human_size(lazy.floor_rate)}/s = "
+                             f"{lazy.floor_s:.1f} s): {ratio:.2f}x (goal <= 2x: {'met' if ratio <= 2 else 'NOT met'})")
+            if lazy.bytes_first is not None:
+                size = sum(int(l["size"]) for l in lazy.layers) or None
+                if size:
+                    ratio = lazy.bytes_first / size
+                    lines.append(f"[{bandwidth}] moved before the first answer {human_size(lazy.bytes_first)} of the image's "
+                                 f"{human_size(size)} compressed: {ratio:.2f}x (goal <= 0.25x: "
+                                 f"{'met' if ratio <= 0.25 else 'NOT met'}); in total {_size(lazy.bytes_total)}")
         for runtime in RUNTIMES:
             for build in ("pruned", "min"):
                 second = next((r for r in rows if r.served and r.runtime == runtime and r.build == build and
@@ -731,9 +1034,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", default=NGC_SOURCE, help="where the 24.09 full and min images are")
     parser.add_argument("--only", default=",".join(GROUPS), help=f"groups of rows, comma-separated: {', '.join(GROUPS)}")
-    parser.add_argument("--runtime", default=",".join(RUNTIMES), help="nodes: containerd, docker (comma-separated)")
+    parser.add_argument("--runtime", default=",".join(DEFAULT_RUNTIMES),
+                        help="nodes, comma-separated: containerd (Debian's 1.6), docker, containerd2 (v2.4.2, pulled "
+                             "apart and as one), containerd-stargz (v2.4.2 with stargz-snapshotter: the estargz "
+                             "image, lazily) (default: containerd,docker; the last two need scripts/go-tools)")
     parser.add_argument("--bandwidth", default="none", help="the node's link, comma-separated: none (no cap) or a cap "
                         "such as 1gbit, 10gbit, 500mbit (a proxy on 127.0.0.1)")
+    parser.add_argument("--lazy-bandwidth", default=None, help="the containerd-stargz rows' links, comma-separated "
+                        "(default: --bandwidth's): a lazy row is short, so it can take caps the others do not")
+    parser.add_argument("--registry-gone", action="store_true", help="containerd-stargz: then stop the registry's "
+                        "link under a lazily pulled server: is the loaded model still answered, can a new one load?")
+    parser.add_argument("--no-second", action="store_true", help="no second image (pytorch+python) on a node "
+                        "holding the first")
     parser.add_argument("--registry-storage", choices=("memory", "disk"), default="memory",
                         help="where the registry keeps its blobs: a tmpfs (the default: a remote registry does not "
                              "read from the node's disk) or the scratch folder")
@@ -742,12 +1054,14 @@ def main() -> int:
     parser.add_argument("--pull", default="apart", help="containerd nodes, comma-separated: apart (fetch, then "
                         "unpack: each timed) or together (one pull unpacking layers as they arrive, as a kubelet's)")
     parser.add_argument("--compression", default=",".join(COMPRESSIONS), help="the pruned group's pushes, "
-                        "comma-separated, the first for both images: gzip, zstd, none (none adds the floor)")
+                        "comma-separated, the first for both images: gzip, zstd, none (none adds the floor), estargz "
+                        "(the build's smoke test then lists the files the server opens: the prefetch lists)")
     parser.add_argument("--json", metavar="FILE", help="write every row as JSON")
     args = parser.parse_args()
     groups = [g.strip() for g in args.only.split(",") if g.strip()]
     runtimes = tuple(r.strip() for r in args.runtime.split(",") if r.strip())
     bandwidths = [b.strip().lower() for b in args.bandwidth.split(",") if b.strip()]
+    lazy_bandwidths = [b.strip().lower() for b in (args.lazy_bandwidth or args.bandwidth).split(",") if b.strip()]
     pulls = tuple(dict.fromkeys(p.strip() for p in args.pull.split(",") if p.strip()))
     compressions = tuple(dict.fromkeys(c.strip() for c in args.compression.split(",") if c.strip()))
     bad = [g for g in groups if g not in GROUPS] + [r for r in runtimes if r not in RUNTIMES] + \
@@ -755,7 +1069,7 @@ def main() -> int:
     if bad or not groups or not runtimes or not pulls or not compressions:
         parser.error(f"--only takes {', '.join(GROUPS)}; --runtime {', '.join(RUNTIMES)}; --pull {', '.join(PULLS)}; "
                      f"--compression {', '.join(COMPRESSIONS)} (got {', '.join(bad)})")
-    for bandwidth in bandwidths:
+    for bandwidth in [*bandwidths, *lazy_bandwidths]:
         try:
             parse_bandwidth(bandwidth)
         except ValueError as error:
@@ -764,6 +1078,15 @@ def main() -> int:
     if missing:
         print(f"needs {', '.join(missing)} (apt: containerd, docker.io, docker-registry)", file=sys.stderr)
         return 1
+    if {"containerd2", LAZY} & set(runtimes):
+        try:
+            for tool in ("containerd", "ctr", "containerd-shim-runc-v2",
+                         *(("containerd-stargz-grpc", "ctr-remote") if LAZY in runtimes else ())):
+                go_tool(tool)
+        except RuntimeError as error:
+            print(f"{error} (scripts/go-tools containerd2 ctr2 containerd-shim2 containerd-stargz-grpc ctr-remote)",
+                  file=sys.stderr)
+            return 1
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="coldstart-"))
     scratch.mkdir(parents=True, exist_ok=True)
     engine = connect()
@@ -786,7 +1109,9 @@ def main() -> int:
     failed: list[str] = []
     try:
         registry.start()
-        bench = Bench(engine, args.source, scratch, registry, bandwidths, runtimes, pulls, compressions)
+        bench = Bench(engine, args.source, scratch, registry, bandwidths, runtimes, pulls, compressions,
+                      lazy_bandwidths, second=not args.no_second)
+        bench.check_gone = args.registry_gone
         needs = NEEDS_NGC if args.source == NGC_SOURCE else NEEDS_SMALL
         for group in groups:
             say(f"== {group}")
@@ -816,6 +1141,8 @@ def main() -> int:
         print(line)
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+        if bench.gone:
+            Path(args.json).with_suffix(".registry-gone.json").write_text(json.dumps(bench.gone, indent=1) + "\n")
     if skipped:
         print(f"groups left out for want of disk: {', '.join(skipped)}", file=sys.stderr)
     if failed:

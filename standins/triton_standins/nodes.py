@@ -3,9 +3,9 @@
 A fresh containerd (Debian's containerd and ctr, the runtime of most Kubernetes nodes) with its own
 root, state and socket and no CRI plugin, or containerd v2 with stargz-snapshotter pulling eStargz
 layers lazily (scripts/go-tools builds both); a bandwidth-capping TCP proxy on 127.0.0.1 standing for
-the link between a node and its registry; the per-layer arrival times of a pull and the peak disk
-it took; the first answer of a server started on a node. The second Docker engine is
-triton_standins.engines.Dockerd. Everything here stops only the processes it started, by their
+the link between a node and its registry (it counts the bytes it relays, BandwidthProxy.moved());
+the per-layer arrival times of a pull and the peak disk it took; the first answer of a server
+started on a node. The second Docker engine is triton_standins.engines.Dockerd. Everything here stops only the processes it started, by their
 PIDs, and removes the folders it made.
 
 Servers on a node share this machine's network (ctr run --net-host, docker run --network host), so
@@ -541,7 +541,19 @@ PIPE_SIZE = 1 << 20
 F_SETPIPE_SZ = 1031
 
 
-def _pump(source: socket.socket, sink: socket.socket, pacer: _Pacer | None) -> None:
+class _Count:
+    """Bytes a proxy moved one way, over all its connections."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.bytes = 0
+
+    def add(self, n: int) -> None:
+        with self.lock:
+            self.bytes += n
+
+
+def _pump(source: socket.socket, sink: socket.socket, pacer: _Pacer | None, count: _Count | None = None) -> None:
     """Move bytes from one socket to the other through a pipe (splice: no copy through Python)."""
     read_end, write_end = os.pipe()
     try:
@@ -560,6 +572,8 @@ def _pump(source: socket.socket, sink: socket.socket, pacer: _Pacer | None) -> N
             left = n
             while left:
                 left -= os.splice(read_end, sink.fileno(), left)
+            if count is not None:
+                count.add(n)  # once relayed: the bytes the far side was given
     except OSError:
         pass
     finally:
@@ -573,9 +587,11 @@ def _pump(source: socket.socket, sink: socket.socket, pacer: _Pacer | None) -> N
 
 
 def serve_proxy(listen_port: int, target: tuple[str, int], rate: float | None,
-                ready: Callable[[], None] = lambda: None) -> None:
-    """Accept on 127.0.0.1:listen_port and relay to `target`, each direction capped at `rate`."""
+                ready: Callable[[], None] = lambda: None, counts: tuple[_Count, _Count] | None = None) -> None:
+    """Accept on 127.0.0.1:listen_port and relay to `target`, each direction capped at `rate`;
+    `counts` (down: target to client, up) add the bytes relayed each way."""
     down, up = (_Pacer(rate), _Pacer(rate)) if rate else (None, None)
+    moved_down, moved_up = counts or (None, None)
     server = socket.create_server(("127.0.0.1", listen_port), backlog=64)
     ready()
     while True:
@@ -585,8 +601,16 @@ def serve_proxy(listen_port: int, target: tuple[str, int], rate: float | None,
         except OSError:
             client.close()
             continue
-        for a, b, pacer in ((client, upstream, up), (upstream, client, down)):
-            threading.Thread(target=_pump, args=(a, b, pacer), daemon=True).start()
+        for a, b, pacer, count in ((client, upstream, up, moved_up), (upstream, client, down, moved_down)):
+            threading.Thread(target=_pump, args=(a, b, pacer, count), daemon=True).start()
+
+
+def _answer_counts(counts: tuple[_Count, _Count]) -> None:
+    """The proxy process's control: each line `count` on its stdin is answered on its stdout with
+    the bytes relayed so far, down (registry to node) and up."""
+    for line in sys.stdin:
+        if line.strip() == "count":
+            print(f"{counts[0].bytes} {counts[1].bytes}", flush=True)
 
 
 @dataclass
@@ -606,15 +630,25 @@ class BandwidthProxy:
     def start(self, timeout: float = 20) -> "BandwidthProxy":
         self.process = subprocess.Popen(
             [sys.executable, "-m", "triton_standins.nodes", "proxy", str(self.port), f"{self.target[0]}:{self.target[1]}",
-             str(self.rate or 0)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+             str(self.rate or 0)], stdout=subprocess.PIPE, stdin=subprocess.PIPE, start_new_session=True)
         line = self.process.stdout.readline()
         if line.strip() != b"ready":
             self.stop()
             raise RuntimeError(f"the bandwidth proxy did not start (it said {line[:200]!r})")
         return self
 
+    def moved(self) -> tuple[int, int]:
+        """The bytes relayed so far over every connection: down (target to client) and up. A chunk
+        (at most 1 MiB) is counted once it was handed on."""
+        self.process.stdin.write(b"count\n")
+        self.process.stdin.flush()
+        down, up = self.process.stdout.readline().split()
+        return int(down), int(up)
+
     def stop(self) -> None:
         if self.process is not None:
+            if self.process.stdin:
+                self.process.stdin.close()
             _end(self.process, timeout=10)
             self.process.stdout.close()
 
@@ -682,7 +716,9 @@ def _main(argv: list[str]) -> int:
     def ready() -> None:
         print("ready", flush=True)
 
-    serve_proxy(args.port, (host, int(port)), args.rate or None, ready)
+    counts = (_Count(), _Count())
+    threading.Thread(target=_answer_counts, args=(counts,), daemon=True).start()
+    serve_proxy(args.port, (host, int(port)), args.rate or None, ready, counts)
     return 0
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict
 
 import pytest
 
-from benchmarks.coldstart import Registry, Row, goals
+from benchmarks.coldstart import Registry, Row, goals, table
 from triton_standins.nodes import BandwidthProxy, parse_bandwidth
 
 ISSUE_KEYS = ("selection", "build", "compression", "runtime", "node", "bandwidth", "download_s", "unpack_s", "ready_s",
@@ -124,3 +124,42 @@ def test_goals_are_read_from_measured_rows_only():
     # A row that did not serve gives no figure.
     rows[2] = row("pruned", "zstd", 20.0, 9, 9, served=False)
     assert "zstd" not in "\n".join(goals(rows))
+
+
+def test_the_proxy_counts_the_bytes_it_relayed():
+    total = 16 << 20
+    port, _ = _sink(total)
+    with BandwidthProxy(("127.0.0.1", port), None) as proxy:
+        assert proxy.moved() == (0, 0)
+        got, _ = _receive(proxy.port, total)
+        down, up = proxy.moved()
+    assert got == total and down == total, (got, down)
+    assert up == 0
+
+
+def test_lazy_rows_give_their_goals_the_floor_and_the_bytes_before_the_answer():
+    def row(build, compression, runtime, total, download, unpack, bandwidth="none", pull="apart", **more):
+        return Row("onnxruntime+python", build, compression, runtime, "empty", bandwidth, download, unpack, 1.0, 0.1,
+                   total, 1_000, True, pull=pull, **more)
+
+    layers = [{"digest": "sha256:a", "size": 600, "done_s": None}, {"digest": "sha256:b", "size": 400, "done_s": None}]
+    rows = [row("composepy", "gzip", "containerd", 200.0, 60, 138), row("pruned", "gzip", "containerd", 60.0, 10, 48),
+            row("pruned", "estargz", "containerd", 65.0, 10, 53.4),
+            row("pruned", "gzip", "containerd2", 50.0, 10, 38), row("pruned", "gzip", "containerd2", 49.0, 9, 38.9,
+                                                                   pull="together"),
+            row("pruned", "estargz", "containerd-stargz", 6.0, 3, None, pull="lazy", bytes_first=200, bytes_total=1_000,
+                floor_s=4.0, restart_s=2.0, prefetch_bytes=180, floor_rate=90.0, layers=layers),
+            row("pruned", "estargz", "containerd-stargz", 20.0, 15, None, bandwidth="1gbit", pull="lazy",
+                bytes_first=300, layers=layers)]
+    text = "\n".join(goals(rows))
+    assert "[none] pull on containerd 1.6 (no lazy pull), estargz / gzip: 63.4 / 58.0 s = 1.09x (goal <= 1.15x: met)" \
+        in text
+    assert "containerd2, pruned gzip: fetch then unpack 10.0 + 38.0 s; one pull 47.9 s, 38.9 s of it after the last " \
+           "byte (download and unpack overlap no)" in text
+    assert "[none] empty stargz node to the first answer, pruned estargz: 6.0 s (goal <= 8 s: met)" in text
+    assert "compose.py-style image on a containerd node (200.0 s): 0.030x (goal <= 0.05x: met)" in text
+    assert "= 4.0 s): 1.50x (goal <= 2x: met)" in text
+    assert "moved before the first answer 200 B of the image's 1.0 KB compressed: 0.20x (goal <= 0.25x: met)" in text
+    assert "[1gbit] empty stargz node to the first answer, pruned estargz: 20.0 s (goal <= 15 s: NOT met)" in text
+    assert "0.30x (goal <= 0.25x: NOT met)" in text
+    assert "| containerd-stargz | empty | none | 3.0 | - |" in table(rows)
