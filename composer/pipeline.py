@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from composer import __version__
 from composer.catalog.catalog import Catalog
@@ -301,10 +301,24 @@ def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBas
     stages = find_stages(engine, plan.read_stages(), key, tuple(base_info.layers) if base else ())
     foreign = {f.stage: f.image.id or f.image.ref for f in plan.foreign_backends}
     sources = Sources(stages, plan.full.id or plan.full.ref, foreign, context.directory)
-    assembled = assemble(engine, plan, built, base_info, sources, layers, epoch=plan.epoch,
-                         labels=version_labels(facts), extra=[(SBOM_PATH, "SBOM", document.encode())],
-                         run_labels=labels, on_line=on_line, run=run, reuse=reuse)
+    assembled = loaded_whole_if_need_be(
+        lambda reusing: assemble(engine, plan, built, base_info, sources, layers, epoch=plan.epoch,
+                                 labels=version_labels(facts), extra=[(SBOM_PATH, "SBOM", document.encode())],
+                                 run_labels=labels, on_line=on_line, run=run, reuse=reusing), reuse, on_line)
     return assembled, document
+
+
+def loaded_whole_if_need_be(assemble_with: Callable[[bool], Assembled], reuse: bool, on_line: LineSink) -> Assembled:
+    """The image assembled leaving out the layers the engine holds (`reuse`); once more with every
+    layer written when the engine lost one of those meanwhile (another run's cleanup removed the
+    only image holding it, between the check and the load: its load names the missing layer.tar)."""
+    try:
+        return assemble_with(reuse)
+    except BuildFailed as error:
+        if not reuse or "layer.tar" not in error.message:
+            raise
+    on_line("note: a layer the engine held went while the image loaded (another run removed it): loading it whole")
+    return assemble_with(False)
 
 
 def _settle(engine: Engine, run: str, quiet_for: float = 3, at_most: float = 20) -> None:
