@@ -46,7 +46,8 @@ def push_sbom(api: RegistryApi, repository: str, digest: str, document: str) -> 
     # Under cosign's tag always (clients that read only tags), listed by the referrers API where the
     # registry has one, and under the referrers tag too (composer.publish.referrers).
     tag = fallback_tag(digest)
-    stored = api.put_manifest(repository, tag, manifest, OCI_MANIFEST)
+    stored, _ = referrers.rewrite(api, repository, tag, OCI_MANIFEST, lambda: manifest,
+                               lambda current: current.get("layers") == json.loads(manifest)["layers"], settle=0)
     referrers.record(api, repository, digest, manifest, stored)
     return f"{api.host}/{repository}@{stored}"
 

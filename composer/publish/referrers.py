@@ -11,7 +11,11 @@ OCI 1.1 clients read where the API is missing (Debian's distribution 2.8); and c
 from __future__ import annotations
 
 import json
+import time
+from typing import Callable
 
+from composer.core.errors import RegistryError
+from composer.engine import locks
 from composer.registry.client import RegistryApi
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -24,8 +28,6 @@ def subject_of(api: RegistryApi, repository: str, digest: str) -> dict:
     """The descriptor of `repository@digest` (its media type and size, as the registry has them)."""
     found = api.document(repository, digest)
     if found is None:
-        from composer.core.errors import RegistryError
-
         raise RegistryError(f"{api.host}/{repository}@{digest} is not in the registry")
     _, media_type, _, size = found
     return {"mediaType": media_type, "digest": digest, "size": size}
@@ -59,11 +61,47 @@ def record(api: RegistryApi, repository: str, subject: str, manifest: bytes, sto
     if document.get("annotations"):
         entry["annotations"] = document["annotations"]
     tag = referrers_tag(subject)
-    manifests = descriptors(api, repository, tag, "manifests")
-    manifests = [m for m in manifests if m.get("artifactType") != artifact and m.get("digest") != stored] + [entry]
-    index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
-                       sort_keys=True, separators=(",", ":")).encode()
-    api.put_manifest(repository, tag, index, OCI_INDEX)
+
+    def index() -> bytes:
+        manifests = descriptors(api, repository, tag, "manifests")
+        manifests = [m for m in manifests if m.get("artifactType") != artifact and m.get("digest") != stored] + [entry]
+        return json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
+                          sort_keys=True, separators=(",", ":")).encode()
+
+    rewrite(api, repository, tag, OCI_INDEX, index,
+            lambda listed: any(m.get("digest") == stored for m in listed.get("manifests") or []))
+
+
+# -- tags that several pushes extend: read, add, write, read back -------------------------------------
+# A signature tag (`sha256-<hex>.sig`), an attestation tag and the referrers tag are documents that
+# every push of the digest extends: read what is there, add its own, write it back. Two pushes of one
+# digest at once (two tags of one image, two pipelines) would each write back a document without the
+# other's part, and one signature would be lost. The registry API has no compare-and-swap, so: on
+# this host one writer at a time (a host-wide lock per tag, whatever the state folder); across hosts,
+# each writer reads the tag back after a pause and writes its part again while it is missing.
+SETTLE_SECONDS = 0.3  # longer than another writer's read-to-write span on a reachable registry
+REWRITE_TRIES = 5
+
+
+def rewrite(api: RegistryApi, repository: str, tag: str, media_type: str, document: Callable[[], bytes],
+            holds: Callable[[dict], bool], *, settle: float | None = None) -> tuple[str, bytes]:
+    """Write `document()` (made from what the tag holds now) at `tag` until, read back after
+    `settle` seconds (SETTLE_SECONDS when None), the tag `holds` this writer's part; what it holds then (digest, bytes), which
+    another push's part may have joined. Refused in one line when other writers keep taking the
+    part out."""
+    with locks.making_host("registry tag", f"{api.host}/{repository}:{tag}"):
+        for _ in range(REWRITE_TRIES):
+            api.put_manifest(repository, tag, document(), media_type)
+            time.sleep(SETTLE_SECONDS if settle is None else settle)
+            found = api.raw_manifest(repository, tag)
+            try:
+                current = json.loads(found[2]) if found is not None else None
+            except ValueError:
+                current = None
+            if isinstance(current, dict) and holds(current):
+                return found[0], found[2]
+    raise RegistryError(f"{api.host}/{repository}:{tag}: other pushes kept rewriting it without this push's part "
+                        f"({REWRITE_TRIES} tries); push again")
 
 
 def listed(api: RegistryApi, repository: str, digest: str) -> list[dict]:

@@ -198,20 +198,28 @@ def _attach(api: RegistryApi, repository: str, tag: str, layer: dict, body: byte
     `subject` (OCI 1.1 referrers) and is listed under the image's referrers tag. Its digest."""
     if api.blob_size(repository, layer["digest"]) is None:
         api.upload_blob(repository, body)
-    layers = referrers.descriptors(api, repository, tag, "layers")
-    if not any(item.get("digest") == layer["digest"] and item.get("annotations") == layer.get("annotations")
-               for item in layers):
-        layers.append(layer)
-    config = _attachment_config(layers)
-    if api.blob_size(repository, "sha256:" + hashlib.sha256(config).hexdigest()) is None:
-        api.upload_blob(repository, config)
-    manifest = canonical({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
+
+    def manifest() -> bytes:  # what the tag holds now, and this layer (once)
+        layers = referrers.descriptors(api, repository, tag, "layers")
+        if not any(_same(item, layer) for item in layers):
+            layers.append(layer)
+        config = _attachment_config(layers)
+        if api.blob_size(repository, "sha256:" + hashlib.sha256(config).hexdigest()) is None:
+            api.upload_blob(repository, config)
+        return canonical({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
                           "config": {"mediaType": OCI_CONFIG, "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
                                      "size": len(config)},
                           "layers": layers, "subject": subject})
-    stored = api.put_manifest(repository, tag, manifest, OCI_MANIFEST)
-    referrers.record(api, repository, subject["digest"], manifest, stored)
+
+    # The referrers tag lists what the tag holds once written: with another push's signatures, maybe.
+    stored, written = referrers.rewrite(api, repository, tag, OCI_MANIFEST, manifest,
+                                        lambda current: any(_same(item, layer) for item in current.get("layers") or []))
+    referrers.record(api, repository, subject["digest"], written, stored)
     return stored
+
+
+def _same(item: dict, layer: dict) -> bool:
+    return item.get("digest") == layer["digest"] and item.get("annotations") == layer.get("annotations")
 
 
 def push_signature(api: RegistryApi, repository: str, digest: str, reference: str, key: SigningKey) -> str:

@@ -23,6 +23,15 @@ def own_state_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("COMPOSER_HOST_LOCKS", str(tmp_path_factory.mktemp("host-locks")))
 
 
+@pytest.fixture(autouse=True)
+def no_settle(monkeypatch):
+    """A tag several pushes extend is read back at once: an in-memory registry has no other writer
+    whose write-back could still be on its way (composer.publish.referrers.rewrite)."""
+    from composer.publish import referrers
+
+    monkeypatch.setattr(referrers, "SETTLE_SECONDS", 0.0)
+
+
 @pytest.fixture(scope="session")
 def catalog():
     return Catalog.load()

@@ -12,7 +12,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from composer.core.errors import UsageError
+from composer.core.errors import RegistryError, UsageError
+from composer.publish import referrers
 from composer.publish.sign import (
     SigningKey, envelope, load_public_key, pae, push_attestation, push_signature, read_attestations, read_signatures,
     signature_payload,
@@ -90,6 +91,50 @@ def test_an_attestation_is_a_dsse_envelope_the_key_verifies(key_files):
     assert read == json.loads(statement) and verified
     unsigned = json.loads(envelope(statement, None))
     assert unsigned["signatures"] == [] and base64.b64decode(unsigned["payload"]) == statement
+
+
+class Racing(Registry):
+    """Another push of the same digest writes the signature tag back right after this one does,
+    from what it read before: the document it writes holds its own signature, not this push's
+    (`times` times; forever when None)."""
+
+    def __init__(self, host: str, times: int | None = 1):
+        super().__init__(host)
+        self.times, self.other = times, None
+
+    def put_manifest(self, name, reference, body, media_type):
+        stored = super().put_manifest(name, reference, body, media_type)
+        if reference.endswith(".sig") and self.other is not None and (self.times is None or self.times > 0):
+            self.times = None if self.times is None else self.times - 1
+            stored = super().put_manifest(name, reference, self.other, media_type)
+        return stored
+
+
+def test_two_pushes_signing_one_digest_at_once_keep_both_signatures(key_files):
+    """Issue 44's race: two pushes of one image (two tags) each read the signature tag, add their
+    signature and write it back; the one written first is read back without its signature and
+    written again, merged."""
+    key = SigningKey.load(f"file:{key_files / 'key.pem'}")
+    registry = Racing("r.example")
+    push_signature(registry, "team/t", DIGEST, "r.example/team/t:2", key)  # the other push's, alone
+    registry.other = registry.raw_manifest("team/t", DIGEST.replace(":", "-") + ".sig")[2]
+    registry.manifests.pop(("team/t", DIGEST.replace(":", "-") + ".sig"))
+    push_signature(registry, "team/t", DIGEST, "r.example/team/t:1", key)
+    found = read_signatures(registry, "team/t", DIGEST, load_public_key(key_files / "key.pub"))
+    assert sorted((s.reference, s.verified) for s in found) == [("r.example/team/t:1", True), ("r.example/team/t:2", True)]
+    index = json.loads(registry.raw_manifest("team/t", DIGEST.replace(":", "-"))[2])  # lists the merged manifest
+    assert [m["digest"] for m in index["manifests"]] == [registry.raw_manifest("team/t", DIGEST.replace(":", "-") + ".sig")[0]]
+
+
+def test_a_signature_tag_other_writers_keep_taking_is_one_line(key_files):
+    key = SigningKey.load(f"file:{key_files / 'key.pem'}")
+    registry = Racing("r.example", times=None)
+    push_signature(registry, "team/t", DIGEST, "r.example/team/t:2", key)
+    registry.other = registry.raw_manifest("team/t", DIGEST.replace(":", "-") + ".sig")[2]
+    with pytest.raises(RegistryError) as refused:
+        push_signature(registry, "team/t", DIGEST, "r.example/team/t:1", key)
+    assert "other pushes kept rewriting it without this push's part (5 tries); push again" in refused.value.message
+    assert "\n" not in refused.value.message
 
 
 @pytest.mark.parametrize("make, passphrase, says", [
