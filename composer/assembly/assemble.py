@@ -27,6 +27,7 @@ from composer.assembly.canonical import (
     Entry, LayerFile, archive_entries, host_entries, parent_folders, spool_archive, write_layer,
 )
 from composer.assembly import layer_reuse, records
+from composer.assembly.pruning import BASE_LABEL
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.engine.interface import Engine, ImageInfo
@@ -185,11 +186,17 @@ def runtime_config(config: Mapping, labels: Mapping[str, str]) -> dict:
 def image_config(base: ImageInfo, built: Mapping, layers: tuple[LayerFile, ...], epoch: int,
                  labels: Mapping[str, str]) -> bytes:
     """The configuration of the composed image: times from the epoch, history one entry a layer (the
-    base's named by its id: the same base gives the same history whatever it is called)."""
-    base_created = base.created or rfc3339(0)
+    base's named by its id: the same base gives the same history whatever it is called). A pruned
+    base is named by the key of what it was made from, at the epoch: its layers are the same bytes
+    wherever it is made, its id is not (the engine's builder stamps its configuration with the time
+    it made it), and the composed image must not differ by which engine, or which run, made it."""
     count = len(base.layers)
-    history = [{"created": _normal_time(base_created), "created_by": f"base {base.id}: layer {i + 1} of {count}"}
-               for i in range(count)]
+    key = (base.labels or {}).get(BASE_LABEL)
+    if key:
+        name, created = f"pruned base {key[:16]}", rfc3339(epoch)
+    else:
+        name, created = f"base {base.id}", _normal_time(base.created or rfc3339(0))
+    history = [{"created": created, "created_by": f"{name}: layer {i + 1} of {count}"} for i in range(count)]
     history += [{"created": rfc3339(epoch), "created_by": f"triton-composer {__version__}: {layer.description}"}
                 for layer in layers]
     config = {

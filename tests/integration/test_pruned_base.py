@@ -157,10 +157,10 @@ def test_the_small_standins_take_a_pruned_base_too_made_once_and_reused(engine, 
         assert second.pruned_base.made is False and second.pruned_base.image == first.pruned_base.image
         assert engine.image(first.pruned_base.tag).id == first.pruned_base.image
         base_layers = engine.image(first.pruned_base.image).layers  # its layers' diff ids
-        for result in results:  # the image's first layers are the base's, and its history names the base
+        for result in results:  # the image's first layers are the base's, its history names the base's key
             assert engine.image(result.image_id).layers[:len(base_layers)] == base_layers
             assert engine.layers(result.image_id)[0].created_by == \
-                f"base {first.pruned_base.image}: layer 1 of {len(base_layers)}"
+                f"pruned base {first.pruned_base.key[:16]}: layer 1 of {len(base_layers)}"
         assert second.smoke.passed and second.pruning.kept == first.pruning.kept
     finally:
         for tag in tags:

@@ -121,6 +121,21 @@ def test_the_configuration_holds_no_clock_and_names_the_base_by_its_id():
     assert image_config(_base(), built, (), EPOCH, {"b": "2"}) == image_config(_base(), built, (), EPOCH, {"b": "2"})
 
 
+def test_a_pruned_base_is_named_by_its_key_at_the_epoch_not_by_its_id_or_time():
+    """Two engines (or two runs) making the same pruned base get the same layers, not the same id:
+    the composed images must still be one."""
+    from dataclasses import replace
+
+    from composer.assembly.pruning import BASE_LABEL
+
+    built = {"config": {"Cmd": ["tritonserver"]}, "architecture": "amd64", "os": "linux"}
+    made = [replace(_base(), id="sha256:" + c * 64, created=when, labels={BASE_LABEL: "f" * 64})
+            for c, when in (("a", "2026-11-27T10:00:00Z"), ("b", "2026-11-28T11:00:00Z"))]
+    first, second = (json.loads(image_config(base, built, (), EPOCH, {})) for base in made)
+    assert first == second
+    assert first["history"][0] == {"created": "2023-11-14T22:13:20Z", "created_by": f"pruned base {'f' * 16}: layer 1 of 2"}
+
+
 def test_assemble_reads_each_part_where_it_is_and_loads_only_its_own_layers(tmp_path):
     base = _base()
     engine = FakeEngine(infos={"min:1": base})
