@@ -142,19 +142,93 @@ def test_builds_on_podman_have_no_network(podman, tmp_path):
         podman.engine.remove_image(image, force=True)
 
 
-def test_a_rendered_pruned_context_runs_its_proof_under_a_builder_that_skips_stages(podman, tmp_path):
+@pytest.fixture(scope="module")
+def two_at_once(podman, tmp_path_factory):
+    """Two runs of one pruned selection at once on one Podman service (their outputs, tags and the
+    base one of them made); the images and the base removed after the module's tests."""
+    import sys
+
+    from tests.integration.test_shared_engines import _runs_of
+
+    state = tmp_path_factory.mktemp("podman-state")
+    env = {**os.environ, "DOCKER_HOST": podman.host, "COMPOSER_STATE_DIR": str(state)}
+    tags = [f"triton-composer-test/podman-shared:{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    before = set(_runs_of(podman.engine))
+    bases_before = {name for name in podman.engine.image_names() if "triton-composer/pruned-base:" in name}
+    runs = [subprocess.Popen([sys.executable, "-m", "composer", "build", "--registry", REGISTRY, "--version", "24.09",
+                              "-b", "python", "--base", "pruned", "--no-smoke-test", "--tag", tag],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for tag in tags]
+    made: list[str] = []
+    try:
+        outputs = [run.communicate(timeout=1800) for run in runs]
+        made = [line.split()[3] for _out, err in outputs for line in err.splitlines()
+                if line.strip().startswith("pruned base: making")]
+        named = [line.split()[3].rstrip(",") for _out, err in outputs for line in err.splitlines()
+                 if line.strip().startswith(("pruned base: making", "pruned base: reusing"))]
+        yield {"runs": runs, "outputs": outputs, "tags": tags, "before": before, "env": env, "state": state,
+               "base": named[0] if named else None}
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+        for ref in [*tags, *(base for base in made if base not in bases_before)]:
+            try:
+                podman.engine.remove_image(ref, force=True)
+            except ComposerError:
+                pass
+
+
+def test_two_builds_at_once_on_podman_make_one_pruned_base_and_leave_nothing(podman, two_at_once):
+    """Shared engines under Podman: two runs of one pruned selection at once on one service. The
+    base is made once (the other run waits for it or finds it), both tags are set, and neither
+    run's stages nor containers stay (each run removes its own, as on Docker)."""
+    import sys
+
+    from tests.integration.test_shared_engines import _runs_of
+
+    runs, outputs, tags = two_at_once["runs"], two_at_once["outputs"], two_at_once["tags"]
+    for run, (_out, err) in zip(runs, outputs):
+        assert run.returncode == 0, err[-3000:]
+    made = [err for _out, err in outputs if "pruned base: making " in err]
+    assert len(made) == 1, [err[-1500:] for _out, err in outputs]
+    base = next(line.split()[3] for line in made[0].splitlines() if line.strip().startswith("pruned base: making"))
+    other = next(err for _out, err in outputs if err is not made[0])
+    assert "pruned base: reusing " in other or "pruned base: waiting for another run" in other, other[-1500:]
+    images = [podman.engine.image(tag) for tag in tags]
+    assert all(images) and images[0].layers[:len(podman.engine.image(base).layers)] == \
+        images[1].layers[:len(podman.engine.image(base).layers)]
+    # no run's image stays (cached stages, by content, name no run: build cache for the next build)
+    before = two_at_once["before"]
+    assert {i: r for i, r in _runs_of(podman.engine).items() if i not in before and r is not None} == {}
+    assert not [name for name in podman.engine.image_names() if records.is_hold(name)]
+    assert podman.containers() == []
+    assert not list((two_at_once["state"] / "runs").glob("*.json"))
+    # The base is the composer's to list (Podman names it localhost/...), with both images on it.
+    listed = subprocess.run([sys.executable, "-m", "composer", "cache", "list", "--json"], capture_output=True,
+                            text=True, env=two_at_once["env"], timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    entries = json.loads(listed.stdout)["entries"]
+    bases = [e for e in entries if e["kind"] == "pruned base" and base in " ".join(e["tags"])]
+    assert len(bases) == 1 and len(bases[0]["used_by"]) == 2, entries
+    ours = {line.split("(run ", 1)[1].split(":")[0] for _out, err in outputs for line in err.splitlines()
+            if "build context: " in line and "(run " in line}
+    assert len(ours) == 2 and not [e for e in entries if e.get("run") in ours], entries  # (other tests' stay)
+
+
+def test_a_rendered_pruned_context_runs_its_proof_under_a_builder_that_skips_stages(podman, two_at_once, tmp_path):
     """Podman's builder (buildah) builds only the stages the image needs, as BuildKit does: the
     image copies the proof's verdict, so a failing proof fails the build of the final target. The
-    control, the same context with that copy taken out, builds: this builder does skip the proof."""
+    control, the same context with that copy taken out, builds: this builder does skip the proof.
+    The context stands on the pruned base the two runs above made (the render's is the same)."""
+    base = two_at_once["base"]
+    assert base and podman.engine.image(base) is not None, base
     out = tmp_path / "context"
     run = composer("render", "-o", str(out), "--registry", REGISTRY, "--version", "24.09", "-b", "python",
                    "--base", "pruned")
     assert run.returncode == 0, run.stderr
     (out / "prove.sh").write_text('#!/bin/sh\necho "proof failed: /nowhere/libx.so.1 is missing (test)" >&2\nexit 1\n')
-    base = f"localhost/triton-composer-test/pruned-base:{uuid.uuid4().hex[:10]}"
     made: list[str] = []
     try:
-        made.append(podman.engine.build(out / "pruned-base", tag=base, network_mode="none"))
         with pytest.raises(BuildFailed) as failed:
             podman.engine.build(out, buildargs={"PRUNED_BASE": base}, network_mode="none")
         assert "proof failed: /nowhere/libx.so.1 is missing" in failed.value.log_tail
@@ -167,59 +241,5 @@ def test_a_rendered_pruned_context_runs_its_proof_under_a_builder_that_skips_sta
         for image in reversed(made):
             try:
                 podman.engine.remove_image(image, force=True)
-            except ComposerError:
-                pass
-
-
-def test_two_builds_at_once_on_podman_make_one_pruned_base_and_leave_nothing(podman, tmp_path):
-    """Shared engines under Podman: two runs of one pruned selection at once on one service. The
-    base is made once (the other run waits for it or finds it), both tags are set, and neither
-    run's stages nor containers stay (each run removes its own, as on Docker)."""
-    import sys
-
-    from tests.integration.test_shared_engines import _runs_of
-
-    state = tmp_path / "state"
-    env = {**os.environ, "DOCKER_HOST": podman.host, "COMPOSER_STATE_DIR": str(state)}
-    tags = [f"triton-composer-test/podman-shared:{uuid.uuid4().hex[:8]}" for _ in range(2)]
-    before = set(_runs_of(podman.engine))
-    base = None
-    runs = [subprocess.Popen([sys.executable, "-m", "composer", "build", "--registry", REGISTRY, "--version", "24.09",
-                              "-b", "python", "--base", "pruned", "--no-smoke-test", "--tag", tag],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for tag in tags]
-    try:
-        outputs = [run.communicate(timeout=1800) for run in runs]
-        for run, (_out, err) in zip(runs, outputs):
-            assert run.returncode == 0, err[-3000:]
-        made = [err for _out, err in outputs if "pruned base: making " in err]
-        assert len(made) == 1, [err[-1500:] for _out, err in outputs]
-        base = next(line.split()[3] for line in made[0].splitlines() if line.strip().startswith("pruned base: making"))
-        other = next(err for _out, err in outputs if err is not made[0])
-        assert "pruned base: reusing " in other or "pruned base: waiting for another run" in other, other[-1500:]
-        images = [podman.engine.image(tag) for tag in tags]
-        assert all(images) and images[0].layers[:len(podman.engine.image(base).layers)] == \
-            images[1].layers[:len(podman.engine.image(base).layers)]
-        # no run's image stays (cached stages, by content, name no run: build cache for the next build)
-        assert {i: r for i, r in _runs_of(podman.engine).items() if i not in before and r is not None} == {}
-        assert not [name for name in podman.engine.image_names() if records.is_hold(name)]
-        assert podman.containers() == []
-        assert not list((state / "runs").glob("*.json"))
-        # The base is the composer's to list (Podman names it localhost/...), with both images on it.
-        listed = subprocess.run([sys.executable, "-m", "composer", "cache", "list", "--json"], capture_output=True,
-                                text=True, env=env, timeout=300)
-        assert listed.returncode == 0, listed.stderr
-        entries = json.loads(listed.stdout)["entries"]
-        bases = [e for e in entries if e["kind"] == "pruned base" and base in " ".join(e["tags"])]
-        assert len(bases) == 1 and len(bases[0]["used_by"]) == 2, entries
-        ours = {line.split("(run ", 1)[1].split(":")[0] for _out, err in outputs for line in err.splitlines()
-                if "build context: " in line and "(run " in line}
-        assert len(ours) == 2 and not [e for e in entries if e.get("run") in ours], entries  # (other tests' stay)
-    finally:
-        for run in runs:
-            if run.poll() is None:
-                run.kill()
-        for ref in [*tags, *([base] if base else [])]:
-            try:
-                podman.engine.remove_image(ref, force=True)
             except ComposerError:
                 pass

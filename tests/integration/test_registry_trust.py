@@ -110,7 +110,9 @@ def test_tls_registry_with_its_own_ca_mirror_lock_build_push_pull(engine, standi
 def test_lock_against_an_authenticated_registry_whose_tag_moved(engine, standin_images, registry, tmp_path):
     prefix = f"{registry.host}/base"
     full_ref, min_ref = f"{prefix}/tritonserver:{RELEASE}-py3", f"{prefix}/tritonserver:{RELEASE}-py3-min"
-    full_digest = push_image(engine, FULL_STANDIN, full_ref, auth=registry.auth)
+    # The lock reads digests and the builds stop before any work: a small image stands in for the
+    # full one (its 1.6 GB pushed would test nothing more), another moves its tag.
+    full_digest = push_image(engine, MIN_STANDIN, full_ref, auth=registry.auth)
     min_digest = push_image(engine, MIN_STANDIN, min_ref, auth=registry.auth)
     no_login = tmp_path / "no-login"
     no_login.mkdir()
@@ -133,7 +135,8 @@ def test_lock_against_an_authenticated_registry_whose_tag_moved(engine, standin_
     assert {i["role"]: i["digest"] for i in lock["images"]} == {"full": full_digest, "min": min_digest}
     assert registry.password not in lock_file.read_text() + locked.stdout + locked.stderr
 
-    push_image(engine, MIN_STANDIN, full_ref, auth=registry.auth)  # the tag moves in the registry
+    moved = push_image(engine, f"{STANDIN}/debian-minbase:bookworm", full_ref, auth=registry.auth)
+    assert moved != full_digest  # the tag moves in the registry
     # The engine's local copy of full_ref still carries the locked digest: only the registry knows.
 
     without = composer("build", "--set", str(set_file), "--locked", "--no-smoke-test", docker_config=no_login)
