@@ -246,7 +246,8 @@ OPTIONS: tuple[Option, ...] = (
            Text(check_compression, "gzip, zstd, estargz or none"),
            "How the layers the composer pushes are compressed: gzip (default: every runtime pulls it), zstd "
            "(faster to pull: containerd, Podman, Docker 23+), estargz (gzip a stargz snapshotter mounts lazily, "
-           "every other runtime pulls as gzip; build only) or none; mirror: recompress every layer so on the way "
+           "every other runtime pulls as gzip; a build's push puts first what its smoke test saw the server "
+           "read, a mirror's has no such list) or none; mirror: recompress every layer so on the way "
            "(new digests, without it the source's blobs are copied as they are).", commands=(BUILD, MIRROR)),
     Option("result.sign_key", "--sign-key", "sign_key", Text(check_secret_source, "file:PATH or env:NAME"),
            "Sign the pushed image and its provenance (cosign's format) with this PEM ECDSA P-256 private key: "

@@ -374,10 +374,6 @@ def compression_is_the_composers(spec: CompositionSpec, run: Invocation) -> Prob
     """The layers' compression is chosen where the composer pushes them itself."""
     r = spec.result
     if run.is_(MIRROR):
-        if r.compression == "estargz":
-            return Problem("compression", "compression: estargz is for a build's push: give gzip, zstd or none",
-                           "--compression estargz is for composer build --push (its layers are the composer's "
-                           "own): give mirror gzip, zstd or none")
         if r.compression and spec.mirror.to_engine:
             return Problem("compression", "to_engine pushes as the engine compresses: leave out compression",
                            f"--to-engine --compression {r.compression}: the engine pushes as it compresses (gzip); "

@@ -8,6 +8,12 @@ no zstd), an index to name the new manifests, and an SBOM beside an image to nam
 its subject. Configurations and layers already compressed so are copied as they are. The result is
 a plan of the new manifests for composer.registry.copy, whose tag goes last as always. What a layer
 became is kept on this machine (source blob -> new blob), so a re-run compresses nothing again.
+
+eStargz (`--compression estargz`) changes more than the compression: the tar inside holds the TOC
+and a landmark, so each layer's diff id is a new one and the image's configuration is rewritten to
+name them (a new configuration blob). A mirror has no smoke test to learn what the server reads:
+its layers carry no prefetch list (`.no.prefetch.landmark`); a lazily pulling node fetches on
+demand. A layer already eStargz is copied as it is.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from composer.core.errors import RegistryError
 from composer.core.progress import LineSink, quiet
 from composer.core.units import human_size
 from composer.registry.client import RegistryApi
+from composer.registry import estargz
 from composer.registry.compression import COMPRESSION_OF, MEDIA_TYPES, compressing, compressor_id, decompressing
 from composer.registry.copy import CopyPlan, Manifest, Referrer, parse_manifest
 
@@ -44,18 +51,19 @@ class Recompressed:
     def _path(self, digest: str, compression: str) -> Path:
         return self.root / compression / digest.replace(":", "-")
 
-    def find(self, digest: str, compression: str) -> tuple[str, int] | None:
+    def find(self, digest: str, compression: str) -> tuple[str, int, dict] | None:
+        """(new digest, size, what else the layer said: an eStargz layer's diff id and annotations)."""
         try:
-            new, size = self._path(digest, compression).read_text().split()
-            return new, int(size)
+            new, size, *rest = self._path(digest, compression).read_text().split(maxsplit=2)
+            return new, int(size), json.loads(rest[0]) if rest else {}
         except (OSError, ValueError):
             return None
 
-    def add(self, digest: str, compression: str, new: str, size: int) -> None:
+    def add(self, digest: str, compression: str, new: str, size: int, said: dict | None = None) -> None:
         path = self._path(digest, compression)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".incoming")
-        temporary.write_text(f"{new} {size}\n")
+        temporary.write_text(f"{new} {size}" + (f" {json.dumps(said, sort_keys=True)}" if said else "") + "\n")
         os.replace(temporary, path)
 
 
@@ -77,12 +85,26 @@ def recompress(plan: CopyPlan, compression: str, source_api: RegistryApi, target
     def layer_once(descriptor: dict, diff_id: str | None) -> dict:
         nonlocal uploaded
         old = COMPRESSION_OF.get(descriptor.get("mediaType", ""))
-        if old == compression:
+        if old == compression or (compression == "estargz" and _is_estargz(descriptor)):
             return descriptor
         digest = descriptor["digest"]
         known = memory.find(digest, compression)
+        said: dict = {}
         if known is not None and target_api.blob_size(dst, known[0]) is not None:
-            new, size = known
+            new, size, said = known
+        elif compression == "estargz":
+            if old is None:
+                raise RegistryError(f"{plan.source}: layer {digest} is {descriptor.get('mediaType')}, which the "
+                                    "composer cannot decompress")
+            made = _to_estargz(source_api, target_api, src, dst, digest, old, diff_id, f"blob {digest} of {plan.source}",
+                               stop)
+            new, size = made.digest, made.size
+            said = {"diff_id": made.diff_id, "annotations": made.annotations}
+            memory.add(digest, compression, new, size, said)
+            with lock:
+                uploaded += size
+            on_line(f"layer {digest[:19]} ({human_size(int(descriptor.get('size', 0)))} {old}) -> {new[:19]} "
+                    f"({human_size(size)} estargz, no prefetch list: a mirror runs no server)")
         else:
             if old is None:
                 raise RegistryError(f"{plan.source}: layer {digest} is {descriptor.get('mediaType')}, which the "
@@ -109,6 +131,10 @@ def recompress(plan: CopyPlan, compression: str, source_api: RegistryApi, target
                     f"({human_size(size)} {compression})")
         changed = {k: v for k, v in descriptor.items() if k not in ("urls",)}
         changed.update(mediaType=MEDIA_TYPES[compression], digest=new, size=size)
+        if said.get("annotations"):
+            changed["annotations"] = {**(changed.get("annotations") or {}), **said["annotations"]}
+        if said.get("diff_id"):
+            changed[_DIFF_ID] = said["diff_id"]  # for image(): the configuration's new entry (then taken out)
         return changed
 
     def image(manifest: Manifest) -> Manifest:
@@ -124,6 +150,15 @@ def recompress(plan: CopyPlan, compression: str, source_api: RegistryApi, target
                 stop.set()
                 raise failed[0]
             new_layers = [f.result() for f in futures]
+        if any(_DIFF_ID in d for d in new_layers):  # eStargz: the tars inside changed
+            for index, described in enumerate(new_layers):
+                if _DIFF_ID in described and index < len(diff_ids):
+                    diff_ids[index] = described.pop(_DIFF_ID)
+            config["rootfs"] = {**config.get("rootfs", {}), "diff_ids": diff_ids}
+            raw_config = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+            if target_api.blob_size(dst, "sha256:" + _sha256(raw_config)) is None:
+                target_api.upload_blob(dst, raw_config)
+            body["config"] = {**body["config"], "digest": "sha256:" + _sha256(raw_config), "size": len(raw_config)}
         config_type = body["config"].get("mediaType")
         body.update(mediaType=OCI_MANIFEST, layers=new_layers, schemaVersion=2)
         body["config"] = {**body["config"], "mediaType": OCI_CONFIG if config_type in (None, DOCKER_CONFIG)
@@ -170,6 +205,45 @@ def recompress(plan: CopyPlan, compression: str, source_api: RegistryApi, target
             if referrer.tag else None
         referrers.append(Referrer(manifest, subject.digest, tag))
     return dataclasses.replace(plan, top=top, referrers=tuple(referrers)), uploaded
+
+
+_DIFF_ID = "composer.diff_id"  # a key of a new layer descriptor, never written out
+
+
+def _is_estargz(descriptor: dict) -> bool:
+    return estargz.TOC_DIGEST_ANNOTATION in (descriptor.get("annotations") or {})
+
+
+def _to_estargz(source_api: RegistryApi, target_api: RegistryApi, src: str, dst: str, digest: str, old: str,
+                diff_id: str | None, what: str, stop: threading.Event) -> estargz.Converted:
+    """One source layer as eStargz in the target: read, checked against its diff id, converted in
+    a folder of the run's (the converter seeks in the tar: the layer and its blob land on disk)."""
+    with locks.temporary_folder("estargz") as folder:
+        tar, blob = folder / "layer.tar", folder / "layer.esgz"
+        response = source_api.open_blob(src, digest)
+        hasher = hashlib.sha256()
+        try:
+            with open(tar, "wb") as out:
+                for piece in decompressing(_until(stop, source_api.chunks(response, what), what), old):
+                    hasher.update(piece)
+                    out.write(piece)
+        finally:
+            response.close()
+        if diff_id and "sha256:" + hasher.hexdigest() != diff_id:
+            raise RegistryError(f"{what}: its layer hashes to sha256:{hasher.hexdigest()}, not to the diff id "
+                                f"{diff_id} its configuration gives; nothing was tagged")
+        with open(blob, "wb") as out:
+            made = estargz.convert(tar, out)
+        tar.unlink()
+        if target_api.blob_size(dst, made.digest) is None:
+            def write(send) -> tuple[str, int]:
+                with open(blob, "rb") as source:
+                    while piece := source.read(1 << 20):
+                        send(piece)
+                return made.digest, made.size
+
+            target_api.upload_unknown(dst, write)
+        return made
 
 
 def _until(stop: threading.Event, chunks, what: str):

@@ -96,8 +96,9 @@ def mirror_release(
     Both images are planned first (read from the source only: a platform an index lacks is
     refused before anything moves); then each is copied, its tag put last. `registries` holds
     the destination's credentials, `source_registries` the source's (default: the same).
-    `compression` (gzip, zstd, none): each layer compressed otherwise is recompressed on the way
-    (composer.registry.recompress: new digests); None keeps the source's blobs as they are.
+    `compression` (gzip, zstd, none, estargz): each layer compressed otherwise is recompressed on the
+    way (composer.registry.recompress: new digests; eStargz also new diff ids, so a new
+    configuration); None keeps the source's blobs as they are.
     """
     started = time.monotonic()
     name = getattr(release, "name", release)

@@ -1,7 +1,8 @@
-"""`composer mirror --compression zstd` against real registries (Debian's docker-registry) and a real
-Podman pull: gzip layers of a Docker schema 2 image become zstd layers of an OCI image, each still
-the tar its configuration's diff id names; the SBOM beside the image follows it to the new digest;
-a second run compresses nothing again; Podman pulls the result and reads a file from its layers."""
+"""`composer mirror --compression zstd|estargz` against real registries (Debian's docker-registry):
+gzip layers of a Docker schema 2 image become zstd layers of an OCI image, each still the tar its
+configuration's diff id names; the SBOM beside the image follows it to the new digest; a second
+run compresses nothing again; Podman pulls the result and reads a file from its layers. eStargz
+layers of a real image pass the reference reader, Docker runs it and a stargz node mounts it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import zstandard
 from composer.publish.artifacts import fallback_tag, push_sbom
 from composer.registry.client import RegistryApi
 from tests.integration.conftest import TestRegistry
+from tests.integration.test_estargz import check  # noqa: F401
 from tests.integration.test_registry_mirror import RELEASE, _mirror, auth_files, other_registry  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -132,3 +134,58 @@ def test_mirror_recompresses_gzip_to_zstd_and_podman_pulls_it(registry, other_re
     finally:
         _podman(root, "system", "reset", "--force", check=False)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_mirror_writes_estargz_the_reference_reads_docker_runs_and_a_stargz_node_mounts_lazily(
+        engine, standin_images, registry, other_registry, auth_files, check, tmp_path):
+    """`composer mirror --compression estargz` (issue 46) of a real image (the min stand-in under both
+    names of a release): every layer passes the reference reader with no prefetch list (a mirror
+    runs no server), the configuration names the new tars, a second run moves nothing, Docker pulls
+    it as gzip and runs it, and a stargz node mounts every layer from the registry."""
+    from composer.publish.push import push_image
+    from composer.registry import estargz
+    from tests.integration.test_estargz import MIN_STANDIN, ROOT, STARGZ_NODE_TOOLS
+    from triton_standins.nodes import Containerd2Node
+
+    for suffix in ("-py3", "-py3-min"):
+        push_image(engine, MIN_STANDIN, f"{registry.host}/esrc/tritonserver:{RELEASE}{suffix}", auth=registry.auth)
+    done = _mirror(f"{registry.host}/esrc", f"{other_registry.host}/esgz", auth_files, "--compression", "estargz")
+    assert done.returncode == 0, done.stderr
+    assert "estargz, no prefetch list: a mirror runs no server" in done.stderr
+    target = RegistryApi(other_registry.host, other_registry.auth, insecure=True)
+    manifest = json.loads(other_registry.manifest("esgz/tritonserver", f"{RELEASE}-py3-min").content)
+    config = json.loads(target.blob("esgz/tritonserver", manifest["config"]["digest"], 64 << 20))
+    assert len(manifest["layers"]) == len(config["rootfs"]["diff_ids"]) >= 1
+    for n, (layer, diff_id) in enumerate(zip(manifest["layers"], config["rootfs"]["diff_ids"])):
+        blob = tmp_path / f"layer{n}"
+        blob.write_bytes(target.blob("esgz/tritonserver", layer["digest"], 1 << 30))
+        read = subprocess.run([check, str(blob), layer["annotations"][estargz.TOC_DIGEST_ANNOTATION]],
+                              capture_output=True, text=True, timeout=600)
+        assert read.returncode == 0, read.stderr
+        assert json.loads(read.stdout)["landmark"] == estargz.NO_PREFETCH_LANDMARK
+        assert _sha(gzip.decompress(blob.read_bytes())) == diff_id
+        blob.unlink()
+
+    again = _mirror(f"{registry.host}/esrc", f"{other_registry.host}/esgz", auth_files, "--compression", "estargz")
+    assert again.returncode == 0, again.stderr
+    assert " -> sha256:" not in again.stderr and json.loads(again.stdout)["totals"]["manifests_put"] == 0
+
+    ref = f"{other_registry.host}/esgz/tritonserver:{RELEASE}-py3-min"
+    by_digest = f"{other_registry.host}/esgz/tritonserver@{json.loads(done.stdout)['images'][1]['digest']}"
+    try:
+        engine.pull(by_digest, auth=other_registry.auth.as_config())
+        ran = engine.run_once(by_digest, ["cat", "/etc/debian_version"], entrypoint=[])
+        assert ran.exit_code == 0 and ran.output == engine.run_once(MIN_STANDIN, ["cat", "/etc/debian_version"],
+                                                                    entrypoint=[]).output
+    finally:
+        subprocess.run(["docker", "image", "rm", by_digest], capture_output=True)
+
+    tools = subprocess.run([str(ROOT / "scripts" / "go-tools"), *STARGZ_NODE_TOOLS], capture_output=True, text=True,
+                           timeout=3600)
+    assert tools.returncode == 0, tools.stderr[-2000:]
+    node = Containerd2Node(tmp_path / "node", lazy=True, background_fetch=False).start()
+    try:
+        node.rpull(ref, user=f"{other_registry.username}:{other_registry.password}")
+        assert node.remote_snapshots() == (len(manifest["layers"]), 0), node.stargz_log.read_text()[-2000:]
+    finally:
+        node.stop()

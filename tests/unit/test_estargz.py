@@ -153,3 +153,82 @@ def test_a_prefetch_list_is_part_of_what_a_blob_and_a_push_are_kept_by(tmp_path)
     assert cache.find(diff, "estargz", ["/opt/b"]) == first
     assert cache.find(diff, "estargz") is None and cache.find(diff, "estargz", ["/opt/a"]) is None
     assert dict(first.annotations)[estargz.PREFETCH_FILES_ANNOTATION] == "1"
+
+
+def test_a_mirror_writes_each_gzip_layer_as_estargz_and_a_configuration_naming_the_new_tars(tmp_path, monkeypatch):
+    """`composer mirror --compression estargz`: the tar inside each layer changes (TOC, landmark), so
+    the configuration's diff ids are the new tars' (a new configuration blob); no prefetch list; a
+    second mirror writes the same blobs; a layer already eStargz is copied as it is."""
+    import gzip
+
+    from composer.core.refs import ImageRef
+    from composer.registry.copy import copy_image, plan_copy
+    from composer.registry.recompress import Recompressed, recompress
+    from tests.unit.test_mirror_copy import OCI_MANIFEST, FakeRegistry
+
+    monkeypatch.setenv("COMPOSER_STATE_DIR", str(tmp_path / "state"))
+
+    class Registry(FakeRegistry):
+        def upload_unknown(self, name, write):
+            pieces = []
+            digest, size = write(pieces.append)
+            data = b"".join(pieces)
+            assert "sha256:" + hashlib.sha256(data).hexdigest() == digest and len(data) == size
+            self.blobs[(name, digest)] = data
+            return digest, size
+
+        def upload_blob(self, name, data):
+            digest = "sha256:" + hashlib.sha256(data).hexdigest()
+            self.blobs[(name, digest)] = data
+            return digest
+
+        def open_blob(self, name, digest):
+            return _Response(self.blobs[(name, digest)])
+
+        def chunks(self, response, what):
+            yield from (response[i:i + 4096] for i in range(0, len(response), 4096))
+
+    class _Response(bytes):
+        def close(self):
+            pass
+
+    tar = _layer(tmp_path, {"opt/a.txt": b"a" * 100, "opt/b.bin": b"b" * 5000}).read_bytes()
+    already, converted_blob = _convert(_layer(tmp_path, {"opt/c.txt": b"c"}))
+    source = Registry("src.example")
+    blob = gzip.compress(tar, mtime=0)
+    diff_id = "sha256:" + hashlib.sha256(tar).hexdigest()
+    config = json.dumps({"os": "linux", "architecture": "amd64", "history": [{}, {}],
+                         "rootfs": {"type": "layers", "diff_ids": [diff_id, already.diff_id]}}).encode()
+    for data in (config, blob, converted_blob):
+        source.blobs[("nv/t", "sha256:" + hashlib.sha256(data).hexdigest())] = data
+    gz = "application/vnd.oci.image.layer.v1.tar+gzip"
+    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                       "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                  "digest": "sha256:" + hashlib.sha256(config).hexdigest(), "size": len(config)},
+                       "layers": [{"mediaType": gz, "digest": "sha256:" + hashlib.sha256(blob).hexdigest(), "size": len(blob)},
+                                  {"mediaType": gz, "digest": already.digest, "size": already.size,
+                                   "annotations": already.annotations}]}).encode()
+    source.manifests[("nv/t", "1")] = (OCI_MANIFEST, body)
+    source.manifests[("nv/t", "sha256:" + hashlib.sha256(body).hexdigest())] = (OCI_MANIFEST, body)
+
+    digests = []
+    for attempt in range(2):
+        target = Registry("dst.example")
+        plan = plan_copy(source, ImageRef.parse("src.example/nv/t:1"), ImageRef.parse("dst.example/m/t:1"))
+        plan, uploaded = recompress(plan, "estargz", source, target, memory=Recompressed(tmp_path / f"memory{attempt}"))
+        copy_image(plan, source, target)
+        manifest = json.loads(target.raw_manifest("m/t", "1")[2])
+        first, second = manifest["layers"]
+        assert second == json.loads(body)["layers"][1]  # already eStargz: as it was
+        assert first["mediaType"] == gz and estargz.TOC_DIGEST_ANNOTATION in first["annotations"]
+        assert estargz.PREFETCH_FILES_ANNOTATION not in first["annotations"]  # a mirror runs no server
+        new = target.blobs[("m/t", first["digest"])]
+        names = [m.name for m in tarfile.open(fileobj=io.BytesIO(gzip.decompress(new))).getmembers()]
+        assert names[0] == estargz.NO_PREFETCH_LANDMARK and names[-1] == estargz.TOC_NAME
+        written = json.loads(target.blobs[("m/t", manifest["config"]["digest"])])
+        assert written["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(gzip.decompress(new)).hexdigest(),
+                                                 already.diff_id]
+        assert written["history"] == [{}, {}] and "composer.diff_id" not in json.dumps(manifest)
+        assert uploaded == len(new)  # (each attempt a fresh target and memory: converted again)
+        digests.append(target.raw_manifest("m/t", "1")[0])
+    assert digests[0] == digests[1]  # the same source, the same copy
