@@ -105,7 +105,8 @@ def three(engine, standin_images, state):
         watch.done.set()
         watch.join()
         results = {name: image_json(out) if code == 0 else None for name, (code, out, _) in outputs.items()}
-        yield {"tags": tags, "outputs": outputs, "results": results, "before": before, "runs": watch.seen,
+        described = {name: _describe(r["image_id"]) for name, r in results.items() if r}
+        yield {"described": described, "tags": tags, "outputs": outputs, "results": results, "before": before, "runs": watch.seen,
                "bases_before": bases_before}
     finally:
         watch.done.set()
@@ -151,6 +152,16 @@ def test_every_run_removed_its_own_stages_and_left_its_record_behind_none(engine
     assert left == {}, left
 
 
+def _describe(image_id: str) -> list[str]:
+    """What an image id is made of, line by line: its history, its layers, its configuration."""
+    history = subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.CreatedAt}} {{.CreatedBy}} {{.Size}}",
+                              image_id], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    inspect = subprocess.run(["docker", "image", "inspect", "--format",
+                              "{{json .RootFS.Layers}}\n{{json .Config}}\n{{.Created}}", image_id],
+                             capture_output=True, text=True, timeout=60).stdout.splitlines()
+    return history + inspect
+
+
 def _holds(engine: Engine, runs: set[str]) -> list[str]:
     """The holds of `runs` on the engine (other tests' runs, at work beside these, hold their own)."""
     return [name for name in engine.image_names()
@@ -178,7 +189,10 @@ def test_three_builds_at_once_again_and_again_pass_share_their_stages_and_hold_n
         for name, process in runs.items():
             assert process.returncode == 0, (round_, name, outputs[name][1][-3000:])
             result = image_json(outputs[name][0])
-            assert result["image_id"] == ids[name], (round_, name)  # the same inputs, the same image
+            if result["image_id"] != ids[name]:  # the same inputs, the same image; else what differs
+                then, now = three["described"][name], _describe(result["image_id"])
+                assert result["image_id"] == ids[name], (round_, name, [(a, b) for a, b in zip(then, now) if a != b][:4],
+                                                         len(then), len(now), outputs[name][1][-2500:])
             assert result["smoke_test"]["recorded_at"], (round_, name)  # its PASS recorded by the first round
         assert watch.seen and _holds(engine, watch.seen) == [], round_
         assert not list((state / "runs").glob("*.json")), round_
