@@ -86,9 +86,9 @@ REWRITE_TRIES = 5
 def rewrite(api: RegistryApi, repository: str, tag: str, media_type: str, document: Callable[[], bytes],
             holds: Callable[[dict], bool], *, settle: float | None = None) -> tuple[str, bytes]:
     """Write `document()` (made from what the tag holds now) at `tag` until, read back after
-    `settle` seconds (SETTLE_SECONDS when None), the tag `holds` this writer's part; what it holds then (digest, bytes), which
-    another push's part may have joined. Refused in one line when other writers keep taking the
-    part out."""
+    `settle` seconds (SETTLE_SECONDS when None), the tag `holds` this writer's part; what it holds
+    then (digest, bytes), which another push's part may have joined. Refused in one line when other
+    writers keep taking the part out."""
     with locks.making_host("registry tag", f"{api.host}/{repository}:{tag}"):
         for _ in range(REWRITE_TRIES):
             api.put_manifest(repository, tag, document(), media_type)

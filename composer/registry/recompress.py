@@ -89,46 +89,39 @@ def recompress(plan: CopyPlan, compression: str, source_api: RegistryApi, target
             return descriptor
         digest = descriptor["digest"]
         known = memory.find(digest, compression)
-        said: dict = {}
         if known is not None and target_api.blob_size(dst, known[0]) is not None:
             new, size, said = known
-        elif compression == "estargz":
-            if old is None:
-                raise RegistryError(f"{plan.source}: layer {digest} is {descriptor.get('mediaType')}, which the "
-                                    "composer cannot decompress")
-            made = _to_estargz(source_api, target_api, src, dst, digest, old, diff_id, f"blob {digest} of {plan.source}",
-                               stop)
-            new, size = made.digest, made.size
-            said = {"diff_id": made.diff_id, "annotations": made.annotations}
-            memory.add(digest, compression, new, size, said)
-            with lock:
-                uploaded += size
-            on_line(f"layer {digest[:19]} ({human_size(int(descriptor.get('size', 0)))} {old}) -> {new[:19]} "
-                    f"({human_size(size)} estargz, no prefetch list: a mirror runs no server)")
         else:
             if old is None:
                 raise RegistryError(f"{plan.source}: layer {digest} is {descriptor.get('mediaType')}, which the "
                                     "composer cannot decompress")
             what = f"blob {digest} of {plan.source}"
-            response = source_api.open_blob(src, digest)
+            if compression == "estargz":
+                made = _to_estargz(source_api, target_api, src, dst, digest, old, diff_id, what, stop)
+                new, size = made.digest, made.size
+                said, how = {"diff_id": made.diff_id, "annotations": made.annotations}, \
+                    "estargz, no prefetch list: a mirror runs no server"
+            else:
+                response = source_api.open_blob(src, digest)
 
-            def write(send) -> tuple[str, int]:
-                try:
-                    tar = decompressing(_until(stop, source_api.chunks(response, what), what), old)
-                    new_digest, new_size, read = compressing(tar, compression, send)
-                finally:
-                    response.close()
-                if diff_id and read != diff_id:
-                    raise RegistryError(f"{what}: its layer hashes to {read}, not to the diff id {diff_id} its "
-                                        "configuration gives; nothing was tagged")
-                return new_digest, new_size
+                def write(send) -> tuple[str, int]:
+                    try:
+                        tar = decompressing(_until(stop, source_api.chunks(response, what), what), old)
+                        new_digest, new_size, read = compressing(tar, compression, send)
+                    finally:
+                        response.close()
+                    if diff_id and read != diff_id:
+                        raise RegistryError(f"{what}: its layer hashes to {read}, not to the diff id {diff_id} its "
+                                            "configuration gives; nothing was tagged")
+                    return new_digest, new_size
 
-            new, size = target_api.upload_unknown(dst, write)
-            memory.add(digest, compression, new, size)
+                new, size = target_api.upload_unknown(dst, write)
+                said, how = {}, compression
+            memory.add(digest, compression, new, size, said)
             with lock:
                 uploaded += size
             on_line(f"layer {digest[:19]} ({human_size(int(descriptor.get('size', 0)))} {old}) -> {new[:19]} "
-                    f"({human_size(size)} {compression})")
+                    f"({human_size(size)} {how})")
         changed = {k: v for k, v in descriptor.items() if k not in ("urls",)}
         changed.update(mediaType=MEDIA_TYPES[compression], digest=new, size=size)
         if said.get("annotations"):
