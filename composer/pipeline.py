@@ -238,12 +238,13 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
         context: BuildContext = write_context(plan, workdir, key)
         on_line(f"build context: {context.directory} (run {run}: the stages it reads carry {STAGE_LABEL}=<stage> {key})")
         if check_space:
-            to_make = context.pruned_base is not None and not pruned_base_made(engine, plan, context.pruned_base)
+            to_make = context.pruned_base is not None and (not cache or not pruned_base_made(engine, plan,
+                                                                                             context.pruned_base))
             on_line(space.check(engine, space.estimate(engine, plan, contents, context.directory, to_make)))
         # A pruned base is a build of its own, made first (or found); its failure says so itself.
         if context.pruned_base:
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held,
-                               on_engine_line=on_engine_line, builder=builder)
+                               on_engine_line=on_engine_line, builder=builder, reuse=cache)
         built = _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache)
         on_line(f"built {built[:19]}; writing the image's own layers")
         assembled = _assemble(engine, plan, built, base, context, layers, key, run, containers, on_line,

@@ -94,7 +94,7 @@ def pruned_base(
     engine: Engine, plan: CompositionPlan, context: Path, *,
     labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, run: str = "render",
     hold: contextlib.ExitStack | None = None, on_engine_line: LineSink | None = None,
-    builder: Builder | None = None,
+    builder: Builder | None = None, reuse: bool = True,
 ) -> PrunedBase:
     """The pruned base of `plan`: the image made before from the same inputs (its tag names their
     key, its label holds it whole), or one made now from `context` and tagged, so that later builds
@@ -105,7 +105,9 @@ def pruned_base(
     finds it. `hold` (the build's) keeps the base's use lock until the build ends, so `composer
     cache clear` leaves it alone. Its stages carry `run` (their label "<stage> <run>"), so the run
     removes its own stages and no other run's (remove_run_stages). The engine's own lines go to
-    `on_engine_line` (the CLI shows them with --verbose), the base's progress to `on_line`."""
+    `on_engine_line` (the CLI shows them with --verbose), the base's progress to `on_line`. With
+    `reuse` False (--no-cache) the base is made again from scratch, no step from the build cache,
+    and its tag moves to it (the one made before is then an old base `composer cache clear` takes)."""
     key = base_key(plan, context)
     tag = base_tag(plan, key)
     engine_id = engine.identity()
@@ -114,16 +116,17 @@ def pruned_base(
     waiting = lambda: on_line(f"pruned base: waiting for another run making {tag}")  # noqa: E731
     with locks.making(engine_id, tag, on_wait=waiting):
         found = engine.image(tag)  # by its tag: images built on it inherit its label
-        if found is not None and found.labels.get(BASE_LABEL) == key:
+        if reuse and found is not None and found.labels.get(BASE_LABEL) == key:
             locks.mark_used(engine_id, tag)
             on_line(f"pruned base: reusing {tag}, made before from the same min image for the same selection")
             return PrunedBase(found.id, tag, key, made=False, seconds=0.0)
-        on_line(f"pruned base: making {tag} (once for this min image and selection; later builds reuse it)")
+        on_line(f"pruned base: making {tag} " + ("(once for this min image and selection; later builds reuse it)"
+                                                 if reuse else "(--no-cache: from scratch, not the one made before)"))
         started = time.monotonic()
         try:
             image = (builder or engine).build(context, tag=tag, labels={**(labels or {}), BASE_LABEL: key},
                                  network_mode="none", buildargs={"COMPOSER_RUN": run},
-                                 on_line=on_engine_line or on_line)
+                                 on_line=on_engine_line or on_line, **({} if reuse else {"nocache": True}))
         except BuildFailed as failure:
             raise BuildFailed(f"making the pruned base failed: {failure.message}", log_tail=failure.log_tail) from failure
     seconds = time.monotonic() - started

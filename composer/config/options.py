@@ -209,7 +209,8 @@ OPTIONS: tuple[Option, ...] = (
            "served again (the smoke table says when they passed); always: serve them anyway.",
            commands=(BUILD, BUNDLE), portable=False),
     Option("result.cache", "--no-cache", "build_cache", Flag(inverted=True),
-           "Build from scratch: no step of the engine's build cache, no image or smoke test recorded before.",
+           "Build from scratch: no step of the engine's build cache, no image or smoke test recorded before, "
+           "a pruned base made again.",
            commands=(BUILD, BUNDLE), portable=False),
     Option("result.builders", "--builder", "builder",
            Strings(check_builder, "engine, buildkit, buildkit://unix:///PATH or buildkit://tcp://HOST:PORT",

@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from composer.assembly.pruning import sweep_stages
+from composer.core.errors import ComposerError
 from composer.pipeline import build_image
 from composer.resolve.resolve import resolve
 from composer.catalog.catalog import Catalog
@@ -70,6 +71,31 @@ def test_two_selections_share_the_core_layer_on_the_small_standins(small):
     assert [layer.name for layer in python.sizes.base_layers] == [slot.name for slot in slots]
     assert [item["layer"] for item in python.pruning.layers] == [slot.name for slot in slots]
     assert "layers of the base" in python.pruning.explain()
+
+
+def test_a_pruned_base_made_again_from_scratch_gives_the_same_image(engine, small):
+    """--no-cache makes the pruned base again (no step from the build cache; the tag moves to it):
+    a base of another id (the engine stamps the time it made it), the same layers, and the same
+    composed image id (the image names its base by the key of what it was made from)."""
+    python, tag, plan = small[("python",)]
+    again = f"triton-composer-test/tritonserver:layers-again-{uuid.uuid4().hex[:10]}"
+    old_base = python.pruned_base.image
+    result = None
+    try:
+        result = build_image(engine, resolve(engine, spec(backends=("python",), version="24.09",
+                                                          registry="localhost/standin", tag=again, base="pruned",
+                                                          smoke_test=False), Catalog.load()).plan,
+                             labels=TEST_LABEL, cache=False)
+        assert result.pruned_base.made and result.pruned_base.tag == python.pruned_base.tag
+        assert result.pruned_base.image != old_base and diff_ids(result.pruned_base.image) == diff_ids(old_base)
+        assert result.image_id == python.image_id
+    finally:
+        engine.remove_image(again, force=True)
+        if result is not None and result.pruned_base.image != old_base:
+            try:  # the old base (its tag moved; the fixture takes the new one)
+                engine.remove_image(old_base, force=True)
+            except ComposerError:  # stages of the module's builds stand on it: it goes with their sweep
+                pass
 
 
 NGC_SCALE_ROOM = 12e9  # two NGC-scale pruned compositions and their bases, on the engine's disk

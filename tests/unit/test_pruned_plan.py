@@ -178,3 +178,8 @@ def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(
     assert lines == [f"pruned base: reusing {reused.tag}, made before from the same min image for the same selection"]
     engine = FakeEngine(builds=[], infos={made.tag: replace(base, labels={BASE_LABEL: "another key"})})
     assert pruned_base(engine, plan, folder).made  # that tag on something else: a base is made
+    # --no-cache: made again from scratch, though the same base is there
+    engine, lines = FakeEngine(builds=[], infos={made.tag: base}), []
+    again = pruned_base(engine, plan, folder, on_line=lines.append, reuse=False)
+    assert again.made and [b["nocache"] for b in engine.builds] == [True] and engine.builds[0]["tag"] == made.tag
+    assert lines[0] == f"pruned base: making {made.tag} (--no-cache: from scratch, not the one made before)"
