@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -24,6 +25,7 @@ import requests
 from composer.engine.connect import connect
 from composer.engine.interface import ContainerEngine
 from composer.core.errors import ComposerError
+from composer.resolve.plan_types import RUN_LABEL
 from tests.conftest import TEST_LABEL, TEST_LABEL_KEY, TEST_RUN
 from tests.integration.test_build import REGISTRY, composer
 from tests.cli import image_json
@@ -47,6 +49,16 @@ class InnerEngine:
                               env={**os.environ, "DOCKER_HOST": self.host}, timeout=60)
         assert done.returncode == 0, done.stderr
         return done.stdout.split()
+
+
+def _events(host: str | None, since: int, label: str) -> list[dict]:
+    """The container events an engine (this machine's when `host` is None) recorded since `since` for containers labelled `label`."""
+    env = {**os.environ, **({"DOCKER_HOST": host} if host else {})}
+    done = subprocess.run(["docker", "events", "--since", str(since), "--until", str(int(time.time()) + 1),
+                           "--filter", "type=container", "--filter", f"label={label}", "--format", "{{json .}}"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
 
 
 def _bindable(port: int) -> bool:
@@ -121,7 +133,7 @@ def test_ports_are_reached_where_the_remote_engine_publishes_them(inner):
 
 def test_build_smoke_test_and_tag_through_the_engine_in_a_container(engine, inner):
     tag = f"triton-composer-test/remote:{uuid.uuid4().hex[:10]}"
-    outer_containers = set(engine.containers_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}"))
+    since = int(time.time()) - 1
     try:
         run = composer("build", "--registry", REGISTRY, "--version", "24.09", "-b", "python", "--tag", tag, "--json",
                        env={"DOCKER_HOST": inner.host})
@@ -132,8 +144,14 @@ def test_build_smoke_test_and_tag_through_the_engine_in_a_container(engine, inne
         assert inner.engine.image(tag) is not None  # tagged on the inner engine...
         assert engine.image(tag) is None  # ...and nothing of it on this machine's
         assert inner.containers() == []  # no probe, collect or smoke container left behind
-        # No new container on this machine's engine (other tests' own come and go meanwhile).
-        assert set(engine.containers_labelled(f"{TEST_LABEL_KEY}={TEST_RUN}")) <= outer_containers
+        # Nothing of this run ever on this machine's engine: no container it made, even one made and
+        # removed meanwhile (other tests' come and go; the run's own carry its id).
+        found = re.search(r"\(run (\S+):", run.stderr)
+        assert found, run.stderr
+        label = f"{RUN_LABEL}={found.group(1)}"
+        assert _events(None, since, label) == []
+        assert engine.containers_labelled(label) == [] and engine.images_labelled(label, untagged=True) == []
+        assert _events(inner.host, since, label), "the run's own containers are seen on the inner engine"
     finally:
         try:
             inner.engine.remove_image(tag, force=True)
