@@ -27,12 +27,12 @@ from composer.assembly.canonical import (
     Entry, LayerFile, archive_entries, host_entries, parent_folders, spool_archive, write_layer,
 )
 from composer.assembly import layer_reuse, records
-from composer.assembly.pruning import BASE_LABEL
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.engine.interface import Engine, ImageInfo
 from composer.engine.archives import copy_saved_layers
 from composer.resolve.plan_types import (
+    BASE_LABEL,
     FROM_CONTEXT,
     FROM_FULL,
     ROOT,

@@ -19,6 +19,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
+from copy import copy as shallow_copy
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterable, Iterator
@@ -56,7 +57,7 @@ def clamp(mtime: float, epoch: int) -> int:
     return min(int(mtime), epoch)
 
 
-def _header(name: str, source: tarfile.TarInfo, epoch: int, owner: tuple[int, int] | None) -> tarfile.TarInfo:
+def header(name: str, source: tarfile.TarInfo, epoch: int, owner: tuple[int, int] | None) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type = source.type
     info.mode = stat.S_IMODE(source.mode) | (source.mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX))
@@ -114,7 +115,7 @@ def archive_entries(archive: Path, copy: Copy, epoch: int, owner: tuple[int, int
             target = place(member.name, copy)
             if target is None:
                 continue
-            info = _header(target, member, epoch, owner)
+            info = header(target, member, epoch, owner)
             if member.islnk():
                 linked = place(member.linkname, copy)
                 if linked is None:
@@ -167,6 +168,7 @@ def write_layer(entries: Iterable[Entry], out: Path, description: str) -> LayerF
     chosen: dict[str, Entry] = {}
     for entry in entries:
         chosen[entry.info.name] = entry
+    _links_after_their_file(chosen)
     digest = hashlib.sha256()
     content = 0
     with open(out, "wb") as raw:
@@ -182,6 +184,31 @@ def write_layer(entries: Iterable[Entry], out: Path, description: str) -> LayerF
                     tar.addfile(entry.info)
     size = out.stat().st_size
     return LayerFile(out, "sha256:" + digest.hexdigest(), size, content, description)
+
+
+def _links_after_their_file(chosen: dict[str, Entry]) -> None:
+    """Hard links named so that each group's file comes first in path order: the first path of a
+    group holds the data, the others link to it, whichever of them the archive gave the data to (a
+    link written before its file cannot be unpacked, and the choice is then the paths', not the
+    engine's)."""
+    groups: dict[str, list[str]] = {}
+    for name, entry in chosen.items():
+        if entry.info.islnk() and entry.info.linkname in chosen and chosen[entry.info.linkname].info.isreg():
+            groups.setdefault(entry.info.linkname, [entry.info.linkname]).append(name)
+    for target, names in groups.items():
+        first = min(names)
+        if first == target:
+            continue
+        holder = chosen[target]
+        info = shallow_copy(holder.info)
+        info.name = first
+        chosen[first] = Entry(info, holder.spool, holder.offset, holder.data)
+        for name in names:
+            if name != first:
+                link = shallow_copy(chosen[first].info)
+                link.name, link.type, link.size, link.linkname = name, tarfile.LNKTYPE, 0, first
+                link.pax_headers = dict(holder.info.pax_headers)
+                chosen[name] = Entry(link)
 
 
 def _data(entry: Entry) -> BinaryIO:

@@ -3,8 +3,9 @@
 The decision (which packages and files of the min image stay) is made inside the build by
 in_image/prune.py, and the proof by in_image/prove.sh in a stage of its own, so a miss fails the
 build before anything is tagged. The base is a build of its own (the context's pruned-base/
-folder), made once per min image and selection and reused after: writing GBs of fresh layer is
-most of a pruned build's cost. This module makes or finds that base, turns the proof's failure
+folder) whose family stages the composer writes as layers (composer.assembly.base_layers), made
+once per min image and selection and reused after: writing GBs of fresh layer is most of a pruned
+build's cost. This module makes or finds that base, turns the proof's failure
 into one line and reads the report the decision left in the image ({ROOT}/pruned.json) for
 `--explain` and `--json`.
 """
@@ -21,19 +22,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+from composer.assembly.base_layers import write_base
 from composer.engine import locks
 from composer.engine.interface import Builder, Engine
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.units import human_size
 from composer.backends import tensorrt
-from composer.resolve.plan_types import ROOT, CompositionPlan, RUN_LABEL
+from composer.resolve.plan_types import BASE_LABEL, BASE_REPOSITORY, ROOT, CompositionPlan, RUN_LABEL
 from composer.core.progress import LineSink, quiet
 
 REPORT = f"{ROOT}/pruned.json"
 LAYERS_REPORT = "/usr/share/triton-composer/pruned-base/layers.json"  # each family layer's files and bytes
-# What a base is: a new format makes new bases (2: family layers; 1 was one layer of everything).
-BASE_FORMAT = "2 family layers"
+# What a base is: a new format makes new bases (3: the family layers written by the composer, the
+# same bytes from any builder; 2: written by the builder; 1 was one layer of everything).
+BASE_FORMAT = "3 family layers the composer writes"
 PROOF_FAILED = "proof failed: "
+MADE_TARGET = "layers-made"  # the base's stage that names every family stage (the last copies them: by hand)
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # the engine colours a step's stderr
 # Families of what pruning removes, by package name (the size report's rows), first match wins.
 FAMILIES = (
@@ -41,10 +45,6 @@ FAMILIES = (
     ("CUDA", re.compile(r"^(cuda-|libcu|libnccl|libnpp|libnvjpeg|libnvjitlink|libnvrtc|libnvtx|libnvptx|"
                         r"nsight|libcudnn|hpcx|nvidia-)")),
 )
-
-
-BASE_LABEL = "org.triton-composer.pruned-base"  # its value: the key of what the base was made from
-BASE_REPOSITORY = "triton-composer/pruned-base"
 
 
 def base_tag_in(tags) -> str | None:
@@ -124,11 +124,17 @@ def pruned_base(
                                                  if reuse else "(--no-cache: from scratch, not the one made before)"))
         started = time.monotonic()
         try:
-            image = (builder or engine).build(context, tag=tag, labels={**(labels or {}), BASE_LABEL: key},
-                                 network_mode="none", buildargs={"COMPOSER_RUN": run},
-                                 on_line=on_engine_line or on_line, **({} if reuse else {"nocache": True}))
+            (builder or engine).build(context, target=MADE_TARGET, labels=dict(labels or {}),
+                                      network_mode="none", buildargs={"COMPOSER_RUN": run},
+                                      on_line=on_engine_line or on_line, **({} if reuse else {"nocache": True}))
         except BuildFailed as failure:
             raise BuildFailed(f"making the pruned base failed: {failure.message}", log_tail=failure.log_tail) from failure
+        folder = locks.make_folder("base-layers")
+        try:
+            image = write_base(engine, [slot.name for slot in plan.pruning.slots], run, key, tag, folder,
+                               labels=labels, on_line=on_line)
+        finally:
+            locks.drop_folder(folder)
     seconds = time.monotonic() - started
     locks.mark_used(engine_id, tag)
     on_line(f"pruned base: made {tag} in {seconds:.0f} s")

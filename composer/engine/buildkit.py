@@ -174,8 +174,10 @@ class BuildKit:
     def build(self, context: Path, *, dockerfile: str = "Dockerfile", tag: str | None = None,
               labels: Mapping[str, str] | None = None, network_mode: str | None = None,
               buildargs: Mapping[str, str] | None = None, nocache: bool = False,
-              redact: Callable[[str], str] = lambda line: line, on_line: LineSink = quiet) -> str:
-        """Solve `context`; load each labelled stage and the last into the engine. The last's id."""
+              redact: Callable[[str], str] = lambda line: line, on_line: LineSink = quiet,
+              target: str | None = None) -> str:
+        """Solve `context`; load each labelled stage before `target` (or the last) and it into the
+        engine. The target's id."""
         buildargs = dict(buildargs or {})
         stages = stages_of((context / dockerfile).read_text(), buildargs)
         if not stages:
@@ -202,19 +204,22 @@ class BuildKit:
                 held.update(info.layers)
         if store is not None:
             options += ["--oci-layout", f"engine={store}"]
-        targets = [s.name for s in stages[:-1] if s.labelled and s.name] + [stages[-1].name]
+        if target is not None and target not in names:
+            raise BuildFailed(f"the builder found no stage {target} in {context / dockerfile}")
+        end = next(i for i, s in enumerate(stages) if s.name == target) if target is not None else len(stages) - 1
+        targets = [s.name for s in stages[:end] if s.labelled and s.name] + [stages[end].name]
         # The registry cache's tags: one per Dockerfile, arguments and labels (what its steps are) and stage.
         what = hashlib.sha256(json.dumps([(context / dockerfile).read_text(), sorted(buildargs.items()),
                                           sorted((labels or {}).items())]).encode()).hexdigest()[:16]
         image_id = ""
-        for index, target in enumerate(targets):
+        for index, stage in enumerate(targets):
             last = index == len(targets) - 1
             cached = []
             if self.cache:
-                ref = f"{self.cache}:{what}-{target or 'last'}"
+                ref = f"{self.cache}:{what}-{stage or 'last'}"
                 cached = ["--import-cache", f"type=registry,ref={ref}", "--export-cache",
                           f"type=registry,ref={ref},mode=max"]
-            image_id = self._solve([*options, *cached], target, tag if last else None, held, redact, on_line)
+            image_id = self._solve([*options, *cached], stage, tag if last else None, held, redact, on_line)
         return image_id
 
     def _solve(self, options: list[str], target: str, tag: str | None, held: set[str],

@@ -223,9 +223,11 @@ class DockerEngine(ContainerEngine):
         nocache: bool = False,
         redact: Callable[[str], str] = lambda line: line,
         on_line: LineSink = quiet,
+        target: str | None = None,
     ) -> str:
         with Heartbeat(on_line, f"building {tag or context.name}", self._bytes_stored) as beat:
-            return self._build(context, dockerfile, tag, labels, network_mode, buildargs, nocache, redact, beat.on_line)
+            return self._build(context, dockerfile, tag, labels, network_mode, buildargs, nocache, redact, beat.on_line,
+                               target)
 
     def identity(self) -> str:
         """The engine's own ID (docker info), so two sockets to one engine share its locks."""
@@ -270,13 +272,14 @@ class DockerEngine(ContainerEngine):
         except OSError:
             return None
 
-    def _build(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache, redact, on_line) -> str:
+    def _build(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache, redact, on_line,
+               target=None) -> str:
         tail: list[str] = []
         image_id = None
         progress = _Progress(on_line)
         stream = None
         try:
-            stream = self._build_events(context, dockerfile, tag, labels, network_mode, buildargs, nocache)
+            stream = self._build_events(context, dockerfile, tag, labels, network_mode, buildargs, nocache, target)
             for event in stream:
                 interrupts.check()  # a set on another builder's thread: the run is being stopped
                 if "stream" in event:
@@ -321,7 +324,8 @@ class DockerEngine(ContainerEngine):
             while time.monotonic() < deadline and self._api.containers(all=True, filters={"id": running}):
                 time.sleep(0.5)
 
-    def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
+    def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache,
+                      target=None) -> Iterator[dict]:
         """The build's progress events, from the Docker API's build endpoint. The SDK keeps the
         streaming answer to itself; it is caught on its way to the SDK's reader so that closing this
         generator (an interrupt, a failure) closes the connection, which is what makes the engine
@@ -338,7 +342,7 @@ class DockerEngine(ContainerEngine):
         try:
             events = api.build(path=str(context), dockerfile=dockerfile, tag=tag, labels=dict(labels or {}),
                                network_mode=network_mode, buildargs=dict(buildargs or {}), nocache=nocache,
-                               rm=True, forcerm=True, decode=True)
+                               rm=True, forcerm=True, decode=True, target=target)
         finally:
             del api._stream_helper
         try:

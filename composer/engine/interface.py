@@ -238,8 +238,10 @@ class ContainerEngine(ABC):
         nocache: bool = False,
         redact: Callable[[str], str] = lambda line: line,
         on_line: LineSink = quiet,
+        target: str | None = None,
     ) -> str:
-        """Build `context` and return the image id; on failure the output tail is kept.
+        """Build `context` (to its stage `target`, or its last) and return the image id; on failure
+        the output tail is kept.
 
         `redact` scrubs every line before it is shown or kept (build arguments may hold secrets).
         """
@@ -356,4 +358,4 @@ class Builder(Protocol):
     def build(self, context: Path, *, dockerfile: str = "Dockerfile", tag: str | None = None,
               labels: Mapping[str, str] | None = None, network_mode: str | None = None,
               buildargs: Mapping[str, str] | None = None, nocache: bool = False,
-              redact: Callable[[str], str] = ..., on_line: LineSink = quiet) -> str: ...
+              redact: Callable[[str], str] = ..., on_line: LineSink = quiet, target: str | None = None) -> str: ...

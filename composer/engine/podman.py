@@ -25,7 +25,8 @@ class PodmanEngine(DockerEngine):
         root = str(info.get("DockerRootDir") or "")
         return f"podman:{root}" if root else ""
 
-    def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache) -> Iterator[dict]:
+    def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache,
+                      target=None) -> Iterator[dict]:
         """A build through Podman's own endpoint: its Docker-compatible one ignores network_mode
         "none" (RUN steps would share the host's network), the libpod one takes networkmode=1.
         layers=1 keeps stage images as Docker's builder does: without it, Podman 4.3 deletes a
@@ -39,6 +40,8 @@ class PodmanEngine(DockerEngine):
             params["t"] = tag
         if nocache:
             params["nocache"] = "1"
+        if target:
+            params["target"] = target
         if network_mode == "none":
             params["networkmode"] = "1"  # buildah's NetworkDisabled
         archive = docker.utils.tar(str(context))

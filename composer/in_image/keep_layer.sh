@@ -9,10 +9,10 @@
 # without the leading /, from layers.py) and the folders that hold them (every folder with
 # --all-folders: the first layer, the distribution's core, holds the whole tree of folders), writes
 # the list into the image as /usr/share/triton-composer/pruned-base/NAME.list (so a layer is never
-# empty, which the classic builder cannot export, and says what it holds), with each FILE of
-# /composer-layers beside it, and gives every folder and those files one fixed time (0). The base
-# copies the stage's tree as one layer: files keep the min image's times, owners and modes, so the
-# layer's bytes depend only on its files. The files the engine mounts over in a step
+# empty, says what it holds, and the build's last stage names the stage by it), with each FILE of
+# /composer-layers beside it, and gives every folder and those files one fixed time (0). The
+# composer writes the stage's tree as one layer (composer/assembly/base_layers.py): files keep the
+# min image's times, owners and modes, so the layer's bytes depend only on its files. The files the engine mounts over in a step
 # (/etc/hostname, /etc/hosts, /etc/resolv.conf; with Podman /run/.containerenv too) cannot be
 # removed here: where the min image has them, every layer repeats them (a few bytes, the same in
 # every layer).

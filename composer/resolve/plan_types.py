@@ -184,6 +184,8 @@ class LayerPart:
 # shared by every build of the same inputs (build cache: `composer cache` lists and clears it)
 STAGE_LABEL = BUILDER_STAGE_LABEL  # composer.engine.interface's: a builder loads the stages it names
 RUN_LABEL = "org.triton-composer.run"  # on a run's containers (and a pruned base's stages): the run that made them
+BASE_LABEL = "org.triton-composer.pruned-base"  # on a pruned base: the key of what it was made from
+BASE_REPOSITORY = "triton-composer/pruned-base"  # where pruned bases are tagged, by release and key
 SYSTEM_TREE = "/composer-system/tree"  # what the system stage's steps wrote, as a tree
 PROOF_VERDICT = "/composer-proof/proved.txt"
 

@@ -139,6 +139,42 @@ def test_buildkit_builds_an_image_that_serves_with_the_id_and_digest_of_the_engi
             subprocess.run(["docker", "image", "rm", tag], capture_output=True)
 
 
+def test_a_pruned_base_made_on_buildkit_is_the_engines_base_and_gives_the_same_image(
+        engine, standin_images, buildkit, states):
+    """--base pruned: the builder runs the steps that decide and split the base, the composer writes
+    its layers. Made from scratch on BuildKit (served, its proof run there) and again on the engine's
+    builder: one base id, the same 14 diff ids, one composed image id."""
+    from composer.assembly.pruning import BASE_LABEL
+
+    tags = {way: f"triton-composer-test/buildkit:pruned-{way}-{uuid.uuid4().hex[:8]}" for way in ("buildkit", "engine")}
+    made = []
+    try:
+        built = composer("build", *SMALL, "-b", "python", "--base", "pruned", "--no-cache", "--builder",
+                         f"buildkit://{buildkit}", "--tag", tags["buildkit"], "--json", "--verbose",
+                         env=_env(states / "pruned-buildkit"))
+        assert built.returncode == 0, built.stderr[-3000:]
+        record = image_json(built.stdout)
+        made.append(record["pruned_base"]["image"])
+        assert record["smoke_test"]["passed"] and not record["pruned_base"]["reused"]
+        assert "exporting to docker image format" in built.stderr and "pruned base: writing layer 14 of 14" in built.stderr
+        on_buildkit = engine.image(record["pruned_base"]["image"])
+        again = composer("build", *SMALL, "-b", "python", "--base", "pruned", "--no-cache", "--no-smoke-test",
+                         "--tag", tags["engine"], "--json", env=_env(states / "pruned-engine"))
+        assert again.returncode == 0, again.stderr[-3000:]
+        engines = image_json(again.stdout)
+        made.append(engines["pruned_base"]["image"])
+        assert not engines["pruned_base"]["reused"] and "exporting to docker image format" not in again.stderr
+        assert engines["pruned_base"]["image"] == record["pruned_base"]["image"]
+        assert len(on_buildkit.layers) == 14 and engine.image(engines["pruned_base"]["image"]).layers == on_buildkit.layers
+        assert on_buildkit.labels[BASE_LABEL] == engines["pruned_base"]["key"]
+        assert engines["image_id"] == record["image_id"]
+    finally:
+        for tag in tags.values():
+            subprocess.run(["docker", "image", "rm", tag], capture_output=True)
+        if made:  # the base this test made (its tag first: an image built on it may hold it by id)
+            subprocess.run(["docker", "image", "rm", record["pruned_base"]["tag"], *set(made)], capture_output=True)
+
+
 def test_a_fresh_builder_rebuilds_from_the_registry_cache_another_exported(engine, standin_images, shared, states):
     """The first test's builder exported its cache to the registry (--builder-cache); a fresh builder,
     which never saw the selection, imports it: no step runs again (the collect stage's RUN prints

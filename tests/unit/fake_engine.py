@@ -52,6 +52,7 @@ class FakeEngine(ContainerEngine):
     exports: list[tuple[str, str]] = field(default_factory=list)
     loaded: dict[str, dict] = field(default_factory=dict)  # image id -> {"config": bytes, "layers": {diff id: tar}}
     configs: dict[str, dict] = field(default_factory=dict)  # image -> image_config()'s answer
+    roots: dict[str, list[str]] = field(default_factory=dict)  # label -> the images labelled_roots() gives
 
     @classmethod
     def with_images(cls, *names: str, **kwargs) -> "FakeEngine":
@@ -107,12 +108,17 @@ class FakeEngine(ContainerEngine):
         layers = {name.split("/")[0]: files[name] for name in manifest["Layers"] if name in files}
         self.loaded[image_id] = {"config": config, "layers": layers}
         self.images[image_id] = image_id
+        for tag in manifest.get("RepoTags") or ():
+            self.images[tag] = image_id
 
     def images_labelled(self, label: str, *, untagged: bool = False) -> list[str]:
         return []
 
     def first_labelled(self, label: str) -> str | None:
         return None
+
+    def labelled_roots(self, label: str) -> list[str]:
+        return list(self.roots.get(label, ()))
 
     def image_names(self) -> list[str]:
         return [n for n, i in self.images.items() if n != i]

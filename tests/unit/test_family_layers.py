@@ -143,6 +143,8 @@ def test_the_base_is_the_same_bytes_for_the_same_plan_and_names_every_layer(ngc_
     for name in ("Dockerfile", "layers.json", "layers.py", "keep_layer.sh"):
         assert (a / name).read_bytes() == (b / name).read_bytes()
     for slot in plan_a.pruning.slots:
-        assert f"\nFROM split AS layer-{slot.name}\n" in text and f"\nCOPY --from=layer-{slot.name} / /" in text
+        assert f"\nFROM split AS layer-{slot.name}\n" in text  # read by the composer by its last step's label:
+        assert f'\nLABEL org.triton-composer.cached-stage="layer-{slot.name} ${{COMPOSER_RUN}}"\n' in text
+        assert f"\nCOPY --from=layer-{slot.name} / /" in text  # the last stage's copy, for a build by hand
     assert '"--all-folders", "00-core"]' in text and text.count("--all-folders") == 1
     assert '"13-dpkg", "layers.json"]' in text  # the report of every layer rides in the last

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import re
@@ -102,7 +103,7 @@ def test_every_stage_no_image_keeps_labels_itself_first_and_the_image_needs_the_
     for dockerfile in (context.directory / "Dockerfile", context.pruned_base / "Dockerfile"):
         lines = dockerfile.read_text().splitlines()
         for index, line in enumerate(lines):
-            stage = re.match(r"FROM \S+ AS (pruned|layers|split|layer|proof)(-[0-9]{2}-[a-z0-9-]+)?$", line)
+            stage = re.match(r"FROM \S+ AS (pruned|layers|split|layer|proof|layers-made)(-[0-9]{2}-[a-z0-9-]+)?$", line)
             if stage and stage.group(1) == "proof":  # the composition's: its run is in RUN_LABEL, inherited
                 assert lines[index + 1] == f'LABEL org.triton-composer.stage="{stage.group(1)}"', dockerfile
             elif stage:  # the run that builds it (an ARG makes no image: the label is still the first step)
@@ -129,8 +130,12 @@ def test_the_pruned_base_is_its_own_context_sharing_the_collect_and_decide_steps
     collect = base[base.index("FROM nvcr.io"):base.index("FROM collect AS decide")].strip()
     decide = base[base.index("FROM collect AS decide"):base.index("# The min image less")].strip()
     assert collect.count("FROM ") == 3 and collect in main and decide in main  # the same steps: one cache
-    final = base[base.index("\nFROM scratch\n"):].strip().splitlines()
-    assert final[1:] == [f"COPY --from=layer-{slot.name} / /" for slot in plan.pruning.slots]  # a layer a family
+    made = base[base.index("\nFROM scratch AS layers-made\n"):base.index("# The base, built by hand")]
+    assert made.strip().splitlines()[3:] == [  # what the composer builds names every family's stage, copies no tree
+        f"COPY --from=layer-{slot.name} /usr/share/triton-composer/pruned-base/{slot.name}.list /"
+        for slot in plan.pruning.slots]
+    final = base[base.index("\nFROM scratch\n"):].strip().splitlines()  # by hand, the builder copies each
+    assert final[1:] == [f"COPY --from=layer-{slot.name} / /" for slot in plan.pruning.slots]
     assert "rm -f -- < /composer/prune/drop.txt" in base
     assert write_context(ngc_plan("onnxruntime", "python"), tmp_path / "plain").pruned_base is None
 
@@ -157,18 +162,56 @@ def test_an_older_bases_format_is_not_taken_for_this_one(ngc_plan, tmp_path, mon
     assert base_key(plan, folder) != key
 
 
+def _family_stages(plan, run="render") -> dict:
+    """A fake engine's stages of each family of `plan`'s base (its label -> image) and their trees
+    as an engine hands out a container's / (with the mount points it adds)."""
+    from composer.assembly.base_layers import stage_label
+
+    roots, archives = {}, {}
+    for index, slot in enumerate(plan.pruning.slots):
+        image = f"sha256:{index + 500:064x}"
+        roots[stage_label(slot.name, run)] = [image]
+        archives[(image, "/")] = tar_of({"/": None, "/.dockerenv": b"", "/etc/": None, "/etc/hosts": b"",
+                                          f"/usr/share/triton-composer/pruned-base/{slot.name}.list": slot.name.encode()})
+    return {"roots": roots, "archives": archives}
+
+
+def tar_of(entries: dict) -> bytes:
+    """A tar of `entries` (name -> bytes, or None for a folder), in the order given."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.mtime = 1_800_000_000
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
 def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(ngc_plan, tmp_path):
     from tests.unit.fake_engine import FakeEngine
 
     plan = ngc_plan("onnxruntime", "python", base="pruned")
     folder = write_context(plan, tmp_path / "context").pruned_base
     key = base_key(plan, folder)
-    engine = FakeEngine(builds=[])
+    engine = FakeEngine(builds=[], **_family_stages(plan))
     made = pruned_base(engine, plan, folder, labels={"test": "1"})
     assert made.made and made.tag == f"triton-composer/pruned-base:24.09-{key[:16]}"
-    assert engine.builds == [{"context": folder, "tag": made.tag, "labels": {"test": "1", BASE_LABEL: key},
-                              "network_mode": "none", "buildargs": {"COMPOSER_RUN": "render"},
-                              "on_line": engine.builds[0]["on_line"]}]
+    assert engine.builds == [{"context": folder, "target": "layers-made", "labels": {"test": "1"}, "network_mode": "none",
+                              "buildargs": {"COMPOSER_RUN": "render"}, "on_line": engine.builds[0]["on_line"]}]
+    # The composer wrote the base: a layer a family, read from the family's stage, the tag on it.
+    assert engine.images[made.tag] == made.image and made.image in engine.loaded
+    config = json.loads(engine.loaded[made.image]["config"])
+    assert config["config"]["Labels"] == {"test": "1", BASE_LABEL: key} and config["created"] == "1970-01-01T00:00:00Z"
+    assert len(config["rootfs"]["diff_ids"]) == len(plan.pruning.slots) == len(config["history"])
+    assert sorted(path for _, path in engine.exports) == ["/"] * len(plan.pruning.slots)
     base = ImageInfo(id="sha256:" + "7" * 64, ref=made.tag, tags=(made.tag,), repo_digests=(), env={},
                      labels={BASE_LABEL: key}, size=1)
     engine = FakeEngine(builds=[], infos={made.tag: base})
@@ -176,10 +219,11 @@ def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(
     reused = pruned_base(engine, plan, folder, on_line=lines.append)
     assert not reused.made and reused.image == base.id and engine.builds == []
     assert lines == [f"pruned base: reusing {reused.tag}, made before from the same min image for the same selection"]
-    engine = FakeEngine(builds=[], infos={made.tag: replace(base, labels={BASE_LABEL: "another key"})})
+    engine = FakeEngine(builds=[], infos={made.tag: replace(base, labels={BASE_LABEL: "another key"})},
+                        **_family_stages(plan))
     assert pruned_base(engine, plan, folder).made  # that tag on something else: a base is made
     # --no-cache: made again from scratch, though the same base is there
-    engine, lines = FakeEngine(builds=[], infos={made.tag: base}), []
+    engine, lines = FakeEngine(builds=[], infos={made.tag: base}, **_family_stages(plan)), []
     again = pruned_base(engine, plan, folder, on_line=lines.append, reuse=False)
-    assert again.made and [b["nocache"] for b in engine.builds] == [True] and engine.builds[0]["tag"] == made.tag
+    assert again.made and [b["nocache"] for b in engine.builds] == [True] and engine.images[made.tag] == again.image
     assert lines[0] == f"pruned base: making {made.tag} (--no-cache: from scratch, not the one made before)"

@@ -1,10 +1,11 @@
 # Rendered by triton-composer 0.1.0 from dockerfiles/pruned-base.Dockerfile.j2; edit the composition, not this file.
 # The pruned base of the composition in ../Dockerfile (Triton 24.09: onnxruntime, python):
-# only the packages and files of the min image the selection needs, written FROM scratch as one
-# layer per family of files (the distribution's core first, the dpkg database last), each holding
-# only its files at fixed times, so compositions keeping the same family share its layer; none over
-# 2 GB. composer build makes it once per min image and selection and passes its id to ../Dockerfile
-# as PRUNED_BASE.
+# only the packages and files of the min image the selection needs, one stage per family of files
+# (the distribution's core first, the dpkg database last), each holding only its files, so
+# compositions keeping the same family share its layer; none over 2 GB. composer build builds the
+# stage layers-made and writes each family's stage as one layer itself (the same files, the same
+# bytes, whichever builder ran these steps), once per min image and selection, and passes the
+# base's id to ../Dockerfile as PRUNED_BASE; built by hand, the last stage copies them instead.
 
 FROM nvcr.io/nvidia/tritonserver@sha256:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff AS full
 
@@ -26,7 +27,8 @@ RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg
 
 # The min image less what prune.py dropped: a layer of deletions only; its dpkg database lists
 # exactly the packages kept, with their files (written at a fixed time). The files left are listed
-# for the layers stage.
+# for the layers stage, less what the engine adds to a step where the image lacks it (Docker's
+# /etc/mtab link, the files it mounts over): the list is the same under every builder.
 FROM min AS pruned
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="pruned ${COMPOSER_RUN}"
@@ -38,7 +40,7 @@ RUN cd / && xargs --no-run-if-empty --delimiter='\n' rm -f -- < /composer/prune/
  && find /var/lib/dpkg -exec touch -h -d @0 {} + \
  && rm -rf /composer \
  && find / -xdev ! -type d ! -path /etc/hosts ! -path /etc/hostname ! -path /etc/resolv.conf ! -path /.dockerenv \
-      ! -path /composer-files.tsv -printf '%y\t%s\t%P\n' > /composer-files.tsv
+      ! \( -path /etc/mtab -lname /proc/mounts \) ! -path /composer-files.tsv -printf '%y\t%s\t%P\n' > /composer-files.tsv
 
 # Which layer each file goes to (layers.py, by the families of layers.json), each family split
 # under 2 GB where it is bigger.
@@ -59,72 +61,107 @@ FROM split AS layer-00-core
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "--all-folders", "00-core"]
+LABEL org.triton-composer.cached-stage="layer-00-core ${COMPOSER_RUN}"
 
 FROM split AS layer-01-python
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "01-python"]
+LABEL org.triton-composer.cached-stage="layer-01-python ${COMPOSER_RUN}"
 
 FROM split AS layer-02-cuda-runtime
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "02-cuda-runtime"]
+LABEL org.triton-composer.cached-stage="layer-02-cuda-runtime ${COMPOSER_RUN}"
 
 FROM split AS layer-03-cublas
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "03-cublas"]
+LABEL org.triton-composer.cached-stage="layer-03-cublas ${COMPOSER_RUN}"
 
 FROM split AS layer-04-cudnn
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "04-cudnn"]
+LABEL org.triton-composer.cached-stage="layer-04-cudnn ${COMPOSER_RUN}"
 
 FROM split AS layer-05-cuda-fft-rand
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "05-cuda-fft-rand"]
+LABEL org.triton-composer.cached-stage="layer-05-cuda-fft-rand ${COMPOSER_RUN}"
 
 FROM split AS layer-06-cuda-sparse-solver
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "06-cuda-sparse-solver"]
+LABEL org.triton-composer.cached-stage="layer-06-cuda-sparse-solver ${COMPOSER_RUN}"
 
 FROM split AS layer-07-nccl
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "07-nccl"]
+LABEL org.triton-composer.cached-stage="layer-07-nccl ${COMPOSER_RUN}"
 
 FROM split AS layer-08-hpcx
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "08-hpcx"]
+LABEL org.triton-composer.cached-stage="layer-08-hpcx ${COMPOSER_RUN}"
 
 FROM split AS layer-09-cuda-profiling
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "09-cuda-profiling"]
+LABEL org.triton-composer.cached-stage="layer-09-cuda-profiling ${COMPOSER_RUN}"
 
 FROM split AS layer-10-tensorrt-1
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "10-tensorrt-1"]
+LABEL org.triton-composer.cached-stage="layer-10-tensorrt-1 ${COMPOSER_RUN}"
 
 FROM split AS layer-11-tensorrt-2
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "11-tensorrt-2"]
+LABEL org.triton-composer.cached-stage="layer-11-tensorrt-2 ${COMPOSER_RUN}"
 
 FROM split AS layer-12-rest
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "12-rest"]
+LABEL org.triton-composer.cached-stage="layer-12-rest ${COMPOSER_RUN}"
 
 FROM split AS layer-13-dpkg
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "13-dpkg", "layers.json"]
+LABEL org.triton-composer.cached-stage="layer-13-dpkg ${COMPOSER_RUN}"
 
+# What composer build makes: each family's stage, named by the builder's last image; the composer
+# writes every one as a layer of its own and loads the base.
+FROM scratch AS layers-made
+ARG COMPOSER_RUN=render
+LABEL org.triton-composer.stage="layers-made ${COMPOSER_RUN}"
+COPY --from=layer-00-core /usr/share/triton-composer/pruned-base/00-core.list /
+COPY --from=layer-01-python /usr/share/triton-composer/pruned-base/01-python.list /
+COPY --from=layer-02-cuda-runtime /usr/share/triton-composer/pruned-base/02-cuda-runtime.list /
+COPY --from=layer-03-cublas /usr/share/triton-composer/pruned-base/03-cublas.list /
+COPY --from=layer-04-cudnn /usr/share/triton-composer/pruned-base/04-cudnn.list /
+COPY --from=layer-05-cuda-fft-rand /usr/share/triton-composer/pruned-base/05-cuda-fft-rand.list /
+COPY --from=layer-06-cuda-sparse-solver /usr/share/triton-composer/pruned-base/06-cuda-sparse-solver.list /
+COPY --from=layer-07-nccl /usr/share/triton-composer/pruned-base/07-nccl.list /
+COPY --from=layer-08-hpcx /usr/share/triton-composer/pruned-base/08-hpcx.list /
+COPY --from=layer-09-cuda-profiling /usr/share/triton-composer/pruned-base/09-cuda-profiling.list /
+COPY --from=layer-10-tensorrt-1 /usr/share/triton-composer/pruned-base/10-tensorrt-1.list /
+COPY --from=layer-11-tensorrt-2 /usr/share/triton-composer/pruned-base/11-tensorrt-2.list /
+COPY --from=layer-12-rest /usr/share/triton-composer/pruned-base/12-rest.list /
+COPY --from=layer-13-dpkg /usr/share/triton-composer/pruned-base/13-dpkg.list /
+
+# The base, built by hand (docker build pruned-base/): the same files, as this builder writes a copy.
 FROM scratch
 COPY --from=layer-00-core / /
 COPY --from=layer-01-python / /
