@@ -98,7 +98,9 @@ def pruned_base(
 ) -> PrunedBase:
     """The pruned base of `plan`: the image made before from the same inputs (its tag names their
     key, its label holds it whole), or one made now from `context` and tagged, so that later builds
-    find it and `docker image prune` keeps it.
+    find it and `docker image prune` keeps it. The builder runs the steps to the family stages and
+    the composer writes each as a layer (composer.assembly.base_layers: the same base from any
+    builder); on an engine whose archives lose owners (Podman) the builder's own copy is the base.
 
     Made once per engine however many runs want it at once: the base's make lock (host-wide,
     composer.engine.locks) is held while it is looked for and made, so a second run waits, then
@@ -123,22 +125,30 @@ def pruned_base(
         on_line(f"pruned base: making {tag} " + ("(once for this min image and selection; later builds reuse it)"
                                                  if reuse else "(--no-cache: from scratch, not the one made before)"))
         started = time.monotonic()
+        writes = engine.archives_keep_owners  # else the builder's copy of each family (Podman's archive loses owners)
         try:
-            (builder or engine).build(context, target=MADE_TARGET, labels=dict(labels or {}),
-                                      network_mode="none", buildargs={"COMPOSER_RUN": run},
-                                      on_line=on_engine_line or on_line, **({} if reuse else {"nocache": True}))
+            built = (builder or engine).build(
+                context, **({"target": MADE_TARGET} if writes else {"tag": tag}),
+                labels={**(labels or {}), **({} if writes else {BASE_LABEL: key})}, network_mode="none",
+                buildargs={"COMPOSER_RUN": run}, on_line=on_engine_line or on_line,
+                **({} if reuse else {"nocache": True}))
         except BuildFailed as failure:
             raise BuildFailed(f"making the pruned base failed: {failure.message}", log_tail=failure.log_tail) from failure
-        folder = locks.make_folder("base-layers")
-        try:
-            image = write_base(engine, [slot.name for slot in plan.pruning.slots], run, key, tag, folder,
-                               labels=labels, on_line=on_line)
-        finally:
-            locks.drop_folder(folder)
+        image = _write(engine, plan, run, key, tag, labels, on_line) if writes else built
     seconds = time.monotonic() - started
     locks.mark_used(engine_id, tag)
     on_line(f"pruned base: made {tag} in {seconds:.0f} s")
     return PrunedBase(image, tag, key, made=True, seconds=seconds)
+
+
+def _write(engine: Engine, plan: CompositionPlan, run: str, key: str, tag: str, labels, on_line: LineSink) -> str:
+    """The base the composer writes from the family stages `run` built; its id."""
+    folder = locks.make_folder("base-layers")
+    try:
+        return write_base(engine, [slot.name for slot in plan.pruning.slots], run, key, tag, folder,
+                          labels=labels, on_line=on_line)
+    finally:
+        locks.drop_folder(folder)
 
 
 def base_tag(plan: CompositionPlan, key: str) -> str:

@@ -94,7 +94,10 @@ class DockerEngine(ContainerEngine):
         api = self._api
         what = f"cannot read {path} of {_short(image)}"
         with _translated(what, EngineError, absent_is_error=True):
-            created = api.create_container(image, command=["/composer-never-run"], entrypoint=[],
+            # Root by number: a stage holding one family's files has no /etc/passwd to look a name
+            # up in. (The engine makes the image's working folder where it is missing, as the classic
+            # builder's steps do: whichever builder made the image, the folder is there.)
+            created = api.create_container(image, command=["/composer-never-run"], entrypoint=[], user="0:0",
                                            labels=dict(labels or {}), network_disabled=True,
                                            host_config=api.create_host_config(network_mode="none"))
         cid = created["Id"]

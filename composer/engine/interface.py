@@ -114,6 +114,8 @@ class ContainerEngine(ABC):
     """
 
     loads_partial_archives = True  # whether a loaded archive may leave out layers the engine holds
+    # Whether export_path hands out files with their owners (Podman's archive gives its caller's).
+    archives_keep_owners = True
 
     # -- images -------------------------------------------------------------
 

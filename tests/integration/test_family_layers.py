@@ -75,8 +75,8 @@ def test_two_selections_share_the_core_layer_on_the_small_standins(small):
 
 def test_a_pruned_base_made_again_from_scratch_gives_the_same_image(engine, small):
     """--no-cache makes the pruned base again (no step from the build cache; the tag moves to it):
-    a base of another id (the engine stamps the time it made it), the same layers, and the same
-    composed image id (the image names its base by the key of what it was made from)."""
+    the composer writes its layers and configuration (no time of the engine's), so the base made
+    again is the very same image, and the composed image has the same id."""
     python, tag, plan = small[("python",)]
     again = f"triton-composer-test/tritonserver:layers-again-{uuid.uuid4().hex[:10]}"
     old_base = python.pruned_base.image
@@ -87,7 +87,7 @@ def test_a_pruned_base_made_again_from_scratch_gives_the_same_image(engine, smal
                                                           smoke_test=False), Catalog.load()).plan,
                              labels=TEST_LABEL, cache=False)
         assert result.pruned_base.made and result.pruned_base.tag == python.pruned_base.tag
-        assert result.pruned_base.image != old_base and diff_ids(result.pruned_base.image) == diff_ids(old_base)
+        assert result.pruned_base.seconds > 0 and result.pruned_base.image == old_base
         assert result.image_id == python.image_id
     finally:
         engine.remove_image(again, force=True)

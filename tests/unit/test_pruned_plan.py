@@ -227,3 +227,20 @@ def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(
     again = pruned_base(engine, plan, folder, on_line=lines.append, reuse=False)
     assert again.made and [b["nocache"] for b in engine.builds] == [True] and engine.images[made.tag] == again.image
     assert lines[0] == f"pruned base: making {made.tag} (--no-cache: from scratch, not the one made before)"
+
+
+def test_on_an_engine_whose_archives_lose_owners_the_builders_copy_is_the_base(ngc_plan, tmp_path):
+    """Podman's archive of a container names every file root's: a base written from it would lose
+    the min image's owners (shadow's group, a user's home), so the builder's last stage is the base."""
+    from tests.unit.fake_engine import FakeEngine
+
+    plan = ngc_plan("onnxruntime", "python", base="pruned")
+    folder = write_context(plan, tmp_path / "context").pruned_base
+    key = base_key(plan, folder)
+    engine = FakeEngine(builds=[], **_family_stages(plan))
+    engine.archives_keep_owners = False
+    made = pruned_base(engine, plan, folder, labels={"test": "1"})
+    assert engine.builds == [{"context": folder, "tag": made.tag, "labels": {"test": "1", BASE_LABEL: key},
+                              "network_mode": "none", "buildargs": {"COMPOSER_RUN": "render"},
+                              "on_line": engine.builds[0]["on_line"]}]
+    assert made.made and engine.images[made.tag] == made.image and engine.exports == [] and engine.loaded == {}
