@@ -4,8 +4,9 @@ buildkitd of the benchmark's own, in one run on one machine, with their image id
 Rows (each the real command line, `python -m composer build ...`, timed by its wall clock):
 
   engine cold     --no-cache on the engine's builder, an empty state folder
-  buildkit cold   a fresh buildkitd (empty state), an empty state folder: the engine's base images
-                  handed over as an OCI layout (written once per image id), every step solved
+  buildkit cold   a fresh buildkitd (empty state), an empty state folder, --no-cache (a pruned base
+                  made again, on BuildKit): the engine's base images handed over as an OCI layout
+                  (written once per image id), every step solved
   buildkit warm   the same buildkitd, an empty state folder again (no recorded image): every step
                   from BuildKit's cache, the stages loaded into the engine again
   buildkit again  the same command and state as the warm row: the recorded image, nothing built
@@ -15,6 +16,7 @@ Rows (each the real command line, `python -m composer build ...`, timed by its w
 
     .venv/bin/python benchmarks/buildkit.py                               (small stand-ins)
     .venv/bin/python benchmarks/buildkit.py --source localhost/standin-ngc --base pruned   (NGC scale)
+    .venv/bin/python benchmarks/buildkit.py --base pruned --no-farm       (the first four rows only)
 
 Starts and stops its buildkitds (scripts/buildkit-service, a folder each; each stopped and its
 state removed once its rows are done: a cold builder's snapshots of the stand-ins take GBs);
@@ -98,6 +100,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", default="localhost/standin", help="where the 24.09 full and min images are")
     parser.add_argument("--base", default="min", choices=("min", "pruned"))
+    parser.add_argument("--no-farm", action="store_true", help="the builders' rows only, not the farm's")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON too")
     options = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="tc-bkb-", dir="/tmp"))
@@ -105,13 +108,15 @@ def main() -> int:
     selection = ["--registry", options.source, "--version", "24.09", "-b", "onnxruntime", "-b", "python",
                  "--base", options.base, "--tag", tag]
     rows: dict[str, dict] = {}
-    tags: list[str] = []
+    tags: list[str] = []  # its tags, and the pruned bases it made (removed after)
     try:
         builder = _start(folder / "bk")
-        plan = (("engine cold", ["--no-cache"], "engine"), ("buildkit cold", builder, "bk-cold"),
+        plan = (("engine cold", ["--no-cache"], "engine"), ("buildkit cold", [*builder, "--no-cache"], "bk-cold"),
                 ("buildkit warm", builder, "bk-warm"), ("buildkit again", builder, "bk-warm"))
         for name, extra, state in plan:
             seconds, image = _build([*selection, *extra], folder / state)
+            if (image.get("pruned_base") or {}).get("reused") is False:
+                tags.append(image["pruned_base"]["tag"])
             rows[name] = {"seconds": round(seconds, 1), "image_id": image["image_id"],
                           "smoke_test": image["smoke_test"]["passed"] if image.get("smoke_test") else None}
             print(f"{name:15} {seconds:7.1f} s  {image['image_id'][:19]}  smoke test passed: "
@@ -122,6 +127,11 @@ def main() -> int:
               f"the engine's, warm {rows['buildkit warm']['seconds'] / cold:.2f}x", flush=True)
         _stop(folder / "bk")
         farm: dict[str, dict] = {}
+        if options.no_farm:
+            if options.json:
+                Path(options.json).write_text(json.dumps({"source": options.source, "base": options.base,
+                                                          "rows": rows, "same_image_id": same}, indent=2) + "\n")
+            return 0 if same else 1
         for name, daemons in (("farm, 1 builder", ["f1"]), ("farm, 2 builders", ["f2", "f3"])):
             _remove_cached_stages()  # each arm from scratch on the engine's side too
             builders = [flag for daemon in daemons for flag in _start(folder / daemon)]
