@@ -93,9 +93,7 @@ def lock_path(engine_id: str, key: str, kind: str) -> Path:
 HOST_LOCKS = "/var/tmp/triton-composer-locks"  # every process of the host, whatever its state folder
 
 
-def host_lock_path(engine_id: str, key: str) -> Path:
-    """A lock every composer on this host sees, whatever its COMPOSER_STATE_DIR: the engine's build
-    cache is one, and a `cache clear` run with another state folder must still see each build."""
+def _host_folder() -> Path:
     folder = Path(os.environ.get("COMPOSER_HOST_LOCKS") or HOST_LOCKS)
     if not folder.is_dir():
         try:
@@ -104,6 +102,13 @@ def host_lock_path(engine_id: str, key: str) -> Path:
         except OSError as error:
             raise ComposerError(f"cannot make the host's lock folder {folder}: {error.strerror} "
                                 "(set COMPOSER_HOST_LOCKS to a folder every user can write)") from None
+    return folder
+
+
+def host_lock_path(engine_id: str, key: str) -> Path:
+    """A lock every composer on this host sees, whatever its COMPOSER_STATE_DIR: the engine's build
+    cache is one, and a `cache clear` run with another state folder must still see each build."""
+    folder = _host_folder()
     name = hashlib.sha256(f"{engine_id}\n{key}".encode()).hexdigest()[:32]
     path = folder / f"{name}.lock"
     if not path.exists():
@@ -311,6 +316,7 @@ def run_record(run: str, engine_id: str) -> Iterator[RunRecord]:
     stays, naming a dead run for the next run on that engine to clean (as a killed process's does)."""
     pid = os.getpid()
     path = _record_path(run)
+    on_host = _hold_on_host(run)
     with _guard:
         record = RunRecord(run, pid, _process_start(pid) or "", time.time(), engine_id, tuple(_folders))
         _write(record)
@@ -328,6 +334,62 @@ def run_record(run: str, engine_id: str) -> Iterator[RunRecord]:
                 with contextlib.suppress(OSError):
                     path.unlink()
             _unfinished.discard(run)
+        _release_on_host(run, on_host)
+
+
+_HOST_RUN = "run-{}.lock"  # in the host's lock folder: held (shared) by the run's process while it works
+
+
+def _hold_on_host(run: str) -> int | None:
+    """The run's lock in the host's lock folder, held while it works: a run of another state folder
+    (another user's, a test's) sees it at work, and so never sweeps its stages from under it."""
+    for _ in range(5):
+        try:
+            path = _host_folder() / _HOST_RUN.format(run)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except (OSError, ComposerError):
+            return None  # no host folder: the state folder's record still tells its own runs
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except OSError:
+            pass
+        os.close(fd)  # taken for a killed run's and removed between the open and the lock: again
+    return None
+
+
+def _release_on_host(run: str, fd: int | None) -> None:
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        (_host_folder() / _HOST_RUN.format(run)).unlink()
+    os.close(fd)
+
+
+def runs_at_work_on_host() -> set[str]:
+    """The runs whose process holds its lock in the host's lock folder; a lock no process holds (a
+    killed run's) is removed."""
+    folder = Path(os.environ.get("COMPOSER_HOST_LOCKS") or HOST_LOCKS)
+    found = set()
+    for path in folder.glob(_HOST_RUN.format("*")) if folder.is_dir() else ():
+        run = path.name[len("run-"):-len(".lock")]
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            found.add(run)
+        except OSError:
+            continue
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()  # held by no one: its run ended without removing it (killed)
+        finally:
+            os.close(fd)
+    return found
 
 
 def cleanup_unfinished(run: str) -> None:
@@ -349,8 +411,9 @@ def run_records() -> list[RunRecord]:
 
 
 def live_runs() -> set[str]:
-    """The ids of runs whose process still works."""
-    return {record.run for record in run_records() if record.alive}
+    """The ids of runs whose process still works: recorded in this state folder, or holding their
+    lock in the host's (a run of another state folder on this host)."""
+    return {record.run for record in run_records() if record.alive} | runs_at_work_on_host()
 
 
 def forget(run: str) -> None:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from collections import namedtuple
 
 import pytest
@@ -88,6 +89,28 @@ def test_a_run_is_on_record_while_it_works_and_a_dead_ones_record_says_dead():
     assert not reused.alive  # a live pid that another process took is not the run
     locks.forget("r2")
     assert locks.run_records() == []
+
+
+def test_a_run_of_another_state_folder_is_at_work_for_this_one_and_a_killed_runs_lock_goes(tmp_path, monkeypatch):
+    """A sweep (a test's, `cache clear`) run with another COMPOSER_STATE_DIR must see a run at work
+    (its stages in use): the run holds a lock in the host's lock folder too, which a killed run's
+    process lets go of, and the next look removes."""
+    script = ("import sys, time; from composer.engine import locks\n"
+              "with locks.run_record('far', 'engine'):\n    print('at work', flush=True); time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "COMPOSER_STATE_DIR": str(tmp_path / "other")})
+    try:
+        assert child.stdout.readline().strip() == "at work"
+        assert locks.run_records() == [] and locks.live_runs() == {"far"}  # not on this folder's record
+        child.kill()
+        child.wait(10)
+        lock = Path(os.environ["COMPOSER_HOST_LOCKS"]) / "run-far.lock"
+        assert lock.exists() and locks.live_runs() == set() and not lock.exists()
+    finally:
+        child.kill()
+    with locks.run_record("near", "engine"):
+        assert locks.live_runs() == {"near"}
+    assert locks.runs_at_work_on_host() == set() and not list(Path(os.environ["COMPOSER_HOST_LOCKS"]).glob("run-*"))
 
 
 def test_a_run_that_lost_its_engine_stays_on_record_and_any_other_failure_does_not():
