@@ -268,9 +268,11 @@ def _layers(decoder: json.JSONDecoder, text: str) -> list:
         return []
 
 
-STAGE_LABEL = "org.triton-composer.stage"  # on the stages no image keeps: decide, pruned, layers, split, layer, proof
-# Its value is "<stage> <run>" (the run that built it; "render" by hand); a proof stage names its
-# run in RUN_LABEL, which it inherits; a value of one word is from a version that named no run.
+STAGE_LABEL = "org.triton-composer.stage"  # on the pruned base's stages no image keeps: pruned, layers, split, layer
+# Its value is "<stage> <run>" (the run that built it; "render" by hand). A value of one word is from
+# a version that named no run (its composition's proof stage said "proof"): swept as a dead run's.
+# The composition's proof stage is build cache now, named by its key like the composed stage: it
+# lost this label, which made every other run's sweep remove it between its build and its read.
 
 
 def run_of(labels: Mapping[str, str]) -> str | None:

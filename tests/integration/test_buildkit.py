@@ -28,8 +28,7 @@ pytestmark = pytest.mark.integration
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "buildkit-service"
 SMALL = ("--registry", "localhost/standin", "--version", "24.09", "--label", f"{TEST_LABEL_KEY}={TEST_RUN}")
-# A selection no other test builds on a pruned base: a --no-cache build of the same composition key
-# beside this test's removed a stage BuildKit had loaded for it (stop 53's rehearsal; see the note).
+# A selection no other test builds on a pruned base, so this test makes its own base from scratch.
 PRUNED_SELECTION = ("-b", "identity", "-b", "onnxruntime")
 
 

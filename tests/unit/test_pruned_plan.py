@@ -104,8 +104,10 @@ def test_every_stage_no_image_keeps_labels_itself_first_and_the_image_needs_the_
         lines = dockerfile.read_text().splitlines()
         for index, line in enumerate(lines):
             stage = re.match(r"FROM \S+ AS (pruned|layers|split|layer|proof|layers-made)(-[0-9]{2}-[a-z0-9-]+)?$", line)
-            if stage and stage.group(1) == "proof":  # the composition's: its run is in RUN_LABEL, inherited
-                assert lines[index + 1] == f'LABEL org.triton-composer.stage="{stage.group(1)}"', dockerfile
+            if stage and stage.group(1) == "proof":  # the composition's: build cache named by its key, like composed
+                body = lines[index + 1:lines.index("", index)]
+                assert not any("org.triton-composer.stage=" in x for x in body), dockerfile
+                assert body[-1] == 'LABEL org.triton-composer.cached-stage="proof ${COMPOSER_KEY}"', dockerfile
             elif stage:  # the run that builds it (an ARG makes no image: the label is still the first step)
                 assert lines[index + 1:index + 3] == [
                     "ARG COMPOSER_RUN=render",

@@ -105,7 +105,6 @@ LABEL org.triton-composer.cached-stage="composed ${COMPOSER_KEY}"
 # time is there. A miss fails the build, naming the file and the library. The image copies the
 # proof's verdict, so every builder (BuildKit and Podman build only what the image needs) runs it.
 FROM composed AS proof
-LABEL org.triton-composer.stage="proof"
 COPY prove.sh /composer-proof/
 COPY --from=decide /composer/prune/required.txt /composer/prune/unresolved.txt /composer-proof/
 RUN ["/bin/sh", "/composer-proof/prove.sh", "/composer-proof/required.txt", "/composer-proof/proved.txt"]
