@@ -41,6 +41,7 @@ _STEP = re.compile(r"^#\d+ (\d+\.\d+ )?")  # buildctl's plain progress: "#12 0.3
 _FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
 _ARG = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?\s*$", re.IGNORECASE)
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+_USES = re.compile(r"(?:^|[\s,])--(?:mount=\S*?)?from=([^\s,]+)")  # COPY --from=X, RUN --mount=...,from=X
 
 
 def address_of(builder: str, environ: Mapping[str, str] = os.environ) -> str:
@@ -71,6 +72,33 @@ class Stage:
     name: str
     base: str  # what FROM names, build arguments expanded
     labelled: bool  # its last step is the composer's stage label
+    uses: tuple[str, ...] = ()  # what its steps copy or mount --from (stage names or images)
+
+
+def needed(stages: Sequence[Stage], target: str) -> set[str]:
+    """The stages a solve of `target` runs: it, its FROM and what its steps take --from, transitively."""
+    by_name = {s.name: s for s in stages if s.name}
+    found: set[str] = set()
+    todo = [target]
+    while todo:
+        stage = by_name.get(todo.pop())
+        if stage is not None and stage.name not in found:
+            found.add(stage.name)
+            todo += [stage.base, *stage.uses]
+    return found
+
+
+def fresh_options(stages: Sequence[Stage], made: set[str]) -> list[str]:
+    """What keeps a --no-cache build's solve off the build cache. Each labelled stage is a solve of
+    its own: the first runs every step afresh; each later one only the stages no earlier solve of
+    the run made (the frontend's no-cache list), so a stage runs once per run, not once per solve
+    (--no-cache on each of a pruned base's 15 solves ran the whole chain 15 times). An unnamed
+    stage cannot be listed: the last one's steps may then come from the cache, keyed by the
+    content they copy."""
+    if not made:
+        return ["--no-cache"]
+    names = [s.name for s in stages if s.name and s.name not in made]
+    return ["--opt", "no-cache=" + ",".join(names)] if names else []
 
 
 def stages_of(dockerfile: str, buildargs: Mapping[str, str]) -> list[Stage]:
@@ -90,11 +118,12 @@ def stages_of(dockerfile: str, buildargs: Mapping[str, str]) -> list[Stage]:
         found = _FROM.match(line)
         if found:
             base = _VAR.sub(lambda m: buildargs.get(m.group(1), globals_.get(m.group(1), "")), found.group(1))
-            stages.append([found.group(2) or "", base, None])  # "": no name (only the last can be built)
+            stages.append([found.group(2) or "", base, None, []])  # "": no name (only the last can be built)
         elif stages:
             stages[-1][2] = line
-    return [Stage(name, base, bool(last) and last.upper().startswith("LABEL") and STAGE_LABEL in last)
-            for name, base, last in stages]
+            stages[-1][3] += _USES.findall(line)
+    return [Stage(name, base, bool(last) and last.upper().startswith("LABEL") and STAGE_LABEL in last,
+                  tuple(dict.fromkeys(uses))) for name, base, last, uses in stages]
 
 
 class BuildKit:
@@ -187,8 +216,6 @@ class BuildKit:
                    "--opt", f"filename={dockerfile}", "--progress", "plain"]
         if network_mode == "none":
             options += ["--opt", "force-network-mode=none"]
-        if nocache:
-            options += ["--no-cache"]
         options += [x for k, v in sorted(buildargs.items()) for x in ("--opt", f"build-arg:{k}={v}")]
         options += [x for k, v in sorted((labels or {}).items()) for x in ("--opt", f"label:{k}={v}")]
         held: set[str] = set()  # layers the engine has: left out of what is loaded (not for Podman)
@@ -212,14 +239,16 @@ class BuildKit:
         what = hashlib.sha256(json.dumps([(context / dockerfile).read_text(), sorted(buildargs.items()),
                                           sorted((labels or {}).items())]).encode()).hexdigest()[:16]
         image_id = ""
+        made: set[str] = set()  # the stages this run's solves ran so far
         for index, stage in enumerate(targets):
             last = index == len(targets) - 1
-            cached = []
+            cached = fresh_options(stages, made) if nocache else []
             if self.cache:
                 ref = f"{self.cache}:{what}-{stage or 'last'}"
-                cached = ["--import-cache", f"type=registry,ref={ref}", "--export-cache",
-                          f"type=registry,ref={ref},mode=max"]
+                cached += ["--import-cache", f"type=registry,ref={ref}", "--export-cache",
+                           f"type=registry,ref={ref},mode=max"]
             image_id = self._solve([*options, *cached], stage, tag if last else None, held, redact, on_line)
+            made |= needed(stages, stage)
         return image_id
 
     def _solve(self, options: list[str], target: str, tag: str | None, held: set[str],
