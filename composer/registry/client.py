@@ -13,6 +13,7 @@ import json
 import queue
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -50,6 +51,7 @@ REGISTRY_TIMEOUT = 5.0
 STREAM_TIMEOUT = 120.0
 CHUNK = 1 << 20  # bytes read and sent at a time: a layer is never held whole in memory
 MAX_MANIFEST = 4 << 20  # OCI's recommended limit for a manifest
+BLOB_SETTLE = (0.2, 0.5, 1.0)  # pauses before a manifest refused for an unknown blob is sent again
 
 
 # -- registry HTTP API --------------------------------------------------------
@@ -302,10 +304,20 @@ class RegistryApi:
         return digest
 
     def put_manifest(self, name: str, reference: str, body: bytes, media_type: str) -> str:
-        """Store a manifest under `reference` (a tag or its digest); the digest the registry gives."""
+        """Store a manifest under `reference` (a tag or its digest); the digest the registry gives.
+
+        A manifest whose blobs were just uploaded may be refused as naming an unknown blob while
+        another push commits the same blob: distribution's storage rewrites the repository's link
+        to it in place (truncated, then written), and a check reading it meanwhile finds no blob
+        (two CI jobs pushing one image at once met it). Asked again, a few times, a short pause
+        apart; a blob really missing stays refused."""
         what = f"{self.host}/{name}:{reference}"
-        done = self._request("PUT", f"/v2/{name}/manifests/{reference}", name, what, {"Content-Type": media_type},
-                             data=body, scope="pull,push")
+        for pause in (*BLOB_SETTLE, None):
+            done = self._request("PUT", f"/v2/{name}/manifests/{reference}", name, what, {"Content-Type": media_type},
+                                 data=body, scope="pull,push")
+            if pause is None or done.status_code != 400 or not _names_unknown_blob(done):
+                break
+            time.sleep(pause)
         self._check(done, what, 201, "write")
         return done.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(body).hexdigest()
 
@@ -568,3 +580,13 @@ def _session_query(url: str) -> str:
     query = url.split("?", 1)[1] if "?" in url else ""
     kept = [part for part in query.split("&") if part and not part.startswith("digest=")]
     return "?" + "&".join(kept) if kept else ""
+
+
+def _names_unknown_blob(response: requests.Response) -> bool:
+    """Whether a refusal names a blob the registry does not find (OCI's BLOB_UNKNOWN,
+    MANIFEST_BLOB_UNKNOWN; distribution adds DIGEST_INVALID when a link it reads is empty)."""
+    try:
+        errors = response.json().get("errors") or []
+        return any(str(e.get("code", "")) in ("BLOB_UNKNOWN", "MANIFEST_BLOB_UNKNOWN") for e in errors)
+    except (ValueError, AttributeError):
+        return False

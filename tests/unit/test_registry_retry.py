@@ -118,6 +118,41 @@ def test_a_registry_that_stays_down_is_one_line_after_the_tries():
                                     "registry 127.0.0.1:5000 does not answer)")
 
 
+def test_a_manifest_refused_for_a_blob_another_push_is_committing_is_sent_again(monkeypatch):
+    """distribution rewrites a blob's link in place when a second push commits the same blob: a
+    manifest checked meanwhile names an unknown blob. Sent again after a pause; one that stays
+    refused is refused in one line, and another refusal is not repeated."""
+    import composer.registry.client as client
+
+    slept: list[float] = []
+    monkeypatch.setattr(client.time, "sleep", slept.append)
+    unknown = _Answer(400, json.dumps({"errors": [
+        {"code": "DIGEST_INVALID", "message": "provided digest did not match uploaded content"},
+        {"code": "MANIFEST_BLOB_UNKNOWN", "message": "blob unknown to registry"}]}).encode())
+    created = _Answer(201, b"", {"Docker-Content-Digest": "sha256:" + "c" * 64})
+
+    def api(script):
+        session = FlakySession(script)
+        made = RegistryApi("127.0.0.1:5000", session=session, retry=_policy(3)[0])
+        made._base = "http://127.0.0.1:5000"
+        return made, session
+
+    made, session = api([unknown, unknown, created])
+    assert made.put_manifest("team/x", "1", MANIFEST, OCI_MANIFEST) == "sha256:" + "c" * 64
+    assert session.sent == 3 and slept == [0.2, 0.5]
+    slept.clear()
+    made, session = api([unknown])
+    with pytest.raises(RegistryError, match="HTTP 400: provided digest did not match uploaded content; blob unknown"):
+        made.put_manifest("team/x", "1", MANIFEST, OCI_MANIFEST)
+    assert session.sent == 4 and slept == [0.2, 0.5, 1.0]
+    slept.clear()
+    invalid = _Answer(400, json.dumps({"errors": [{"code": "MANIFEST_INVALID", "message": "manifest invalid"}]}).encode())
+    made, session = api([invalid])
+    with pytest.raises(RegistryError, match="manifest invalid"):
+        made.put_manifest("team/x", "1", MANIFEST, OCI_MANIFEST)
+    assert session.sent == 1 and slept == []
+
+
 def test_a_streamed_request_is_sent_once():
     session = FlakySession([requests.ConnectionError("refused")])
     api = RegistryApi("127.0.0.1:5000", session=session, retry=_policy(3)[0])
