@@ -77,7 +77,8 @@ class CacheBuilders:
         for builder in builders:
             if builder == "engine":
                 raise UsageError("--builder engine: the engine's own cache is what composer cache shows without "
-                                 "--builder; give buildkit, buildkit://unix:///PATH or buildkit://tcp://HOST:PORT")
+                                 "--builder; give buildkit, buildkit://unix:///PATH, buildkit://tcp://HOST:PORT or "
+                                 "buildkit://docker-container://NAME")
             problem = check_builder(builder)
             if problem:
                 raise UsageError(f"--builder {problem}")

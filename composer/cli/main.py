@@ -375,7 +375,8 @@ def cache_command(ctx: typer.Context) -> None:
 
 _CACHE_BUILDERS = typer.Option([], "--builder", metavar="ADDR",
                                help="Also the composer's records in this BuildKit builder's cache (repeatable): "
-                                    "buildkit, buildkit://unix:///PATH or buildkit://tcp://HOST:PORT.")
+                                    "buildkit, buildkit://unix:///PATH, buildkit://tcp://HOST:PORT or "
+                                    "buildkit://docker-container://NAME.")
 _CACHE_TLS = typer.Option(None, "--builder-tls", metavar="DIR",
                           help="The client's TLS files for a builder at tcp:// (as buildctl's --tlsdir).")
 

@@ -213,10 +213,12 @@ OPTIONS: tuple[Option, ...] = (
            "a pruned base made again.",
            commands=(BUILD, BUNDLE), portable=False),
     Option("result.builders", "--builder", "builder",
-           Strings(check_builder, "engine, buildkit, buildkit://unix:///PATH or buildkit://tcp://HOST:PORT",
+           Strings(check_builder, "engine, buildkit, buildkit://unix:///PATH, buildkit://tcp://HOST:PORT or "
+                   "buildkit://docker-container://NAME",
                    unique=True, one_or_many=True),
            "What builds the rendered Dockerfile: engine (default: the engine's own builder), or a BuildKit daemon: "
-           "buildkit://unix:///PATH, buildkit://tcp://HOST:PORT, or buildkit (BUILDKIT_HOST's address). The engine "
+           "buildkit://unix:///PATH, buildkit://tcp://HOST:PORT, buildkit://docker-container://NAME (a daemon in a "
+           "container, as buildx's docker-container driver runs one), or buildkit (BUILDKIT_HOST's address). The engine "
            "still runs the smoke test; the same inputs give the same image id either way. Repeatable: the run's "
            "sets are spread over the builders, each taking the next set when it is free.",
            commands=(BUILD,), portable=False),

@@ -449,16 +449,19 @@ def check_smoke_mode(value: str) -> str | None:
 
 
 def check_builder(value: str) -> str | None:
-    """What builds: engine (the engine's own builder), buildkit (at BUILDKIT_HOST) or
-    buildkit://unix:///PATH or buildkit://tcp://HOST:PORT (a buildkitd's address, as buildctl takes it)."""
+    """What builds: engine (the engine's own builder), buildkit (at BUILDKIT_HOST) or a buildkitd's
+    address as buildctl takes it: buildkit://unix:///PATH, buildkit://tcp://HOST:PORT, or
+    buildkit://docker-container://NAME (a daemon in a container, as buildx's docker-container driver
+    runs one: buildx_buildkit_BUILDER0; buildctl reaches it through `docker exec`)."""
     if value in ("engine", "buildkit"):
         return None
     address = value[len("buildkit://"):] if value.startswith("buildkit://") else None
     if address and (re.fullmatch(r"unix:///[^\s\x00]+", address) or
-                    re.fullmatch(r"tcp://[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}", address)):
+                    re.fullmatch(r"tcp://[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}", address) or
+                    re.fullmatch(r"docker-container://[A-Za-z0-9][A-Za-z0-9_.-]*", address)):
         return None
     return (f"'{printable(value[:80])}' is not a builder: give engine, buildkit (at BUILDKIT_HOST), "
-            "buildkit://unix:///PATH or buildkit://tcp://HOST:PORT")
+            "buildkit://unix:///PATH, buildkit://tcp://HOST:PORT or buildkit://docker-container://NAME")
 
 
 def check_compression(value: str) -> str | None:

@@ -46,12 +46,12 @@ _USES = re.compile(r"(?:^|[\s,])--(?:mount=\S*?)?from=([^\s,]+)")  # COPY --from
 
 def address_of(builder: str, environ: Mapping[str, str] = os.environ) -> str:
     """The buildkitd address of a --builder value: buildkit://unix:///PATH, buildkit://tcp://HOST:PORT,
-    or buildkit (BUILDKIT_HOST's, as buildctl reads it)."""
+    buildkit://docker-container://NAME, or buildkit (BUILDKIT_HOST's, as buildctl reads it)."""
     if builder == "buildkit":
         address = environ.get("BUILDKIT_HOST", "")
         if not address:
-            raise UsageError("--builder buildkit: BUILDKIT_HOST is not set (give buildkit://unix:///PATH or "
-                             "buildkit://tcp://HOST:PORT)")
+            raise UsageError("--builder buildkit: BUILDKIT_HOST is not set (give buildkit://unix:///PATH, "
+                             "buildkit://tcp://HOST:PORT or buildkit://docker-container://NAME)")
         return address
     return builder[len(SCHEME):]
 

@@ -33,13 +33,15 @@ PRUNED_SELECTION = ("-b", "identity", "-b", "onnxruntime")
 
 
 @contextlib.contextmanager
-def _buildkitd(*plain_http: str):
+def _buildkitd(*plain_http: str, container: bool = False):
     """A buildkitd of the test's own (a short folder: a unix socket's path is at most 107 bytes),
-    told that `plain_http` registries speak http; stopped by its PID after."""
+    told that `plain_http` registries speak http; stopped by its PID after. `container`: it runs in
+    a container of the engine, as buildx's docker-container driver runs it (docker-container://NAME)."""
     folder = Path(tempfile.mkdtemp(prefix="tc-bk-", dir="/tmp"))
+    name = f"tc-buildkitd-{folder.name.removeprefix('tc-bk-')}" if container else None
     try:
-        started = subprocess.run([str(SCRIPT), "start", str(folder), *plain_http], capture_output=True, text=True,
-                                 timeout=900)
+        started = subprocess.run([str(SCRIPT), "start", str(folder), *(("--container", name) if name else ()),
+                                  *plain_http], capture_output=True, text=True, timeout=900)
         if started.returncode != 0:
             why = (started.stderr.strip().splitlines() or ["buildkit-service failed"])[-1]
             if os.environ.get("CI"):
@@ -51,6 +53,9 @@ def _buildkitd(*plain_http: str):
         pid = folder / "buildkitd.pid"
         if pid.exists():
             assert not Path(f"/proc/{pid.read_text().strip()}").exists(), "buildkitd still runs after stop"
+        if name:
+            left = subprocess.run(["docker", "ps", "-aq", "--filter", f"name=^{name}$"], capture_output=True, text=True)
+            assert left.stdout.strip() == "", f"the builder's container {name} is still there after stop"
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -181,7 +186,8 @@ def test_a_fresh_builder_rebuilds_from_the_registry_cache_another_exported(engin
     """The first test's builder exported its cache to the registry (--builder-cache); a fresh builder,
     which never saw the selection, imports it: no step runs again (the collect stage's RUN prints
     nothing), and the image is the same. The registry's password reaches BuildKit through the docker
-    config, never argv."""
+    config, never argv. The first fresh builder runs in a container, as buildx's docker-container
+    driver (docker/setup-buildx-action's default) runs one: buildctl reaches it through `docker exec`."""
     if "image_id" not in shared:
         pytest.fail("the first test's BuildKit build did not pass", pytrace=False)
     logs, ids = [], []
@@ -190,7 +196,8 @@ def test_a_fresh_builder_rebuilds_from_the_registry_cache_another_exported(engin
         return any(line.strip().startswith("collect:") for line in log.splitlines())
 
     for name in ("two", "three"):
-        with _buildkitd(shared["registry"].host) as address:
+        with _buildkitd(shared["registry"].host, container=name == "two") as address:
+            assert address.startswith("docker-container://" if name == "two" else "unix://"), address
             run = _build(shared, states / f"cache-{name}", address, "--no-smoke-test")
         assert run.returncode == 0, run.stderr[-3000:]
         ids.append(image_json(run.stdout)["image_id"])

@@ -308,6 +308,15 @@ def test_a_set_file_names_one_builder_or_several(tmp_path):
     bad.write_text('version: "24.09"\nbackends: [python]\nbuilder: [engine, engine]\n')
     with pytest.raises(UsageError, match="bad.yaml:3: builder: 'engine' is listed twice"):
         load_set(bad, {})
+    # buildx's docker-container builders, by their container's name (buildx_buildkit_BUILDER0).
+    three = tmp_path / "three.yaml"
+    three.write_text('version: "24.09"\nbackends: [python]\nbuilder: buildkit://docker-container://buildx_buildkit_ci0\n')
+    assert load_set(three, {}).result.builders == ("buildkit://docker-container://buildx_buildkit_ci0",)
+    for wrong in ("buildkit://docker-container://", "buildkit://docker-container://a b", "buildkit://docker-container://-x"):
+        bad.write_text(f'version: "24.09"\nbackends: [python]\nbuilder: "{wrong}"\n')
+        with pytest.raises(UsageError, match="bad.yaml:3: builder: .* is not a builder: give engine, .*"
+                                             "buildkit://docker-container://NAME"):
+            load_set(bad, {})
 
 
 def test_a_builder_that_runs_out_of_space_is_named_not_the_engine(engine, ngc_plan):
