@@ -240,6 +240,7 @@ class BuildKit:
                                           sorted((labels or {}).items())]).encode()).hexdigest()[:16]
         image_id = ""
         made: set[str] = set()  # the stages this run's solves ran so far
+        loaded: set[str] = set()  # layers this run's earlier solves loaded into the engine
         for index, stage in enumerate(targets):
             last = index == len(targets) - 1
             cached = fresh_options(stages, made) if nocache else []
@@ -247,8 +248,24 @@ class BuildKit:
                 ref = f"{self.cache}:{what}-{stage or 'last'}"
                 cached += ["--import-cache", f"type=registry,ref={ref}", "--export-cache",
                            f"type=registry,ref={ref},mode=max"]
-            image_id = self._solve([*options, *cached], stage, tag if last else None, held, redact, on_line)
+            try:
+                image_id = self._solve([*options, *cached], stage, tag if last else None, held | loaded, redact,
+                                       on_line)
+            except BuildFailed as error:
+                if not loaded or not _lost_layer(error.message):
+                    raise
+                # A layer an earlier stage brought went from the engine meanwhile (its image removed
+                # by another run): this stage is loaded with every layer it has.
+                on_line(f"note: a layer loaded for an earlier stage went from the engine; loading "
+                        f"{stage or 'the last'} whole")
+                loaded.clear()
+                image_id = self._solve([*options, *cached], stage, tag if last else None, held, redact, on_line)
             made |= needed(stages, stage)
+            if self.runtime.loads_partial_archives and not last:
+                # Each stage's image is loaded whole but for what the engine has: the family stages
+                # of a pruned base all stand on its split stage, which went 14 times before.
+                info = self.runtime.image(image_id)
+                loaded.update(info.layers if info else ())
         return image_id
 
     def _solve(self, options: list[str], target: str, tag: str | None, held: set[str],
@@ -349,6 +366,11 @@ def _stop(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _lost_layer(message: str) -> bool:
+    """Whether a load failed for a layer the archive left out (the engine no longer holds it)."""
+    return "blobs/sha256/" in message or "layer does not exist" in message or "layer.tar" in message
 
 
 def _without(source, held: set[str]):
