@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 from composer import __version__
 from composer.catalog.catalog import Catalog
 from composer.engine.buildkit import BuildKit
+from composer.engine.errors import lost_layer
 from composer.engine.interface import Builder, Engine
 from composer.core import interrupts
 from composer.core.workers import Shared
@@ -316,7 +317,7 @@ def loaded_whole_if_need_be(assemble_with: Callable[[bool], Assembled], reuse: b
     try:
         return assemble_with(reuse)
     except BuildFailed as error:
-        if not reuse or "layer.tar" not in error.message:
+        if not reuse or not lost_layer(error.message):
             raise
     on_line("note: a layer the engine held went while the image loaded (another run removed it): loading it whole")
     return assemble_with(False)

@@ -33,6 +33,7 @@ from composer.core import interrupts
 from composer.core.errors import BuildFailed, EngineUnavailable, UsageError
 from composer.core.progress import LineSink, quiet
 from composer.engine import locks, oci_layout
+from composer.engine.errors import lost_layer
 from composer.engine.interface import STAGE_LABEL, Engine
 
 SCHEME = "buildkit://"
@@ -252,7 +253,7 @@ class BuildKit:
                 image_id = self._solve([*options, *cached], stage, tag if last else None, held | loaded, redact,
                                        on_line)
             except BuildFailed as error:
-                if not loaded or not _lost_layer(error.message):
+                if not loaded or not lost_layer(error.message):
                     raise
                 # A layer an earlier stage brought went from the engine meanwhile (its image removed
                 # by another run): this stage is loaded with every layer it has.
@@ -366,11 +367,6 @@ def _stop(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-def _lost_layer(message: str) -> bool:
-    """Whether a load failed for a layer the archive left out (the engine no longer holds it)."""
-    return "blobs/sha256/" in message or "layer does not exist" in message or "layer.tar" in message
 
 
 def _without(source, held: set[str]):

@@ -99,3 +99,10 @@ def _response_message(response) -> str:
     except ValueError:
         message = None
     return _one_line(message or response.text) or f"HTTP {response.status_code}"
+
+
+def lost_layer(message: str) -> bool:
+    """Whether a load failed for a layer its archive left out because the engine held it, and the
+    engine no longer does (another run removed the only image holding it meanwhile): the load
+    names the missing layer.tar (a docker save archive) or blob (an OCI-style one)."""
+    return "layer.tar" in message or "blobs/sha256/" in message or "layer does not exist" in message
