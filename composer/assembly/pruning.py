@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,7 +95,7 @@ def pruned_base(
     engine: Engine, plan: CompositionPlan, context: Path, *,
     labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, run: str = "render",
     hold: contextlib.ExitStack | None = None, on_engine_line: LineSink | None = None,
-    builder: Builder | None = None, reuse: bool = True,
+    builder: Builder | None = None, reuse: bool = True, dockerfile: str | None = None,
 ) -> PrunedBase:
     """The pruned base of `plan`: the image made before from the same inputs (its tag names their
     key, its label holds it whole), or one made now from `context` and tagged, so that later builds
@@ -106,7 +107,9 @@ def pruned_base(
     composer.engine.locks) is held while it is looked for and made, so a second run waits, then
     finds it. `hold` (the build's) keeps the base's use lock until the build ends, so `composer
     cache clear` leaves it alone. Its stages carry `run` (their label "<stage> <run>"), so the run
-    removes its own stages and no other run's (remove_run_stages). The engine's own lines go to
+    removes its own stages and no other run's (remove_run_stages): `dockerfile` is the base's
+    Dockerfile with the run written in (render.render_pruned_base(plan, run)), built from a copy of
+    `context`, whose own Dockerfile (and so the key) names no run. The engine's own lines go to
     `on_engine_line` (the CLI shows them with --verbose), the base's progress to `on_line`. With
     `reuse` False (--no-cache) the base is made again from scratch, no step from the build cache,
     and its tag moves to it (the one made before is then an old base `composer cache clear` takes)."""
@@ -126,19 +129,31 @@ def pruned_base(
                                                  if reuse else "(--no-cache: from scratch, not the one made before)"))
         started = time.monotonic()
         writes = engine.archives_keep_owners  # else the builder's copy of each family (Podman's archive loses owners)
+        folder = _run_context(context, dockerfile) if dockerfile is not None else None
         try:
             built = (builder or engine).build(
-                context, **({"target": MADE_TARGET} if writes else {"tag": tag}),
+                folder or context, **({"target": MADE_TARGET} if writes else {"tag": tag}),
                 labels={**(labels or {}), **({} if writes else {BASE_LABEL: key})}, network_mode="none",
-                buildargs={"COMPOSER_RUN": run}, on_line=on_engine_line or on_line,
+                buildargs={} if folder else {"COMPOSER_RUN": run}, on_line=on_engine_line or on_line,
                 **({} if reuse else {"nocache": True}))
         except BuildFailed as failure:
             raise BuildFailed(f"making the pruned base failed: {failure.message}", log_tail=failure.log_tail) from failure
+        finally:
+            if folder is not None:
+                locks.drop_folder(folder)
         image = _write(engine, plan, run, key, tag, labels, on_line) if writes else built
     seconds = time.monotonic() - started
     locks.mark_used(engine_id, tag)
     on_line(f"pruned base: made {tag} in {seconds:.0f} s")
     return PrunedBase(image, tag, key, made=True, seconds=seconds)
+
+
+def _run_context(context: Path, dockerfile: str) -> Path:
+    """A copy of the base's context (a few scripts) whose Dockerfile is the run's."""
+    folder = locks.make_folder("base-context")
+    shutil.copytree(context, folder, symlinks=True, dirs_exist_ok=True)
+    (folder / "Dockerfile").write_text(dockerfile)
+    return folder
 
 
 def _write(engine: Engine, plan: CompositionPlan, run: str, key: str, tag: str, labels, on_line: LineSink) -> str:

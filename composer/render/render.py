@@ -52,7 +52,7 @@ def templates() -> jinja2.Environment:
     )
     environment.filters["quoted"] = dockerfile_quoted
     environment.globals["stage_label_key"] = STAGE_LABEL
-    environment.globals["composer_run"] = "${COMPOSER_RUN}"  # the pruned base's build passes its run
+    environment.globals["composer_run"] = "${COMPOSER_RUN}"  # a render; the pruned base's build writes its run
     environment.globals["composition_key"] = "${COMPOSER_KEY}"  # a render; a build writes the key (render_dockerfile)
     return environment
 
@@ -115,11 +115,13 @@ def render_dockerfile(plan: CompositionPlan, key: str | None = None) -> str:
     return text.rstrip("\n") + "\n"
 
 
-def render_pruned_base(plan: CompositionPlan) -> str:
-    """The pruned base's Dockerfile: the same collect and decide stages as the composition's."""
+def render_pruned_base(plan: CompositionPlan, run: str | None = None) -> str:
+    """The pruned base's Dockerfile: the same collect and decide stages as the composition's. A
+    build's `run` is written into its stages' labels (no ARG step that every run would share); the
+    context keeps ${COMPOSER_RUN}, so the base's key (pruning.base_key) is the same for every run."""
     text = templates().get_template("pruned-base.Dockerfile.j2").render(
         plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
-        python_prune=python_prune(plan),
+        python_prune=python_prune(plan), **({"composer_run": run} if run else {}),
     )
     return text.rstrip("\n") + "\n"
 

@@ -87,6 +87,7 @@ def three(engine, standin_images, state):
     """Three builds at once: A and B of one selection on a pruned base, C on the min base."""
     tags = {name: f"triton-composer-test/tritonserver:shared-{name}-{uuid.uuid4().hex[:8]}" for name in "abc"}
     before = _runs_of(engine)
+    every_before = set(engine.image_graph())
     bases_before = {name for name in engine.image_names() if name.startswith("triton-composer/pruned-base:")}
     watch = _Runs(state)
     watch.start()
@@ -107,7 +108,7 @@ def three(engine, standin_images, state):
         results = {name: image_json(out) if code == 0 else None for name, (code, out, _) in outputs.items()}
         described = {name: _describe(r["image_id"]) for name, r in results.items() if r}
         yield {"described": described, "tags": tags, "outputs": outputs, "results": results, "before": before, "runs": watch.seen,
-               "bases_before": bases_before}
+               "bases_before": bases_before, "every_before": every_before}
     finally:
         watch.done.set()
         for process in runs.values():
@@ -150,6 +151,17 @@ def test_every_run_removed_its_own_stages_and_left_its_record_behind_none(engine
     left = {image: run for image, run in _runs_of(engine).items()
             if image not in three["before"] and run in three["runs"]}
     assert left == {}, left
+
+
+def test_making_the_pruned_base_leaves_no_step_every_run_shares(engine, three):
+    """The base's stages name their run from their first step: an `ARG COMPOSER_RUN` step before the
+    label was an image every run shares that no label finds, so no run or `cache clear` removed it,
+    and the decide and collect stages under it (the full image's tree) stayed after `cache clear --all`."""
+    assert any(r and not r["pruned_base"]["reused"] for r in three["results"].values()), three["results"]
+    made = sorted(set(engine.image_graph()) - three["every_before"])
+    steps = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}} {{json .ContainerConfig.Cmd}}", *made],
+                           capture_output=True, text=True, timeout=120).stdout.splitlines() if made else []
+    assert [line for line in steps if "ARG COMPOSER_RUN" in line] == []
 
 
 def _describe(image_id: str) -> list[str]:

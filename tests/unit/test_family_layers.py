@@ -148,3 +148,19 @@ def test_the_base_is_the_same_bytes_for_the_same_plan_and_names_every_layer(ngc_
         assert f"\nCOPY --from=layer-{slot.name} / /" in text  # the last stage's copy, for a build by hand
     assert '"--all-folders", "00-core"]' in text and text.count("--all-folders") == 1
     assert '"13-dpkg", "layers.json"]' in text  # the report of every layer rides in the last
+
+
+def test_a_builds_base_names_its_run_in_each_stages_first_step(ngc_plan):
+    """A build writes its run into the labels: an ARG step first would be an image every run shares,
+    unlabelled, which kept the decide and collect stages under it after `composer cache clear --all`."""
+    plan = ngc_plan("onnxruntime", "python", base="pruned")
+    text = render_pruned_base(plan, "run1")
+    assert "ARG COMPOSER_RUN" not in text and "${COMPOSER_RUN}" not in text
+    own = [s for s in text.split("\nFROM ")[1:] if " AS decide" not in s and not s.startswith(("nvcr.io", "full ", "collect"))]
+    named = [s for s in own if " AS " in s.splitlines()[0]]
+    assert len(named) == 4 + len(plan.pruning.slots), [s.splitlines()[0] for s in own]
+    for stage in named:
+        first_step = stage.splitlines()[1]
+        assert first_step.startswith("LABEL org.triton-composer.stage=") and first_step.endswith(' run1"'), stage[:200]
+    # The render (and so the base's key) names no run.
+    assert render_pruned_base(plan).count("ARG COMPOSER_RUN=render") == len(named)
