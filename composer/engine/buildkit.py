@@ -89,6 +89,15 @@ def needed(stages: Sequence[Stage], target: str) -> set[str]:
     return found
 
 
+def cache_name(dockerfile: str, buildargs: Mapping[str, str]) -> str:
+    """The registry cache's tag for a Dockerfile (one per stage under it): what its steps are, its
+    text and arguments less its LABEL lines. A label is the image's configuration, in no step's cache
+    key, and the composer's name a run or a build's key: every run of a pruned base would otherwise
+    export to a tag of its own, and a fresh builder would never find another run's steps."""
+    steps = [line for line in dockerfile.splitlines() if not line.lstrip().upper().startswith("LABEL ")]
+    return hashlib.sha256(json.dumps(["\n".join(steps), sorted(buildargs.items())]).encode()).hexdigest()[:16]
+
+
 def fresh_options(stages: Sequence[Stage], made: set[str]) -> list[str]:
     """What keeps a --no-cache build's solve off the build cache. Each labelled stage is a solve of
     its own: the first runs every step afresh; each later one only the stages no earlier solve of
@@ -236,9 +245,7 @@ class BuildKit:
             raise BuildFailed(f"the builder found no stage {target} in {context / dockerfile}")
         end = next(i for i, s in enumerate(stages) if s.name == target) if target is not None else len(stages) - 1
         targets = [s.name for s in stages[:end] if s.labelled and s.name] + [stages[end].name]
-        # The registry cache's tags: one per Dockerfile, arguments and labels (what its steps are) and stage.
-        what = hashlib.sha256(json.dumps([(context / dockerfile).read_text(), sorted(buildargs.items()),
-                                          sorted((labels or {}).items())]).encode()).hexdigest()[:16]
+        what = cache_name((context / dockerfile).read_text(), buildargs)
         image_id = ""
         made: set[str] = set()  # the stages this run's solves ran so far
         loaded: set[str] = set()  # layers this run's earlier solves loaded into the engine

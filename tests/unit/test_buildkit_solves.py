@@ -49,3 +49,16 @@ def test_a_no_cache_build_runs_each_stage_once_whatever_the_number_of_solves(ngc
             # solves: the stages they ran (the same steps, just made).
             assert needed(stages, target) - made_before <= listed, (dockerfile.name, target)
             assert not listed & made_before, (dockerfile.name, target)
+
+
+def test_every_run_of_a_pruned_base_exports_its_cache_to_one_tag(ngc_plan):
+    """The registry cache's tag leaves the labels out (they name the run): a fresh builder finds the
+    steps another run of the same base exported. A change to a step is a tag of its own."""
+    from composer.engine.buildkit import cache_name
+    from composer.render.render import render_pruned_base
+
+    plan = ngc_plan("onnxruntime", "python", base="pruned")
+    one, two = render_pruned_base(plan, "run1"), render_pruned_base(plan, "run2")
+    assert one != two and cache_name(one, {}) == cache_name(two, {})
+    assert cache_name(one, {}) != cache_name(one.replace("--all-folders", "--all"), {})
+    assert cache_name(one, {}) != cache_name(one, {"PRUNED_BASE": "sha256:1"})
