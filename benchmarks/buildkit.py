@@ -10,13 +10,19 @@ Rows (each the real command line, `python -m composer build ...`, timed by its w
   buildkit warm   the same buildkitd, an empty state folder again (no recorded image): every step
                   from BuildKit's cache, the stages loaded into the engine again
   buildkit again  the same command and state as the warm row: the recorded image, nothing built
+  cache export    a fresh buildkitd, the engine's side emptied (no composed image, pruned base,
+                  cached stage or OCI layout of this selection: a fresh CI runner), --no-cache,
+                  --builder-cache to a registry of the benchmark's own on 127.0.0.1
+  cache import    another fresh buildkitd, the engine's side emptied again, --builder-cache from
+                  that registry: the fleet's second runner; the bytes it pulled from the registry
+                  (its log's GETs of blobs) beside the cache's size there
   farm, 1 builder four sets (python; onnxruntime+python; identity; identity+python), --no-cache, on a
                   fresh buildkitd, smoke tests included
   farm, 2 builders the same four sets over two fresh buildkitds (--builder twice)
 
     .venv/bin/python benchmarks/buildkit.py                               (small stand-ins)
     .venv/bin/python benchmarks/buildkit.py --source localhost/standin-ngc --base pruned   (NGC scale)
-    .venv/bin/python benchmarks/buildkit.py --base pruned --no-farm       (the first four rows only)
+    .venv/bin/python benchmarks/buildkit.py --base pruned --no-farm       (the builders' rows only)
 
 Starts and stops its buildkitds (scripts/buildkit-service, a folder each; each stopped and its
 state removed once its rows are done: a cold builder's snapshots of the stand-ins take GBs);
@@ -31,6 +37,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -51,8 +59,9 @@ FARM = {"python": "[python]", "onnx": "[onnxruntime, python]", "identity": "[ide
         "identity-python": "[identity, python]"}
 
 
-def _start(folder: Path) -> list[str]:
-    started = subprocess.run([str(SERVICE), "start", str(folder)], capture_output=True, text=True, timeout=900)
+def _start(folder: Path, *plain_http: str) -> list[str]:
+    started = subprocess.run([str(SERVICE), "start", str(folder), *plain_http], capture_output=True, text=True,
+                             timeout=900)
     if started.returncode != 0:
         raise SystemExit(f"buildkitd did not start: {started.stderr.strip()[-500:]}")
     return ["--builder", "buildkit://" + started.stdout.strip()]
@@ -62,6 +71,51 @@ def _stop(folder: Path) -> None:
     """Stop a daemon of the benchmark's and remove its state (its snapshots of the stand-ins take GBs)."""
     subprocess.run([str(SERVICE), "stop", str(folder)], capture_output=True, timeout=120)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _registry(folder: Path) -> tuple[str, int, Path]:
+    """Debian's docker-registry on 127.0.0.1 (scripts/registry), logging each response's bytes; its
+    host, PID and log."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    folder.mkdir(parents=True)
+    config = folder / "config.yml"
+    config.write_text(f"version: 0.1\nlog:\n  level: info\n  formatter: json\nstorage:\n  filesystem:\n"
+                      f"    rootdirectory: {folder / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    log = folder / "registry.log"
+    done = subprocess.run([str(ROOT / "scripts" / "registry"), str(port), str(config), str(log)],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise SystemExit(f"scripts/registry failed: {done.stderr.strip()[-500:]}")
+    return f"127.0.0.1:{port}", int(done.stdout.strip().splitlines()[-1]), log
+
+
+def _blob_bytes_served(log: Path, start: int) -> int:
+    """The bytes of blobs the registry sent (GET) after offset `start` of its log."""
+    served = 0
+    with open(log, "rb") as lines:
+        lines.seek(start)
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("http.request.method") == "GET" and "/blobs/" in str(entry.get("http.request.uri", "")):
+                served += int(entry.get("http.response.written") or 0)
+    return served
+
+
+def _stored(folder: Path) -> int:
+    return sum(p.stat().st_size for p in (folder / "data").rglob("*") if p.is_file())
+
+
+def _empty_engine_side(tags: list[str]) -> None:
+    """What a fresh runner's engine lacks: the benchmark's images, the bases it made, the cached
+    stages of its builds and BuildKit's copies of the engine's images (cache clear takes those)."""
+    for name in reversed(tags):
+        subprocess.run(["docker", "image", "rm", name], capture_output=True)
+    _remove_cached_stages()
 
 
 def _farm(folder: Path, source: str, builders: list[str], state: Path, tags: list[str]) -> tuple[float, list[dict]]:
@@ -126,6 +180,32 @@ def main() -> int:
         print(f"one image id from both builders: {same}; BuildKit cold {rows['buildkit cold']['seconds'] / cold:.2f}x "
               f"the engine's, warm {rows['buildkit warm']['seconds'] / cold:.2f}x", flush=True)
         _stop(folder / "bk")
+        host, registry_pid, log = _registry(folder / "registry")
+        try:
+            cache = ["--builder-cache", f"{host}/bench/buildkit-cache"]
+            for name, daemon, extra in (("cache export", "c1", ["--no-cache"]), ("cache import", "c2", [])):
+                _empty_engine_side([tag, *tags])
+                started_at = log.stat().st_size if log.exists() else 0
+                builder = _start(folder / daemon, host)
+                seconds, image = _build([*selection, *builder, *cache, *extra], folder / daemon.replace("c", "state-"))
+                _stop(folder / daemon)
+                if (image.get("pruned_base") or {}).get("reused") is False:
+                    tags.append(image["pruned_base"]["tag"])
+                rows[name] = {"seconds": round(seconds, 1), "image_id": image["image_id"],
+                              "smoke_test": image["smoke_test"]["passed"] if image.get("smoke_test") else None,
+                              "pulled_bytes": _blob_bytes_served(log, started_at)}
+                print(f"{name:15} {seconds:7.1f} s  {image['image_id'][:19]}  smoke test passed: "
+                      f"{rows[name]['smoke_test']}  pulled from the registry: "
+                      f"{rows[name]['pulled_bytes'] / 1e6:.1f} MB", flush=True)
+            stored = _stored(folder / "registry")
+        finally:
+            os.kill(registry_pid, signal.SIGTERM)
+        same = len({row["image_id"] for row in rows.values()}) == 1
+        ratio = rows["cache import"]["seconds"] / rows["cache export"]["seconds"]
+        print(f"a fresh builder from the registry cache: {ratio:.2f}x the first fresh builder's time, "
+              f"{rows['cache import']['pulled_bytes'] / 1e6:.1f} MB pulled of the {stored / 1e6:.1f} MB the cache "
+              f"holds in the registry; one image id from every row: {same}", flush=True)
+        rows["cache import"]["registry_bytes"] = stored
         farm: dict[str, dict] = {}
         if options.no_farm:
             if options.json:
@@ -151,7 +231,7 @@ def main() -> int:
                                                       "farm_ratio": round(ratio, 2)}, indent=2) + "\n")
         return 0 if same and alike else 1
     finally:
-        for daemon in ("bk", "f1", "f2", "f3"):
+        for daemon in ("bk", "c1", "c2", "f1", "f2", "f3"):
             _stop(folder / daemon)
         for name in (tag, *tags):
             subprocess.run(["docker", "image", "rm", name], capture_output=True)
