@@ -73,6 +73,15 @@ def _stop(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+CORES = os.cpu_count() or 1
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the machine spent busy since boot, all cores (/proc/stat: all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def _registry(folder: Path) -> tuple[str, int, Path]:
     """Debian's docker-registry on 127.0.0.1 (scripts/registry), logging each response's bytes; its
     host, PID and log."""
@@ -155,6 +164,7 @@ def main() -> int:
     parser.add_argument("--source", default="localhost/standin", help="where the 24.09 full and min images are")
     parser.add_argument("--base", default="min", choices=("min", "pruned"))
     parser.add_argument("--no-farm", action="store_true", help="the builders' rows only, not the farm's")
+    parser.add_argument("--farm-only", action="store_true", help="the farm's rows only")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON too")
     options = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="tc-bkb-", dir="/tmp"))
@@ -164,50 +174,52 @@ def main() -> int:
     rows: dict[str, dict] = {}
     tags: list[str] = []  # its tags, and the pruned bases it made (removed after)
     try:
-        builder = _start(folder / "bk")
-        plan = (("engine cold", ["--no-cache"], "engine"), ("buildkit cold", [*builder, "--no-cache"], "bk-cold"),
-                ("buildkit warm", builder, "bk-warm"), ("buildkit again", builder, "bk-warm"))
-        for name, extra, state in plan:
-            seconds, image = _build([*selection, *extra], folder / state)
-            if (image.get("pruned_base") or {}).get("reused") is False:
-                tags.append(image["pruned_base"]["tag"])
-            rows[name] = {"seconds": round(seconds, 1), "image_id": image["image_id"],
-                          "smoke_test": image["smoke_test"]["passed"] if image.get("smoke_test") else None}
-            print(f"{name:15} {seconds:7.1f} s  {image['image_id'][:19]}  smoke test passed: "
-                  f"{rows[name]['smoke_test']}", flush=True)
-        same = len({row["image_id"] for row in rows.values()}) == 1
-        cold = rows["engine cold"]["seconds"]
-        print(f"one image id from both builders: {same}; BuildKit cold {rows['buildkit cold']['seconds'] / cold:.2f}x "
-              f"the engine's, warm {rows['buildkit warm']['seconds'] / cold:.2f}x", flush=True)
-        _stop(folder / "bk")
-        host, registry_pid, log = _registry(folder / "registry")
-        try:
-            cache = ["--builder-cache", f"{host}/bench/buildkit-cache"]
-            # Not --no-cache: a fresh daemon with the engine's side emptied is cold already, and BuildKit
-            # exports no usable record of a solve's last step that ignored the cache.
-            for name, daemon, extra in (("cache export", "c1", []), ("cache import", "c2", [])):
-                _empty_engine_side([tag, *tags])
-                started_at = log.stat().st_size if log.exists() else 0
-                builder = _start(folder / daemon, host)
-                seconds, image = _build([*selection, *builder, *cache, *extra], folder / daemon.replace("c", "state-"))
-                _stop(folder / daemon)
+        same = True
+        if not options.farm_only:
+            builder = _start(folder / "bk")
+            plan = (("engine cold", ["--no-cache"], "engine"), ("buildkit cold", [*builder, "--no-cache"], "bk-cold"),
+                    ("buildkit warm", builder, "bk-warm"), ("buildkit again", builder, "bk-warm"))
+            for name, extra, state in plan:
+                seconds, image = _build([*selection, *extra], folder / state)
                 if (image.get("pruned_base") or {}).get("reused") is False:
                     tags.append(image["pruned_base"]["tag"])
                 rows[name] = {"seconds": round(seconds, 1), "image_id": image["image_id"],
-                              "smoke_test": image["smoke_test"]["passed"] if image.get("smoke_test") else None,
-                              "pulled_bytes": _blob_bytes_served(log, started_at)}
+                              "smoke_test": image["smoke_test"]["passed"] if image.get("smoke_test") else None}
                 print(f"{name:15} {seconds:7.1f} s  {image['image_id'][:19]}  smoke test passed: "
-                      f"{rows[name]['smoke_test']}  pulled from the registry: "
-                      f"{rows[name]['pulled_bytes'] / 1e6:.1f} MB", flush=True)
-            stored = _stored(folder / "registry")
-        finally:
-            os.kill(registry_pid, signal.SIGTERM)
-        same = len({row["image_id"] for row in rows.values()}) == 1
-        ratio = rows["cache import"]["seconds"] / rows["cache export"]["seconds"]
-        print(f"a fresh builder from the registry cache: {ratio:.2f}x the first fresh builder's time, "
-              f"{rows['cache import']['pulled_bytes'] / 1e6:.1f} MB pulled of the {stored / 1e6:.1f} MB the cache "
-              f"holds in the registry; one image id from every row: {same}", flush=True)
-        rows["cache import"]["registry_bytes"] = stored
+                      f"{rows[name]['smoke_test']}", flush=True)
+            same = len({row["image_id"] for row in rows.values()}) == 1
+            cold = rows["engine cold"]["seconds"]
+            print(f"one image id from both builders: {same}; BuildKit cold {rows['buildkit cold']['seconds'] / cold:.2f}x "
+                  f"the engine's, warm {rows['buildkit warm']['seconds'] / cold:.2f}x", flush=True)
+            _stop(folder / "bk")
+            host, registry_pid, log = _registry(folder / "registry")
+            try:
+                cache = ["--builder-cache", f"{host}/bench/buildkit-cache"]
+                # Not --no-cache: a fresh daemon with the engine's side emptied is cold already, and BuildKit
+                # exports no usable record of a solve's last step that ignored the cache.
+                for name, daemon, extra in (("cache export", "c1", []), ("cache import", "c2", [])):
+                    _empty_engine_side([tag, *tags])
+                    started_at = log.stat().st_size if log.exists() else 0
+                    builder = _start(folder / daemon, host)
+                    seconds, image = _build([*selection, *builder, *cache, *extra], folder / daemon.replace("c", "state-"))
+                    _stop(folder / daemon)
+                    if (image.get("pruned_base") or {}).get("reused") is False:
+                        tags.append(image["pruned_base"]["tag"])
+                    rows[name] = {"seconds": round(seconds, 1), "image_id": image["image_id"],
+                                  "smoke_test": image["smoke_test"]["passed"] if image.get("smoke_test") else None,
+                                  "pulled_bytes": _blob_bytes_served(log, started_at)}
+                    print(f"{name:15} {seconds:7.1f} s  {image['image_id'][:19]}  smoke test passed: "
+                          f"{rows[name]['smoke_test']}  pulled from the registry: "
+                          f"{rows[name]['pulled_bytes'] / 1e6:.1f} MB", flush=True)
+                stored = _stored(folder / "registry")
+            finally:
+                os.kill(registry_pid, signal.SIGTERM)
+            same = len({row["image_id"] for row in rows.values()}) == 1
+            ratio = rows["cache import"]["seconds"] / rows["cache export"]["seconds"]
+            print(f"a fresh builder from the registry cache: {ratio:.2f}x the first fresh builder's time, "
+                  f"{rows['cache import']['pulled_bytes'] / 1e6:.1f} MB pulled of the {stored / 1e6:.1f} MB the cache "
+                  f"holds in the registry; one image id from every row: {same}", flush=True)
+            rows["cache import"]["registry_bytes"] = stored
         farm: dict[str, dict] = {}
         if options.no_farm:
             if options.json:
@@ -217,16 +229,26 @@ def main() -> int:
         for name, daemons in (("farm, 1 builder", ["f1"]), ("farm, 2 builders", ["f2", "f3"])):
             _remove_cached_stages()  # each arm from scratch on the engine's side too
             builders = [flag for daemon in daemons for flag in _start(folder / daemon)]
+            busy = _busy_seconds()
             seconds, images = _farm(folder, options.source, builders, folder / name.replace(" ", ""), tags)
+            busy = _busy_seconds() - busy
             for daemon in daemons:
                 _stop(folder / daemon)
             farm[name] = {"seconds": round(seconds, 1), "images": {i["name"]: i["image_id"] for i in images},
-                          "passed": all((i.get("smoke_test") or {}).get("passed") for i in images)}
-            print(f"{name:16} {seconds:7.1f} s  4 sets, smoke tests passed: {farm[name]['passed']}", flush=True)
+                          "passed": all((i.get("smoke_test") or {}).get("passed") for i in images),
+                          "busy_cpu_seconds": round(busy, 1)}
+            print(f"{name:16} {seconds:7.1f} s  4 sets, smoke tests passed: {farm[name]['passed']}; the machine's "
+                  f"CPUs busy {busy:.1f} s ({busy / seconds / CORES:.0%} of {CORES} cores)", flush=True)
         alike = farm["farm, 1 builder"]["images"] == farm["farm, 2 builders"]["images"]
-        ratio = farm["farm, 2 builders"]["seconds"] / farm["farm, 1 builder"]["seconds"]
-        print(f"four sets over two builders: {ratio:.2f}x one builder's time; the same four image ids: {alike}",
+        one = farm["farm, 1 builder"]
+        ratio = farm["farm, 2 builders"]["seconds"] / one["seconds"]
+        # However the sets are spread, this machine does the one-builder row's CPU work on its cores:
+        # a lower bound of any arm's time here (the disk may bind sooner).
+        floor = max(one["busy_cpu_seconds"] / CORES / one["seconds"], 0.5)
+        print(f"four sets over two builders: {ratio:.2f}x one builder's time; the same four image ids: {alike}; "
+              f"this machine's CPU floor {floor:.2f}x (the one-builder row's busy CPU time over {CORES} cores)",
               flush=True)
+        farm["cpu_floor_ratio"] = round(floor, 2)
         if options.json:
             Path(options.json).write_text(json.dumps({"source": options.source, "base": options.base,
                                                       "rows": rows, "same_image_id": same, "farm": farm,

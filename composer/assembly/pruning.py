@@ -95,7 +95,7 @@ def pruned_base(
     engine: Engine, plan: CompositionPlan, context: Path, *,
     labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, run: str = "render",
     hold: contextlib.ExitStack | None = None, on_engine_line: LineSink | None = None,
-    builder: Builder | None = None, reuse: bool = True, dockerfile: str | None = None,
+    builder: Builder | None = None, reuse: bool = True, dockerfile: str,
 ) -> PrunedBase:
     """The pruned base of `plan`: the image made before from the same inputs (its tag names their
     key, its label holds it whole), or one made now from `context` and tagged, so that later builds
@@ -129,18 +129,16 @@ def pruned_base(
                                                  if reuse else "(--no-cache: from scratch, not the one made before)"))
         started = time.monotonic()
         writes = engine.archives_keep_owners  # else the builder's copy of each family (Podman's archive loses owners)
-        folder = _run_context(context, dockerfile) if dockerfile is not None else None
+        folder = _run_context(context, dockerfile)
         try:
             built = (builder or engine).build(
-                folder or context, **({"target": MADE_TARGET} if writes else {"tag": tag}),
+                folder, **({"target": MADE_TARGET} if writes else {"tag": tag}),
                 labels={**(labels or {}), **({} if writes else {BASE_LABEL: key})}, network_mode="none",
-                buildargs={} if folder else {"COMPOSER_RUN": run}, on_line=on_engine_line or on_line,
-                **({} if reuse else {"nocache": True}))
+                on_line=on_engine_line or on_line, **({} if reuse else {"nocache": True}))
         except BuildFailed as failure:
             raise BuildFailed(f"making the pruned base failed: {failure.message}", log_tail=failure.log_tail) from failure
         finally:
-            if folder is not None:
-                locks.drop_folder(folder)
+            locks.drop_folder(folder)
         image = _write(engine, plan, run, key, tag, labels, on_line) if writes else built
     seconds = time.monotonic() - started
     locks.mark_used(engine_id, tag)

@@ -48,6 +48,7 @@ class FakeEngine(ContainerEngine):
     asked_logins: list[str] = field(default_factory=list)
     histories: dict[str, list[Layer]] = field(default_factory=dict)  # image -> its layers, oldest first
     builds: list[dict] | None = None  # when a list: builds succeed and are recorded here
+    dockerfiles: list[str | None] = field(default_factory=list)  # each build's Dockerfile, as it was then
     archives: dict[tuple[str, str], bytes] = field(default_factory=dict)  # (image, path) -> its tar
     exports: list[tuple[str, str]] = field(default_factory=list)
     loaded: dict[str, dict] = field(default_factory=dict)  # image id -> {"config": bytes, "layers": {diff id: tar}}
@@ -138,7 +139,9 @@ class FakeEngine(ContainerEngine):
     def build(self, context: Path, **kwargs) -> str:
         if self.builds is None:
             raise NotImplementedError("the fake engine does not build")
+        dockerfile = context / kwargs.get("dockerfile", "Dockerfile")
         self.builds.append({"context": context, **kwargs})
+        self.dockerfiles.append(dockerfile.read_text() if dockerfile.is_file() else None)  # the build's copy may go after
         image_id = f"sha256:{len(self.images) + 100:064x}"
         if kwargs.get("tag"):
             self.images[kwargs["tag"]] = image_id

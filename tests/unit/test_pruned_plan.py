@@ -13,7 +13,7 @@ from composer.core.errors import Invalid, UsageError
 from composer.resolve.offer import Offer
 from composer.resolve.plan import make_plan
 from composer.assembly.pruning import BASE_LABEL, base_key, proof_failure, pruned_base
-from composer.render.render import render_dockerfile, write_context
+from composer.render.render import render_dockerfile, render_pruned_base, write_context
 from composer.config.options import OPTIONS
 from composer.config.rules import validate as check
 from tests.specs import spec
@@ -203,11 +203,16 @@ def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(
     plan = ngc_plan("onnxruntime", "python", base="pruned")
     folder = write_context(plan, tmp_path / "context").pruned_base
     key = base_key(plan, folder)
-    engine = FakeEngine(builds=[], **_family_stages(plan))
-    made = pruned_base(engine, plan, folder, labels={"test": "1"})
+    engine = FakeEngine(builds=[], **_family_stages(plan, "run1"))
+    made = pruned_base(engine, plan, folder, labels={"test": "1"}, run="run1", dockerfile=render_pruned_base(plan, "run1"))
     assert made.made and made.tag == f"triton-composer/pruned-base:24.09-{key[:16]}"
-    assert engine.builds == [{"context": folder, "target": "layers-made", "labels": {"test": "1"}, "network_mode": "none",
-                              "buildargs": {"COMPOSER_RUN": "render"}, "on_line": engine.builds[0]["on_line"]}]
+    # Built from a copy of the context whose Dockerfile names the run (the context's names none: the key)
+    copy = engine.builds[0]["context"]
+    assert copy != folder and "base-context" in copy.name and not copy.exists()
+    assert engine.builds == [{"context": copy, "target": "layers-made", "labels": {"test": "1"}, "network_mode": "none",
+                              "on_line": engine.builds[0]["on_line"]}]
+    assert engine.dockerfiles == [render_pruned_base(plan, "run1")] and "run1" not in (folder / "Dockerfile").read_text()
+    assert base_key(plan, folder) == key
     # The composer wrote the base: a layer a family, read from the family's stage, the tag on it.
     assert engine.images[made.tag] == made.image and made.image in engine.loaded
     config = json.loads(engine.loaded[made.image]["config"])
@@ -218,15 +223,15 @@ def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(
                      labels={BASE_LABEL: key}, size=1)
     engine = FakeEngine(builds=[], infos={made.tag: base})
     lines = []
-    reused = pruned_base(engine, plan, folder, on_line=lines.append)
+    reused = pruned_base(engine, plan, folder, on_line=lines.append, dockerfile="")
     assert not reused.made and reused.image == base.id and engine.builds == []
     assert lines == [f"pruned base: reusing {reused.tag}, made before from the same min image for the same selection"]
     engine = FakeEngine(builds=[], infos={made.tag: replace(base, labels={BASE_LABEL: "another key"})},
                         **_family_stages(plan))
-    assert pruned_base(engine, plan, folder).made  # that tag on something else: a base is made
+    assert pruned_base(engine, plan, folder, dockerfile="").made  # that tag on something else: a base is made
     # --no-cache: made again from scratch, though the same base is there
     engine, lines = FakeEngine(builds=[], infos={made.tag: base}, **_family_stages(plan)), []
-    again = pruned_base(engine, plan, folder, on_line=lines.append, reuse=False)
+    again = pruned_base(engine, plan, folder, on_line=lines.append, reuse=False, dockerfile="")
     assert again.made and [b["nocache"] for b in engine.builds] == [True] and engine.images[made.tag] == again.image
     assert lines[0] == f"pruned base: making {made.tag} (--no-cache: from scratch, not the one made before)"
 
@@ -241,8 +246,8 @@ def test_on_an_engine_whose_archives_lose_owners_the_builders_copy_is_the_base(n
     key = base_key(plan, folder)
     engine = FakeEngine(builds=[], **_family_stages(plan))
     engine.archives_keep_owners = False
-    made = pruned_base(engine, plan, folder, labels={"test": "1"})
-    assert engine.builds == [{"context": folder, "tag": made.tag, "labels": {"test": "1", BASE_LABEL: key},
-                              "network_mode": "none", "buildargs": {"COMPOSER_RUN": "render"},
+    made = pruned_base(engine, plan, folder, labels={"test": "1"}, dockerfile=render_pruned_base(plan, "run2"))
+    assert engine.builds == [{"context": engine.builds[0]["context"], "tag": made.tag,
+                              "labels": {"test": "1", BASE_LABEL: key}, "network_mode": "none",
                               "on_line": engine.builds[0]["on_line"]}]
     assert made.made and engine.images[made.tag] == made.image and engine.exports == [] and engine.loaded == {}
