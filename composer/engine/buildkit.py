@@ -251,11 +251,12 @@ class BuildKit:
         loaded: set[str] = set()  # layers this run's earlier solves loaded into the engine
         for index, stage in enumerate(targets):
             last = index == len(targets) - 1
-            cached = fresh_options(stages, made) if nocache else []
+            shared: list[str] = []
             if self.cache:
                 ref = f"{self.cache}:{what}-{stage or 'last'}"
-                cached += ["--import-cache", f"type=registry,ref={ref}", "--export-cache",
-                           f"type=registry,ref={ref},mode=max"]
+                shared = ["--import-cache", f"type=registry,ref={ref}", "--export-cache",
+                          f"type=registry,ref={ref},mode=max"]
+            cached = (fresh_options(stages, made) if nocache else []) + shared
             try:
                 image_id = self._solve([*options, *cached], stage, tag if last else None, held | loaded, redact,
                                        on_line)
@@ -269,6 +270,11 @@ class BuildKit:
                 loaded.clear()
                 image_id = self._solve([*options, *cached], stage, tag if last else None, held, redact, on_line)
             made |= needed(stages, stage)
+            if nocache and shared:
+                # BuildKit exports no record of a solve's last step that ignored the cache that
+                # another builder can use (each family stage's step ran again on the next runner):
+                # solved again from this builder's own cache, its records exported as hits.
+                self._solve([*options, *shared], stage, None, set(), redact, on_line, load=False)
             if self.runtime.loads_partial_archives and not last:
                 # Each stage's image is loaded whole but for what the engine has: the family stages
                 # of a pruned base all stand on its split stage, which went 14 times before.
@@ -277,14 +283,15 @@ class BuildKit:
         return image_id
 
     def _solve(self, options: list[str], target: str, tag: str | None, held: set[str],
-               redact: Callable[[str], str], on_line: LineSink) -> str:
-        """One target solved, its image loaded into the engine (without the layers it holds). Its id."""
+               redact: Callable[[str], str], on_line: LineSink, load: bool = True) -> str:
+        """One target solved, its image loaded into the engine (without the layers it holds). Its id.
+        Without `load`, only solved (and its cache exported, if asked): no output, no id."""
         with tempfile.TemporaryDirectory(prefix="triton-composer-buildkit-") as folder:
             metadata = Path(folder) / "metadata.json"
             output = "type=docker,compression=uncompressed" + (f",name={tag}" if tag else "")
             command = [buildctl(), *self.connection, "build", *options,
                        *(("--opt", f"target={target}") if target else ()),  # no name: the last stage, the default
-                       "--metadata-file", str(metadata), "--output", output]
+                       *(("--metadata-file", str(metadata), "--output", output) if load else ())]
             tail: list[str] = []
 
             def said(line: str) -> None:
@@ -310,7 +317,8 @@ class BuildKit:
             threading.Thread(target=watch, daemon=True).start()
             try:
                 try:
-                    self.runtime.load_stream(_without(process.stdout, held), f"the builder's stage {target or 'last'}")
+                    if load:
+                        self.runtime.load_stream(_without(process.stdout, held), f"the builder's stage {target or 'last'}")
                 except Exception as error:  # noqa: BLE001 (the solve's own failure, if any, says more)
                     failure.append(error)
                     _stop(process)
@@ -329,6 +337,8 @@ class BuildKit:
                                   log_tail="\n".join(tail))
             if failure:
                 raise failure[0]
+            if not load:
+                return ""
             image_id = str(json.loads(metadata.read_text()).get("containerimage.config.digest", ""))
         if not image_id or self.runtime.image(image_id) is None:
             raise BuildFailed(f"the builder's stage {target or 'last'} ({image_id[:19] or 'no id'}) is not on the engine after "

@@ -62,3 +62,49 @@ def test_every_run_of_a_pruned_base_exports_its_cache_to_one_tag(ngc_plan):
     assert one != two and cache_name(one, {}) == cache_name(two, {})
     assert cache_name(one, {}) != cache_name(one.replace("--all-folders", "--all"), {})
     assert cache_name(one, {}) != cache_name(one, {"PRUNED_BASE": "sha256:1"})
+
+
+class _Runtime:
+    """The engine side of a solve, as far as BuildKit.build asks here: it holds no base image."""
+
+    loads_partial_archives = False
+
+    def image(self, ref):
+        return None
+
+
+def _calls(tmp_path, ngc_plan, *, nocache: bool, cache: str | None) -> list[tuple[str, list[str], bool]]:
+    from composer.engine.buildkit import BuildKit
+    from composer.render.render import render_pruned_base
+
+    plan = ngc_plan("onnxruntime", "python", base="pruned")
+    (tmp_path / "Dockerfile").write_text(render_pruned_base(plan, "run1"))
+    builder = BuildKit("buildkit://unix:///nonexistent.sock", _Runtime(), cache=cache)
+    calls = []
+
+    def solve(options, target, tag, held, redact, on_line, load=True):
+        calls.append((target, options, load))
+        return "sha256:" + "1" * 64
+
+    builder._solve = solve
+    builder.build(tmp_path, target="layers-made", nocache=nocache)
+    return calls
+
+
+def test_a_no_cache_build_exports_its_cache_again_from_its_own_records(ngc_plan, tmp_path):
+    """BuildKit exports no usable record of a solve's last step that ignored the cache: with
+    --builder-cache, each --no-cache solve is followed by one from the builder's own cache that
+    exports it (not loaded, no no-cache option); without --no-cache, or without a cache, none."""
+    calls = _calls(tmp_path, ngc_plan, nocache=True, cache="127.0.0.1:5000/team/cache")
+    loaded = [c for c in calls if c[2]]
+    again = [c for c in calls if not c[2]]
+    assert [c[0] for c in again] == [c[0] for c in loaded] and len(loaded) > 1
+    assert all("--no-cache" in c[1] or any(o.startswith("no-cache=") for o in c[1]) for c in loaded[:1])
+    for target, options, _ in again:
+        assert "--no-cache" not in options and not any(o.startswith("no-cache=") for o in options), target
+        assert any(o.startswith("type=registry,ref=127.0.0.1:5000/team/cache:") and o.endswith(f"-{target},mode=max")
+                   for o in options), options
+    for order, (first, second) in enumerate(zip(calls[::2], calls[1::2])):  # each right after its own
+        assert first[0] == second[0] and first[2] and not second[2], order
+    assert all(c[2] for c in _calls(tmp_path, ngc_plan, nocache=False, cache="127.0.0.1:5000/team/cache"))
+    assert all(c[2] for c in _calls(tmp_path, ngc_plan, nocache=True, cache=None))
