@@ -117,7 +117,17 @@ def test_cli_build_python_only_json(engine, standin_images, test_tag):
     if not counts:
         assert re.search(r"^unchanged: sha256:\w+, composed before from the same inputs", run.stderr, re.M), run.stderr
         return
-    assert counts[-1][0] == counts[-1][1] and [int(n) for n, _, _ in counts] == list(range(1, len(counts) + 1))
+    # Another test's clean-up may take the image holding a layer the engine held (CI met it once): the
+    # composer writes those layers after all, each in a line of its own, or loads the image whole.
+    whole = "note: a layer the engine held went while the image loaded (another run removed it): loading it whole"
+    if whole in run.stderr:
+        counts = re.findall(r"^(?:writing )?layer (\d+) of (\d+): (.*)", run.stderr.rsplit(whole, 1)[1], re.M)
+    again = [c for c in counts if c[2].endswith("(the image that held it was removed meanwhile)")]
+    held = {n for n, _, what in counts if what.endswith("the engine holds it already")}
+    assert {n for n, _, _ in again} <= held, run.stderr[-3000:]
+    counts = [c for c in counts if c not in again]
+    assert counts[-1][0] == counts[-1][1] and [int(n) for n, _, _ in counts] == list(range(1, len(counts) + 1)), \
+        run.stderr[-3000:]
     assert not [what for _, _, what in counts if what.startswith("server server")]
 
 
