@@ -42,7 +42,7 @@ from composer.assembly.pruning import (PrunedBase, PruningReport, proof_failure,
 from composer.engine import locks
 from composer.resolve.contents import FullImageContents
 from composer.core.redaction import redact
-from composer.render.render import BuildContext, composition_key, render_pruned_base, write_context
+from composer.render.render import BuildContext, composition_key, write_context
 from composer.resolve.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
 from composer.config.values import is_sbom
 from composer.verify.sbom import SBOM_PATH, make_sbom, read_facts, version_labels
@@ -245,8 +245,7 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
         # A pruned base is a build of its own, made first (or found); its failure says so itself.
         if context.pruned_base:
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held,
-                               on_engine_line=on_engine_line, builder=builder, reuse=cache,
-                               dockerfile=render_pruned_base(plan, run))
+                               on_engine_line=on_engine_line, builder=builder, reuse=cache)
         built = _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache)
         on_line(f"built {built[:19]}; writing the image's own layers")
         assembled = _assemble(engine, plan, built, base, context, layers, key, run, containers, on_line,

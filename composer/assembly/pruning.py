@@ -29,6 +29,7 @@ from composer.engine.interface import Builder, Engine
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.units import human_size
 from composer.backends import tensorrt
+from composer.render.render import render_pruned_base
 from composer.resolve.plan_types import BASE_LABEL, BASE_REPOSITORY, ROOT, CompositionPlan, RUN_LABEL
 from composer.core.progress import LineSink, quiet
 
@@ -95,7 +96,7 @@ def pruned_base(
     engine: Engine, plan: CompositionPlan, context: Path, *,
     labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, run: str = "render",
     hold: contextlib.ExitStack | None = None, on_engine_line: LineSink | None = None,
-    builder: Builder | None = None, reuse: bool = True, dockerfile: str,
+    builder: Builder | None = None, reuse: bool = True,
 ) -> PrunedBase:
     """The pruned base of `plan`: the image made before from the same inputs (its tag names their
     key, its label holds it whole), or one made now from `context` and tagged, so that later builds
@@ -107,9 +108,9 @@ def pruned_base(
     composer.engine.locks) is held while it is looked for and made, so a second run waits, then
     finds it. `hold` (the build's) keeps the base's use lock until the build ends, so `composer
     cache clear` leaves it alone. Its stages carry `run` (their label "<stage> <run>"), so the run
-    removes its own stages and no other run's (remove_run_stages): `dockerfile` is the base's
-    Dockerfile with the run written in (render.render_pruned_base(plan, run)), built from a copy of
-    `context`, whose own Dockerfile (and so the key) names no run. The engine's own lines go to
+    removes its own stages and no other run's (remove_run_stages): it is built from a copy of
+    `context` whose Dockerfile names the run (render_pruned_base(plan, run)); the context's own names
+    none, and so neither does the key. The engine's own lines go to
     `on_engine_line` (the CLI shows them with --verbose), the base's progress to `on_line`. With
     `reuse` False (--no-cache) the base is made again from scratch, no step from the build cache,
     and its tag moves to it (the one made before is then an old base `composer cache clear` takes)."""
@@ -129,7 +130,7 @@ def pruned_base(
                                                  if reuse else "(--no-cache: from scratch, not the one made before)"))
         started = time.monotonic()
         writes = engine.archives_keep_owners  # else the builder's copy of each family (Podman's archive loses owners)
-        folder = _run_context(context, dockerfile)
+        folder = _run_context(context, render_pruned_base(plan, run))
         try:
             built = (builder or engine).build(
                 folder, **({"target": MADE_TARGET} if writes else {"tag": tag}),

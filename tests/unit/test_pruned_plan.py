@@ -204,7 +204,7 @@ def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(
     folder = write_context(plan, tmp_path / "context").pruned_base
     key = base_key(plan, folder)
     engine = FakeEngine(builds=[], **_family_stages(plan, "run1"))
-    made = pruned_base(engine, plan, folder, labels={"test": "1"}, run="run1", dockerfile=render_pruned_base(plan, "run1"))
+    made = pruned_base(engine, plan, folder, labels={"test": "1"}, run="run1")
     assert made.made and made.tag == f"triton-composer/pruned-base:24.09-{key[:16]}"
     # Built from a copy of the context whose Dockerfile names the run (the context's names none: the key)
     copy = engine.builds[0]["context"]
@@ -223,15 +223,15 @@ def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(
                      labels={BASE_LABEL: key}, size=1)
     engine = FakeEngine(builds=[], infos={made.tag: base})
     lines = []
-    reused = pruned_base(engine, plan, folder, on_line=lines.append, dockerfile="")
+    reused = pruned_base(engine, plan, folder, on_line=lines.append)
     assert not reused.made and reused.image == base.id and engine.builds == []
     assert lines == [f"pruned base: reusing {reused.tag}, made before from the same min image for the same selection"]
     engine = FakeEngine(builds=[], infos={made.tag: replace(base, labels={BASE_LABEL: "another key"})},
                         **_family_stages(plan))
-    assert pruned_base(engine, plan, folder, dockerfile="").made  # that tag on something else: a base is made
+    assert pruned_base(engine, plan, folder).made  # that tag on something else: a base is made
     # --no-cache: made again from scratch, though the same base is there
     engine, lines = FakeEngine(builds=[], infos={made.tag: base}, **_family_stages(plan)), []
-    again = pruned_base(engine, plan, folder, on_line=lines.append, reuse=False, dockerfile="")
+    again = pruned_base(engine, plan, folder, on_line=lines.append, reuse=False)
     assert again.made and [b["nocache"] for b in engine.builds] == [True] and engine.images[made.tag] == again.image
     assert lines[0] == f"pruned base: making {made.tag} (--no-cache: from scratch, not the one made before)"
 
@@ -246,7 +246,7 @@ def test_on_an_engine_whose_archives_lose_owners_the_builders_copy_is_the_base(n
     key = base_key(plan, folder)
     engine = FakeEngine(builds=[], **_family_stages(plan))
     engine.archives_keep_owners = False
-    made = pruned_base(engine, plan, folder, labels={"test": "1"}, dockerfile=render_pruned_base(plan, "run2"))
+    made = pruned_base(engine, plan, folder, labels={"test": "1"})
     assert engine.builds == [{"context": engine.builds[0]["context"], "tag": made.tag,
                               "labels": {"test": "1", BASE_LABEL: key}, "network_mode": "none",
                               "on_line": engine.builds[0]["on_line"]}]
