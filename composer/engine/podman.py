@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from pathlib import Path
+from typing import BinaryIO, Iterator
 
 import docker.utils
 
 from composer.core.errors import BuildFailed
+from composer.engine import locks
 from composer.engine.docker import DockerEngine
 from composer.engine.errors import _response_message
+
+NAMES_LOCK = "image-names"  # Podman 4.3 rewrites an image's whole name list on each tag and untag
 
 
 class PodmanEngine(DockerEngine):
@@ -25,6 +29,27 @@ class PodmanEngine(DockerEngine):
         would never share a lock (both made the same pruned base at once)."""
         root = str(info.get("DockerRootDir") or "")
         return f"podman:{root}" if root else ""
+
+    # Podman 4.3 (containers/common 0.50) tags and untags by reading an image's names and writing the
+    # whole list back: two runs naming one image at once (reproducible builds make the same image)
+    # lose one's change, and a removed hold came back after its run ended. The composer's own name
+    # changes on one Podman storage go one at a time, across every process of this host.
+
+    def tag(self, image_id: str, ref: str) -> None:
+        with locks.making_host(self.identity(), NAMES_LOCK):
+            super().tag(image_id, ref)
+
+    def remove_image(self, ref: str, *, force: bool = False, prune: bool = True) -> None:
+        with locks.making_host(self.identity(), NAMES_LOCK):
+            super().remove_image(ref, force=force, prune=prune)
+
+    def load(self, archive: Path) -> None:
+        with locks.making_host(self.identity(), NAMES_LOCK):
+            super().load(archive)
+
+    def load_stream(self, archive: BinaryIO, what: str) -> None:
+        with locks.making_host(self.identity(), NAMES_LOCK):
+            super().load_stream(archive, what)
 
     def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache,
                       target=None) -> Iterator[dict]:

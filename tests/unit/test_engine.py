@@ -3,6 +3,9 @@ reached, GPUs requested as device requests. The SDK's APIClient is faked; nothin
 
 from __future__ import annotations
 
+import io
+import os
+
 import docker.errors
 import pytest
 import requests
@@ -270,6 +273,48 @@ def test_podmans_identity_is_its_storage_not_its_info_id_which_changes_on_every_
     docker_one, api = docker_engine()
     api.info = lambda: {"ID": "ABCD:EFGH"}
     assert docker_one.identity() == "ABCD:EFGH"
+
+
+def test_podman_names_one_image_at_a_time_across_processes():
+    """Podman 4.3 writes an image's whole name list back on each tag and untag: two runs naming one
+    image at once lost a change (CI: a run's removed hold came back after it ended). Each tag, untag
+    and load holds the engine's names lock; while another process holds it, they wait."""
+    import fcntl
+    import threading
+
+    from composer.engine import locks
+    from composer.engine.podman import NAMES_LOCK, PodmanEngine
+
+    fake = FakeAPI()
+    fake.info = lambda: {"DockerRootDir": "/var/lib/containers/storage"}
+    engine = PodmanEngine(FakeClient(fake), Endpoint("unix:///run/podman/podman.sock"))
+    held_while = []
+    fake.tag = lambda *a, **k: held_while.append(("tag", _names_held(engine)))
+    fake.remove_image = lambda *a, **k: held_while.append(("untag", _names_held(engine)))
+    fake.load_image = lambda archive: held_while.append(("load", _names_held(engine))) or iter(())
+    engine.tag("sha256:abc", "triton-composer/hold:run1")
+    engine.remove_image("triton-composer/hold:run1", prune=False)
+    engine.load_stream(io.BytesIO(b""), "an image")
+    assert held_while == [("tag", True), ("untag", True), ("load", True)]
+
+    path = locks.host_lock_path(engine.identity(), NAMES_LOCK)
+    other = os.open(path, os.O_RDWR)  # another process's hold (a second open file: flock sees two holders)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (engine.tag("sha256:abc", "team/t:1"), done.set()))
+    worker.start()
+    assert not done.wait(0.5)  # waits for the other's change
+    os.close(other)
+    assert done.wait(10)
+    worker.join()
+
+
+def _names_held(engine) -> bool:
+    from composer.engine import locks
+    from composer.engine.podman import NAMES_LOCK
+
+    with locks.removable_host(engine.identity(), NAMES_LOCK) as free:
+        return not free
 
 
 def test_an_inspect_that_met_an_image_removed_midway_is_asked_again_but_an_absent_image_is_none():
