@@ -131,7 +131,9 @@ def test_the_pruned_base_is_its_own_context_sharing_the_collect_and_decide_steps
     main = context.dockerfile.read_text()
     collect = base[base.index("FROM nvcr.io"):base.index("FROM collect AS decide")].strip()
     decide = base[base.index("FROM collect AS decide"):base.index("# The min image less")].strip()
-    assert collect.count("FROM ") == 3 and collect in main and decide in main  # the same steps: one cache
+    steps, _, mark = decide.rpartition("\n")  # the base's decide ends with a mark of its own: build cache
+    assert mark == 'LABEL org.triton-composer.cached-stage="decide pruned-base"'  # `cache clear` removes
+    assert collect.count("FROM ") == 3 and collect in main and steps in main  # the same steps: one cache
     made = base[base.index("\nFROM scratch AS layers-made\n"):base.index("# The base, built by hand")]
     assert made.strip().splitlines()[3:] == [  # what the composer builds names every family's stage, copies no tree
         f"COPY --from=layer-{slot.name} /usr/share/triton-composer/pruned-base/{slot.name}.list /"
