@@ -32,7 +32,7 @@ from composer.core.units import human_size
 from composer.assembly import records
 from composer.engine import locks, oci_layout
 from composer.engine.buildkit import BuildKit, CacheRecord, composers
-from composer.resolve.plan_types import BACKENDS_LABEL, RUN_LABEL
+from composer.resolve.plan_types import BACKENDS_LABEL, CACHE_LABEL, RUN_LABEL
 from composer.resolve.plan_types import STAGE_LABEL as PLAN_STAGE_LABEL
 
 DAY = 24 * 3600
@@ -114,10 +114,14 @@ def _tagged(engine) -> dict[str, object]:
 
 
 def _users(base, tagged: dict) -> tuple[str, ...]:
-    """The tags of images other than `base` whose layers start with the base's."""
+    """The tags of images other than `base` whose layers start with the base's. Not another pruned
+    base with the very same layers (two selections that keep the same packages): each counted the
+    other as its user, and `cache clear --all` removed neither."""
     users = []
     for info in tagged.values():
         if info.id == base.id or not base.layers:
+            continue
+        if BASE_LABEL in info.labels and tuple(info.layers) == tuple(base.layers):
             continue
         if tuple(info.layers[:len(base.layers)]) == tuple(base.layers):
             users += list(info.tags)
@@ -178,7 +182,8 @@ def listing(engine) -> list[Entry]:
         row = usage.get(image_id)
         return -1 if row is None else max(row["size"] - row["shared"], 0)
 
-    listed = set(engine.images_labelled(PLAN_STAGE_LABEL, untagged=True)) if graph else set()
+    listed = {image for label in (PLAN_STAGE_LABEL, CACHE_LABEL)
+              for image in engine.images_labelled(label, untagged=True)} if graph else set()
 
     bases = [info for info in tagged.values() if base_tag_in(info.tags) and BASE_LABEL in info.labels]
     for base in sorted(bases, key=lambda b: b.tags):
@@ -203,13 +208,14 @@ def listing(engine) -> list[Entry]:
         entries.append(Entry("old base", info.id, (), info.size, unique(info.id), _created(info.created), None,
                              _users(info, tagged), layers=len(info.layers)))
     busy = "a build at work on this engine holds it" if build_cache_in_use(engine) else None
-    for image in engine.images_labelled(PLAN_STAGE_LABEL, untagged=True):
-        info = engine.image(image)
-        if info is None or image in seen:
-            continue
-        seen.add(image)
-        entries.append(Entry("cached stage", info.id, (), info.size, unique(info.id), _created(info.created),
-                             None, key=str(info.labels.get(PLAN_STAGE_LABEL, "")), held=busy))
+    for label in (PLAN_STAGE_LABEL, CACHE_LABEL):
+        for image in engine.images_labelled(label, untagged=True):
+            info = engine.image(image)
+            if info is None or image in seen:
+                continue
+            seen.add(image)
+            entries.append(Entry("cached stage", info.id, (), info.size, unique(info.id), _created(info.created),
+                                 None, key=str(info.labels.get(label, "")), held=busy))
     for kind, label in (("stage", STAGE_LABEL), ("run image", RUN_LABEL)):
         for image in engine.images_labelled(label, untagged=True):
             if image in seen:

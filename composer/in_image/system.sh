@@ -66,13 +66,14 @@ find . -xdev \( -path ./proc -o -path ./sys -o -path ./dev -o -path ./run -o -pa
     -o -path ".$work" -o -path ./var/cache/ldconfig \) -prune \
     -o -newer "$marker" ! -path ./etc/hosts ! -path ./etc/hostname ! -path ./etc/resolv.conf \
     ! -path ./.dockerenv ! -path . -print > "$work/written"
-: > "$work/list"
+# Each path and its folders up to "." (find names every one "./..."), by the shell's own expansion:
+# a dirname process per folder took 20-30 s for the 2,400 byte-code files of a pytorch backend.
 while IFS= read -r path; do
   while [ "$path" != "." ]; do
-    printf '%s\n' "$path" >> "$work/list"
-    path=$(dirname "$path")
+    printf '%s\n' "$path"
+    path=${path%/*}
   done
-done < "$work/written"
+done < "$work/written" > "$work/list"
 LC_ALL=C sort -u "$work/list" -o "$work/list"
 mkdir -p "$tree"
 tar --create --no-recursion --numeric-owner --file - --files-from "$work/list" | tar --extract --same-owner \

@@ -23,7 +23,7 @@ from composer.core.errors import Invalid, UsageError
 from composer.core.files import check_output_file, digest, make_folders, path_problem, printable, read_text, write_file
 from composer.config.model_envs import CONFIG, pointed_config
 from composer.config.requirements import installable_requirement
-from composer.resolve.plan_types import MODELS_ROOT, ROOT, STAGE_LABEL, SYSTEM_TREE, CompositionPlan
+from composer.resolve.plan_types import CACHE_LABEL, MODELS_ROOT, ROOT, STAGE_LABEL, SYSTEM_TREE, CompositionPlan
 
 # Scripts that run inside the build (collect and packages stages), copied into every context.
 BUILD_SCRIPTS = ("collect.py", "probe.py", "elfdeps.py", "record_packages.py", "system.sh")
@@ -52,6 +52,7 @@ def templates() -> jinja2.Environment:
     )
     environment.filters["quoted"] = dockerfile_quoted
     environment.globals["stage_label_key"] = STAGE_LABEL
+    environment.globals["cache_label_key"] = CACHE_LABEL
     environment.globals["composer_run"] = "${COMPOSER_RUN}"  # a render; the pruned base's build writes its run
     environment.globals["composition_key"] = "${COMPOSER_KEY}"  # a render; a build writes the key (render_dockerfile)
     return environment

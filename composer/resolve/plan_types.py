@@ -183,6 +183,10 @@ class LayerPart:
 # "<stage> <key>": a stage the composer reads from, named by what it is made of (render.composition_key),
 # shared by every build of the same inputs (build cache: `composer cache` lists and clears it)
 STAGE_LABEL = BUILDER_STAGE_LABEL  # composer.engine.interface's: a builder loads the stages it names
+# Build cache no stage is read from: the pruned base's own decide steps, where they are not the
+# composition's (--no-cache): `composer cache` lists and clears it as the stages above. Not
+# STAGE_LABEL: a builder would load it (BuildKit loads each stage STAGE_LABEL names).
+CACHE_LABEL = "org.triton-composer.build-cache"
 RUN_LABEL = "org.triton-composer.run"  # on a run's containers (and a pruned base's stages): the run that made them
 BASE_LABEL = "org.triton-composer.pruned-base"  # on a pruned base: the key of what it was made from
 BASE_REPOSITORY = "triton-composer/pruned-base"  # where pruned bases are tagged, by release and key

@@ -132,7 +132,7 @@ def test_the_pruned_base_is_its_own_context_sharing_the_collect_and_decide_steps
     collect = base[base.index("FROM nvcr.io"):base.index("FROM collect AS decide")].strip()
     decide = base[base.index("FROM collect AS decide"):base.index("# The min image less")].strip()
     steps, _, mark = decide.rpartition("\n")  # the base's decide ends with a mark of its own: build cache
-    assert mark == 'LABEL org.triton-composer.cached-stage="decide pruned-base"'  # `cache clear` removes
+    assert mark == 'LABEL org.triton-composer.build-cache="pruned-base decide"'  # `cache clear` removes it
     assert collect.count("FROM ") == 3 and collect in main and steps in main  # the same steps: one cache
     made = base[base.index("\nFROM scratch AS layers-made\n"):base.index("# The base, built by hand")]
     assert made.strip().splitlines()[3:] == [  # what the composer builds names every family's stage, copies no tree

@@ -172,3 +172,23 @@ def test_an_unchanged_image_is_pushed_again_by_its_manifest_while_the_registry_h
     del registry.blobs[("team/t", sha(layer))]  # the registry's garbage collection took it
     assert push_again(IMAGE, "gzip", "r.example/team/t:8", Registries()) is None
     assert ("team/t", "8") not in registry.manifests
+
+
+def test_a_pruned_base_with_the_same_layers_is_not_anothers_user():
+    """Two selections keeping the same packages (small stand-ins: python, identity+onnxruntime) make
+    two bases with one list of layers: neither is built on the other, so `cache clear --all` takes
+    both; an image built on one is its user."""
+    from types import SimpleNamespace
+
+    from composer.assembly.cache import _users
+    from composer.assembly.pruning import BASE_LABEL
+
+    def image(name, layers, labels):
+        return SimpleNamespace(id=f"sha256:{name}", layers=layers, tags=(name,), labels=labels)
+
+    one = image("base-one", ("a", "b"), {BASE_LABEL: "k1"})
+    two = image("base-two", ("a", "b"), {BASE_LABEL: "k2"})
+    built = image("team/t:1", ("a", "b", "c"), {BASE_LABEL: "k1"})  # inherits the base's label
+    tagged = {i.id: i for i in (one, two, built)}
+    assert _users(one, tagged) == ("team/t:1",) and _users(two, tagged) == ("team/t:1",)
+    assert _users(one, {i.id: i for i in (one, two)}) == ()

@@ -24,7 +24,7 @@ FROM collect AS decide
 COPY --from=min /var/lib/dpkg /composer/min-dpkg
 COPY prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "bin", "lib", "LICENSE", "TRITON_VERSION", "NVIDIA_Deep_Learning_Container_License.pdf", "backends/onnxruntime", "backends/python"]
-LABEL org.triton-composer.cached-stage="decide pruned-base"
+LABEL org.triton-composer.build-cache="pruned-base decide"
 
 # The min image less what prune.py dropped: a layer of deletions only; its dpkg database lists
 # exactly the packages kept, with their files (written at a fixed time). The files left are listed

@@ -28,6 +28,7 @@ COPY --from=collect /opt/tritonserver/backends/onnxruntime /opt/tritonserver/bac
 COPY --from=min /var/lib/dpkg /composer/min-dpkg
 COPY collect.py probe.py elfdeps.py prune.py pydists.py loaded-at-run-time.json /composer/
 RUN ["python3", "/composer/prune.py", "--root", "/opt/tritonserver", "--min-dpkg", "/composer/min-dpkg", "--loaded", "/composer/loaded-at-run-time.json", "--out", "/composer/prune", "--python", "bin", "lib", "backends/python", "backends/vllm", "backends/onnxruntime"]
+LABEL org.triton-composer.build-cache="pruned-base decide"
 
 # The min image less what prune.py dropped: a layer of deletions only; its dpkg database lists
 # exactly the packages kept, with their files (written at a fixed time). The files left are listed
