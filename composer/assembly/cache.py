@@ -35,6 +35,8 @@ from composer.engine.buildkit import BuildKit, CacheRecord, composers
 from composer.resolve.plan_types import BACKENDS_LABEL, CACHE_LABEL, RUN_LABEL
 from composer.resolve.plan_types import STAGE_LABEL as PLAN_STAGE_LABEL
 
+CACHED_STAGE_LABELS = (PLAN_STAGE_LABEL, CACHE_LABEL)  # build cache by content: the stages read, the base's decide
+
 DAY = 24 * 3600
 
 
@@ -182,7 +184,7 @@ def listing(engine) -> list[Entry]:
         row = usage.get(image_id)
         return -1 if row is None else max(row["size"] - row["shared"], 0)
 
-    listed = {image for label in (PLAN_STAGE_LABEL, CACHE_LABEL)
+    listed = {image for label in CACHED_STAGE_LABELS
               for image in engine.images_labelled(label, untagged=True)} if graph else set()
 
     bases = [info for info in tagged.values() if base_tag_in(info.tags) and BASE_LABEL in info.labels]
@@ -208,7 +210,7 @@ def listing(engine) -> list[Entry]:
         entries.append(Entry("old base", info.id, (), info.size, unique(info.id), _created(info.created), None,
                              _users(info, tagged), layers=len(info.layers)))
     busy = "a build at work on this engine holds it" if build_cache_in_use(engine) else None
-    for label in (PLAN_STAGE_LABEL, CACHE_LABEL):
+    for label in CACHED_STAGE_LABELS:
         for image in engine.images_labelled(label, untagged=True):
             info = engine.image(image)
             if info is None or image in seen:

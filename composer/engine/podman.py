@@ -35,20 +35,23 @@ class PodmanEngine(DockerEngine):
     # lose one's change, and a removed hold came back after its run ended. The composer's own name
     # changes on one Podman storage go one at a time, across every process of this host.
 
+    def _naming(self):
+        return locks.making_host(self.identity(), NAMES_LOCK)
+
     def tag(self, image_id: str, ref: str) -> None:
-        with locks.making_host(self.identity(), NAMES_LOCK):
+        with self._naming():
             super().tag(image_id, ref)
 
     def remove_image(self, ref: str, *, force: bool = False, prune: bool = True) -> None:
-        with locks.making_host(self.identity(), NAMES_LOCK):
+        with self._naming():
             super().remove_image(ref, force=force, prune=prune)
 
     def load(self, archive: Path) -> None:
-        with locks.making_host(self.identity(), NAMES_LOCK):
+        with self._naming():
             super().load(archive)
 
     def load_stream(self, archive: BinaryIO, what: str) -> None:
-        with locks.making_host(self.identity(), NAMES_LOCK):
+        with self._naming():
             super().load_stream(archive, what)
 
     def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache,
