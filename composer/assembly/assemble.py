@@ -235,7 +235,11 @@ def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tu
 
     def write() -> None:
         try:
-            with os.fdopen(writer, "wb") as out, tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            # Megabyte writes: tarfile's stream writes 10 KB records by default, a pipe write each
+            # (the bytes are the same whatever the buffer: the end is padded to whole records).
+            with os.fdopen(writer, "wb") as out, tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT,
+                                                              bufsize=1 << 20) as tar:
+                tar.copybufsize = 1 << 20
                 _add(tar, f"{image_id[7:]}.json", io.BytesIO(config), len(config))
                 named = {diff_id: f"{diff_id[7:]}/layer.tar" for diff_id in base_layers}  # the engine has them
                 if not engine.loads_partial_archives and base_layers:

@@ -173,7 +173,7 @@ def write_layer(entries: Iterable[Entry], out: Path, description: str) -> LayerF
     content = 0
     with open(out, "wb") as raw:
         hashing = _Hashing(raw, digest)
-        with tarfile.open(fileobj=hashing, mode="w|", format=TAR_FORMAT) as tar:
+        with tarfile.open(fileobj=hashing, mode="w|", format=TAR_FORMAT, bufsize=BLOCK) as tar:  # same bytes, fewer writes
             tar.copybufsize = BLOCK
             for name in sorted(chosen):
                 entry = chosen[name]
