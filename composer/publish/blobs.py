@@ -1,6 +1,6 @@
 """Layer blobs as the composer pushes them (compressed as composer.registry.compression says), and
-kept on this machine for the layers of bases no registry holds (a pruned base, a base built here),
-so a second push compresses nothing again.
+kept on this machine for the layers of bases no registry holds (a pruned base, a base built here)
+and for the composed images' own layers, so a second push compresses nothing again.
 """
 
 from __future__ import annotations

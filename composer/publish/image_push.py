@@ -6,7 +6,7 @@ inputs give the same manifest digest from any machine. The base's layers are tak
 already are: skipped when the target holds them, mounted from another repository of the same
 registry, copied blob by blob from the registry the run resolved the base from, and only for a base
 no registry holds (a pruned base, a base built here) read from the engine's image export and
-compressed once into this machine's blob cache. Only that registry, never another one the engine
+compressed once into this machine's blob cache, as the image's own layers are. Only that registry, never another one the engine
 happens to have pulled the same image from: the digest follows from the run's inputs, not from the
 engine's history. Blobs go first, the configuration, then the manifest by its tag: a
 tag never names a manifest whose blobs are missing.
@@ -183,13 +183,24 @@ def _compress_unknown(data, missing: set[str], compression: str, cache: BlobCach
         path.unlink(missing_ok=True)
 
 
-def own_layers(assembled: Assembled, compression: str, folder: Path, prefetch: Sequence[str] = ()) -> list[Blob]:
-    """The composition's own layers, compressed into `folder` (two at a time)."""
+def own_layers(assembled: Assembled, compression: str, folder: Path, prefetch: Sequence[str] = (),
+               cache: BlobCache | None = None) -> list[Blob]:
+    """The composition's own layers, compressed into `folder` (two at a time); with `cache`, taken
+    from this machine's blob cache, or compressed into it: a layer pushed before (the same diff id,
+    compression and prefetch list: the same bytes) is not compressed again. Most of an image's own
+    layers (the server core, the python runtime, each backend) stay the same from one push to the
+    next, and across the selections of a release."""
 
     def one(layer) -> Blob:
         out = folder / f"{layer.diff_id.partition(':')[2]}.{compression}"
         try:
-            return layer_blob(layer.path, layer.diff_id, out, compression, prefetch)
+            if cache is None:
+                return layer_blob(layer.path, layer.diff_id, out, compression, prefetch)
+            found = cache.find(layer.diff_id, compression, prefetch)
+            if found is not None:
+                return found
+            with open(layer.path, "rb") as source:
+                return cache.add(source, layer.diff_id, compression, prefetch)
         except UsageError as error:
             raise RegistryError(f"the layer {layer.path} changed since it was written: {error.message}") from None
 
@@ -218,7 +229,7 @@ def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: R
                 else "the base has no layers")
     if prefetch:
         on_line(f"eStargz: {len(prefetch)} file(s) to prefetch, first in each layer that holds it")
-    mine = own_layers(assembled, compression, folder, prefetch)
+    mine = own_layers(assembled, compression, folder, prefetch, cache)
     layers: list[Blob | RemoteLayer] = [*base, *mine]
     try:
         stats = _upload(api, repository, layers, on_line)

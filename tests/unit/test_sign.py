@@ -234,6 +234,34 @@ def test_the_composers_push_gives_one_digest_twice_blobs_first_and_the_tag_last(
         assert gzip.decompress(blob) == tar and blob[4:8] == b"\0\0\0\0"  # no time in the gzip header
 
 
+def test_an_image_pushed_again_to_another_registry_compresses_none_of_its_layers_again(tmp_path, monkeypatch):
+    """The image's own layers go into the machine's blob cache with the base's: a push of the same
+    image to a registry that holds nothing of it compresses nothing, and pushes the same digest."""
+    from composer.publish import blobs
+
+    engine, assembled, _, _ = _one_layer_image(tmp_path)
+    counted = []
+    real = blobs.compress
+    monkeypatch.setattr(blobs, "compress", lambda *args: counted.append(args[2]) or real(*args))
+    first = _push_twice(tmp_path, engine, assembled, Registry("r.example"), "r.example/team/t:1", "gzip")
+    assert len(counted) == 2  # the base's layer and the image's own, once each
+    (tmp_path / "again").mkdir()
+    other = _push_twice(tmp_path / "again", engine, assembled, Registry("r.example"), "r.example/team/t:1", "gzip")
+    assert len(counted) == 4 and other[0].digest == first[0].digest  # a cache of its own: compressed again
+    elsewhere = Registry("r.example")
+    from composer.publish.blobs import BlobCache
+    from composer.publish.image_push import push_assembled
+
+    class Registries:
+        def client(self, host):
+            return elsewhere
+
+    (tmp_path / "third").mkdir()
+    third = push_assembled(engine, assembled, "r.example/team/t:1", Registries(), compression="gzip",
+                           folder=tmp_path / "third", cache=BlobCache(tmp_path / "cache"))
+    assert len(counted) == 4 and third.digest == first[0].digest and third.bytes_moved > 0
+
+
 def test_the_base_comes_from_the_runs_own_registry_never_one_the_engine_once_pulled_it_from(tmp_path):
     """Another registry the engine pulled the same base from (its repo digests) is not asked: the
     pushed digest follows from the run's inputs, not from what the engine met before."""
