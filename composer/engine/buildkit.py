@@ -10,11 +10,15 @@ do not depend on the builder. An image the engine lacks is BuildKit's to pull.
 Docker's builder leaves each stage as an image; BuildKit leaves only what is exported. So each
 stage whose last step is the composer's stage label is solved as a target of its own (BuildKit's
 cache makes every solve after the first cheap) and loaded without the layers the engine holds
-already (the bases'): the engine loads a layer it lacks only.
+already (the bases'): the engine loads a layer it lacks only. The stages are exported as an OCI
+layout into a folder of the build's own that holds the bases' layers already (links to the
+layout's blobs): BuildKit sends only the blobs the folder lacks, not the whole stage (a stage on
+the full image was the full image sent again, each stage, each build).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -229,6 +233,7 @@ class BuildKit:
         options += [x for k, v in sorted(buildargs.items()) for x in ("--opt", f"build-arg:{k}={v}")]
         options += [x for k, v in sorted((labels or {}).items()) for x in ("--opt", f"label:{k}={v}")]
         held: set[str] = set()  # layers the engine has: left out of what is loaded (not for Podman)
+        handed: set[str] = set()  # the bases' layers, in the layout: BuildKit need not send them back
         store = None
         for base in dict.fromkeys(s.base for s in stages if s.base not in names and s.base != "scratch"):
             info = self.runtime.image(base)
@@ -237,6 +242,7 @@ class BuildKit:
             layout = oci_layout.ensure(self.runtime, base, on_line)
             store = layout.folder
             options += ["--opt", f"context:{base}=oci-layout://engine@{layout.manifest}"]
+            handed.update(info.layers)
             if self.runtime.loads_partial_archives:
                 held.update(info.layers)
         if store is not None:
@@ -246,6 +252,13 @@ class BuildKit:
         end = next(i for i, s in enumerate(stages) if s.name == target) if target is not None else len(stages) - 1
         targets = [s.name for s in stages[:end] if s.labelled and s.name] + [stages[end].name]
         what = cache_name((context / dockerfile).read_text(), buildargs)
+        with _exports(store, handed) as export:
+            return self._solve_all(options, stages, targets, what, export, held, tag, nocache, redact, on_line)
+
+    def _solve_all(self, options: list[str], stages: Sequence[Stage], targets: Sequence[str], what: str, export: Path,
+                   held: set[str], tag: str | None, nocache: bool, redact: Callable[[str], str],
+                   on_line: LineSink) -> str:
+        """Each target solved and loaded in turn (build's steps, into the export folder). The last's id."""
         image_id = ""
         made: set[str] = set()  # the stages this run's solves ran so far
         loaded: set[str] = set()  # layers this run's earlier solves loaded into the engine
@@ -259,7 +272,7 @@ class BuildKit:
             cached = (fresh_options(stages, made) if nocache else []) + shared
             try:
                 image_id = self._solve([*options, *cached], stage, tag if last else None, held | loaded, redact,
-                                       on_line)
+                                       on_line, export)
             except BuildFailed as error:
                 if not loaded or not lost_layer(error.message):
                     raise
@@ -268,13 +281,14 @@ class BuildKit:
                 on_line(f"note: a layer loaded for an earlier stage went from the engine; loading "
                         f"{stage or 'the last'} whole")
                 loaded.clear()
-                image_id = self._solve([*options, *cached], stage, tag if last else None, held, redact, on_line)
+                image_id = self._solve([*options, *cached], stage, tag if last else None, held, redact, on_line,
+                                       export)
             made |= needed(stages, stage)
             if nocache and shared:
                 # BuildKit exports no record of a solve's last step that ignored the cache that
                 # another builder can use (each family stage's step ran again on the next runner):
                 # solved again from this builder's own cache, its records exported as hits.
-                self._solve([*options, *shared], stage, None, set(), redact, on_line, load=False)
+                self._solve([*options, *shared], stage, None, set(), redact, on_line, export, load=False)
             if self.runtime.loads_partial_archives and not last:
                 # Each stage's image is loaded whole but for what the engine has: the family stages
                 # of a pruned base all stand on its split stage, which went 14 times before.
@@ -283,12 +297,13 @@ class BuildKit:
         return image_id
 
     def _solve(self, options: list[str], target: str, tag: str | None, held: set[str],
-               redact: Callable[[str], str], on_line: LineSink, load: bool = True) -> str:
-        """One target solved, its image loaded into the engine (without the layers it holds). Its id.
-        Without `load`, only solved (and its cache exported, if asked): no output, no id."""
+               redact: Callable[[str], str], on_line: LineSink, export: Path, load: bool = True) -> str:
+        """One target solved, exported into `export` (an OCI layout: BuildKit sends the blobs it
+        lacks) and loaded into the engine without the layers of `held`. Its id. Without `load`,
+        only solved (and its cache exported, if asked): no output, no id."""
         with tempfile.TemporaryDirectory(prefix="triton-composer-buildkit-") as folder:
             metadata = Path(folder) / "metadata.json"
-            output = "type=docker,compression=uncompressed" + (f",name={tag}" if tag else "")
+            output = f"type=oci,dest={export},tar=false,compression=uncompressed"
             command = [buildctl(), *self.connection, "build", *options,
                        *(("--opt", f"target={target}") if target else ()),  # no name: the last stage, the default
                        *(("--metadata-file", str(metadata), "--output", output) if load else ())]
@@ -301,11 +316,10 @@ class BuildKit:
                     del tail[:-40]
                     on_line(shown)
 
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             reader = threading.Thread(target=lambda: [said(b.decode(errors="replace")) for b in process.stderr],
                                       daemon=True)
             reader.start()
-            failure: list[BaseException] = []
             ended = threading.Event()
 
             def watch() -> None:  # on a worker thread the signal never arrives: the run's stop does
@@ -316,12 +330,6 @@ class BuildKit:
 
             threading.Thread(target=watch, daemon=True).start()
             try:
-                try:
-                    if load:
-                        self.runtime.load_stream(_without(process.stdout, held), f"the builder's stage {target or 'last'}")
-                except Exception as error:  # noqa: BLE001 (the solve's own failure, if any, says more)
-                    failure.append(error)
-                    _stop(process)
                 process.wait()
             except BaseException:  # an interrupt: the solve is cancelled (buildctl cancels it on SIGINT)
                 _stop(process)
@@ -335,11 +343,16 @@ class BuildKit:
                              tail[-1] if tail else "buildctl failed")
                 raise BuildFailed(f"the build failed on {self.where()}: {error.removeprefix('error: ')[:400]}",
                                   log_tail="\n".join(tail))
-            if failure:
-                raise failure[0]
             if not load:
                 return ""
-            image_id = str(json.loads(metadata.read_text()).get("containerimage.config.digest", ""))
+            result = json.loads(metadata.read_text())
+        image_id = str(result.get("containerimage.config.digest", ""))
+        what = f"the builder's stage {target or 'last'}"
+        archive = _docker_archive(export, str(result.get("containerimage.digest", "")), tag, held, what)
+        try:
+            self.runtime.load_stream(archive, what)
+        finally:
+            archive.close()
         if not image_id or self.runtime.image(image_id) is None:
             raise BuildFailed(f"the builder's stage {target or 'last'} ({image_id[:19] or 'no id'}) is not on the engine after "
                               "loading it")
@@ -386,22 +399,84 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
-def _without(source, held: set[str]):
-    """BuildKit's docker archive as it streams, less the blobs of layers the engine holds (named by
-    their digest: uncompressed, a layer's digest is its diff id); a file to read it from."""
+@contextlib.contextmanager
+def _exports(store: Path | None, handed: set[str]):
+    """A folder for a build's exports (an OCI layout; removed after), holding links to the layout's
+    blobs of the bases' layers: BuildKit's export skips a blob the folder has. Beside the layout,
+    so links can be made; where one cannot (another file system), the folder starts empty and
+    BuildKit sends those layers too."""
+    where = store.parent if store is not None else None
+    folder = Path(tempfile.mkdtemp(prefix=".buildkit-export-", dir=where))
+    try:
+        blobs = folder / "blobs" / "sha256"
+        blobs.mkdir(parents=True)
+        for diff_id in sorted(handed) if store is not None else ():
+            name = diff_id.split(":", 1)[1]
+            try:
+                os.link(store / "blobs" / "sha256" / name, blobs / name)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                break
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _manifest(export: Path, digest: str, what: str) -> dict:
+    """The image manifest `digest` names in the export folder (the platform's, if it is an index)."""
+    try:
+        document = json.loads((export / "blobs" / "sha256" / digest.split(":", 1)[-1]).read_text())
+        if "manifests" in document:
+            chosen = next(m for m in document["manifests"]
+                          if (m.get("annotations") or {}).get("vnd.docker.reference.type") != "attestation-manifest")
+            return _manifest(export, chosen["digest"], what)
+        return document
+    except (OSError, ValueError, KeyError, StopIteration):
+        raise BuildFailed(f"cannot load {what}: the builder exported no readable manifest ({digest[:19] or 'no digest'})") from None
+
+
+def _docker_archive(export: Path, digest: str, tag: str | None, held: set[str], what: str):
+    """The image `digest` of the export folder as an engine's load archive, streamed from a thread
+    (the files go through the kernel, not Python): its configuration, the layers not in `held`
+    (the engine has those: named, not sent) and a manifest naming `tag`. A file to read it from."""
+    manifest = _manifest(export, digest, what)
+    blobs = export / "blobs" / "sha256"
+    config = manifest["config"]["digest"].split(":", 1)[1]
+    layers = [layer["digest"].split(":", 1)[1] for layer in manifest.get("layers", ())]
+    named = json.dumps([{"Config": f"{config}.json", "RepoTags": [tag] if tag else None,
+                         "Layers": [f"{name}/layer.tar" for name in layers]}]).encode()
     skip = {d.split(":", 1)[1] for d in held}
     reader, writer = os.pipe()
 
-    def copy() -> None:
-        try:
-            with os.fdopen(writer, "wb") as out, tarfile.open(fileobj=source, mode="r|") as archive, \
-                    tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as kept:
-                for member in archive:
-                    if member.name.startswith("blobs/sha256/") and member.name.rsplit("/", 1)[1] in skip:
-                        continue
-                    kept.addfile(member, archive.extractfile(member) if member.isfile() else None)
-        except (OSError, tarfile.TarError):
-            pass  # the load fails on the cut archive; the solve's own error says why
+    def member(out, name: str, path: Path | None = None, data: bytes = b"") -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = (path.stat().st_size if path else len(data)), 0o644
+        out.write(info.tobuf(tarfile.GNU_FORMAT))
+        out.flush()
+        if path is None:
+            out.write(data)
+        else:
+            with open(path, "rb") as source:
+                left, offset = info.size, 0
+                while left:
+                    sent = os.sendfile(out.fileno(), source.fileno(), offset, min(left, 1 << 30))
+                    if not sent:
+                        raise OSError(f"{path} ended early")
+                    offset, left = offset + sent, left - sent
+        out.write(b"\0" * (-info.size % 512))
 
-    threading.Thread(target=copy, daemon=True).start()
+    def write() -> None:
+        try:
+            with os.fdopen(writer, "wb") as out:
+                member(out, f"{config}.json", blobs / config)
+                for name in dict.fromkeys(layers):
+                    if name not in skip:
+                        member(out, f"{name}/layer.tar", blobs / name)
+                member(out, "manifest.json", data=named)
+                out.write(b"\0" * 1024)
+        except (OSError, ValueError):
+            pass  # the engine stopped reading, or the archive ended early: the load's error says why
+
+    threading.Thread(target=write, daemon=True).start()
     return os.fdopen(reader, "rb")

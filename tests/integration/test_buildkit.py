@@ -134,7 +134,7 @@ def test_buildkit_builds_an_image_that_serves_with_the_id_and_digest_of_the_engi
         handed = (oci_layout.folder_for(engine) / "index.json").read_text()
         holding.close()
         assert standin_images.full_id in handed and standin_images.min_id in handed  # the engine's images, as a layout
-        assert "exporting to docker image format" in built.stderr  # BuildKit's own line: BuildKit built it
+        assert "exporting to oci image format" in built.stderr  # BuildKit's own line: BuildKit built it
         assert any(line.strip().startswith("collect:") for line in built.stderr.splitlines())  # it ran the steps
         assert record["image_id"] == engines["image_id"]
         assert record["pushed"]["digest"] == engines["pushed"]["digest"]
@@ -163,14 +163,14 @@ def test_a_pruned_base_made_on_buildkit_is_the_engines_base_and_gives_the_same_i
         record = image_json(built.stdout)
         made.append(record["pruned_base"]["image"])
         assert record["smoke_test"]["passed"] and not record["pruned_base"]["reused"]
-        assert "exporting to docker image format" in built.stderr and "pruned base: writing layer 14 of 14" in built.stderr
+        assert "exporting to oci image format" in built.stderr and "pruned base: writing layer 14 of 14" in built.stderr
         on_buildkit = engine.image(record["pruned_base"]["image"])
         again = composer("build", *SMALL, *PRUNED_SELECTION, "--base", "pruned", "--no-cache", "--no-smoke-test",
                          "--tag", tags["engine"], "--json", env=_env(states / "pruned-engine"))
         assert again.returncode == 0, again.stderr[-3000:]
         engines = image_json(again.stdout)
         made.append(engines["pruned_base"]["image"])
-        assert not engines["pruned_base"]["reused"] and "exporting to docker image format" not in again.stderr
+        assert not engines["pruned_base"]["reused"] and "exporting to oci image format" not in again.stderr
         assert engines["pruned_base"]["image"] == record["pruned_base"]["image"]
         assert len(on_buildkit.layers) == 14 and engine.image(engines["pruned_base"]["image"]).layers == on_buildkit.layers
         assert on_buildkit.labels[BASE_LABEL] == engines["pruned_base"]["key"]

@@ -82,7 +82,7 @@ def _calls(tmp_path, ngc_plan, *, nocache: bool, cache: str | None) -> list[tupl
     builder = BuildKit("buildkit://unix:///nonexistent.sock", _Runtime(), cache=cache)
     calls = []
 
-    def solve(options, target, tag, held, redact, on_line, load=True):
+    def solve(options, target, tag, held, redact, on_line, export, load=True):
         calls.append((target, options, load))
         return "sha256:" + "1" * 64
 
@@ -108,3 +108,67 @@ def test_a_no_cache_build_exports_its_cache_again_from_its_own_records(ngc_plan,
         assert first[0] == second[0] and first[2] and not second[2], order
     assert all(c[2] for c in _calls(tmp_path, ngc_plan, nocache=False, cache="127.0.0.1:5000/team/cache"))
     assert all(c[2] for c in _calls(tmp_path, ngc_plan, nocache=True, cache=None))
+
+
+def _blob(folder, data: bytes) -> str:
+    import hashlib
+
+    name = hashlib.sha256(data).hexdigest()
+    (folder / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    (folder / "blobs" / "sha256" / name).write_bytes(data)
+    return "sha256:" + name
+
+
+def test_an_export_folder_holds_the_bases_layers_as_links_and_goes_after(tmp_path):
+    """BuildKit sends a blob the export folder lacks only: the bases' layers are linked in from the
+    layout first (the same files, not copies); a layer the layout lacks is left for BuildKit; the
+    folder goes when the build ends, the layout stays."""
+    import os
+
+    from composer.engine.buildkit import _exports
+
+    layout = tmp_path / "oci-layouts" / "engine"
+    base = _blob(layout, b"a base layer")
+    missing = "sha256:" + "0" * 64
+    with _exports(layout, {base, missing}) as export:
+        linked = export / "blobs" / "sha256" / base.split(":")[1]
+        assert export.parent == layout.parent and linked.read_bytes() == b"a base layer"
+        assert os.stat(linked).st_ino == os.stat(layout / "blobs" / "sha256" / base.split(":")[1]).st_ino
+        assert not (export / "blobs" / "sha256" / missing.split(":")[1]).exists()
+    assert not export.exists() and (layout / "blobs" / "sha256" / base.split(":")[1]).exists()
+    with _exports(None, {base}) as export:  # no layout: an empty folder, BuildKit sends everything
+        assert list((export / "blobs" / "sha256").iterdir()) == []
+
+
+def test_a_stage_is_loaded_from_the_export_folder_without_the_layers_the_engine_holds(tmp_path):
+    """The archive an engine loads: the configuration, the layers the engine lacks (byte for byte)
+    and a manifest naming every layer in order and the tag; an index's image manifest is read
+    through it (not an attestation's)."""
+    import io
+    import json
+    import tarfile
+
+    import pytest
+
+    from composer.core.errors import BuildFailed
+    from composer.engine.buildkit import _docker_archive
+
+    held, new = _blob(tmp_path, b"held layer"), _blob(tmp_path, b"new layer" * 1000)
+    config = _blob(tmp_path, b'{"rootfs": {}}')
+    manifest = _blob(tmp_path, json.dumps({"config": {"digest": config}, "layers": [{"digest": held}, {"digest": new}]}).encode())
+    proof = _blob(tmp_path, b"{}")
+    index = _blob(tmp_path, json.dumps({"manifests": [
+        {"digest": proof, "annotations": {"vnd.docker.reference.type": "attestation-manifest"}},
+        {"digest": manifest}]}).encode())
+    for digest in (manifest, index):
+        with _docker_archive(tmp_path, digest, "triton-composer/hold:run1", {held}, "a stage") as stream:
+            data = stream.read()
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            names = archive.getnames()
+            assert names == [f"{config[7:]}.json", f"{new[7:]}/layer.tar", "manifest.json"]
+            assert archive.extractfile(f"{new[7:]}/layer.tar").read() == b"new layer" * 1000
+            assert json.loads(archive.extractfile("manifest.json").read()) == [{
+                "Config": f"{config[7:]}.json", "RepoTags": ["triton-composer/hold:run1"],
+                "Layers": [f"{held[7:]}/layer.tar", f"{new[7:]}/layer.tar"]}]
+    with pytest.raises(BuildFailed, match="exported no readable manifest"):
+        _docker_archive(tmp_path, "sha256:" + "f" * 64, None, set(), "a stage")
