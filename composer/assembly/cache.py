@@ -213,8 +213,9 @@ def listing(engine) -> list[Entry]:
     for label in CACHED_STAGE_LABELS:
         for image in engine.images_labelled(label, untagged=True):
             info = engine.image(image)
-            if info is None or image in seen:
-                continue
+            if info is None or image in seen or run_of(info.labels) is not None:
+                continue  # one naming a run is that run's stage, listed below: a pruned base's layer stage
+                # names itself for the builder by the run, and its layers stage inherits the decide's mark
             seen.add(image)
             entries.append(Entry("cached stage", info.id, (), info.size, unique(info.id), _created(info.created),
                                  None, key=str(info.labels.get(label, "")), held=busy))

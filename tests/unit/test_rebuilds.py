@@ -145,6 +145,30 @@ def test_cached_stages_go_unless_a_build_holds_them_and_a_live_runs_hold_stays()
     assert chosen == [] and kept[0][1] == "made within 1 days"
 
 
+def test_a_dead_runs_pruned_base_stages_are_listed_as_its_own_though_they_carry_a_cached_stage_mark():
+    """A run killed while it made its pruned base leaves the layer stage's last image (named for the
+    builder by the run: the cached-stage label) and the layers stage (built on the decide stage: it
+    inherits its build-cache mark). Both are the run's leftovers, not build cache by content."""
+    from composer.assembly.cache import listing
+    from composer.assembly.pruning import STAGE_LABEL
+    from composer.resolve.plan_types import CACHE_LABEL, STAGE_LABEL as CACHED
+
+    labels = {"sha256:layer": {STAGE_LABEL: "layer deadrun", CACHED: "layer-00-core deadrun"},
+              "sha256:layers": {STAGE_LABEL: "layers deadrun", CACHE_LABEL: "pruned-base decide"},
+              "sha256:system": {CACHED: "system 0123abcd"}}  # a composition's stage: build cache
+
+    class Engine(FakeEngine):
+        def images_labelled(self, label, *, untagged=False):
+            return [image for image, own in labels.items() if label in own]
+
+    engine = Engine(infos={image: ImageInfo(id=image, ref=image, tags=(), repo_digests=(), env={}, labels=own,
+                                            size=10) for image, own in labels.items()})
+    entries = {e.image: e for e in listing(engine)}
+    assert {i: (e.kind, e.run, e.run_alive) for i, e in entries.items()} == {
+        "sha256:layer": ("stage", "deadrun", False), "sha256:layers": ("stage", "deadrun", False),
+        "sha256:system": ("cached stage", None, False)}
+
+
 def test_an_unchanged_image_is_pushed_again_by_its_manifest_while_the_registry_holds_every_blob():
     from composer.publish.image_push import OCI_MANIFEST, Pushed, push_again, pushed_before, record_push
     from tests.unit.test_mirror_copy import FakeRegistry, sha
