@@ -132,7 +132,9 @@ def _users(base, tagged: dict) -> tuple[str, ...]:
 
 def own_bytes(graph: dict[str, tuple[str, int, bool]], image: str, kept: set[str] = frozenset()) -> int:
     """What removing `image` (and the untagged parents only it stands on, as the engine's removal
-    prunes them) frees: its layers' bytes no other image holds; -1 when the engine keeps no parents."""
+    prunes them) frees: its layers' bytes no other image holds; -1 when the engine keeps no parents,
+    or when the chain ends in an image loaded whole (no parent: its size holds layers other images
+    may share; the engine's own count says)."""
     if image not in graph:
         return -1
     children: dict[str, int] = {}
@@ -141,6 +143,8 @@ def own_bytes(graph: dict[str, tuple[str, int, bool]], image: str, kept: set[str
     total, current = 0, image
     while True:
         parent, size, _ = graph[current]
+        if not parent:
+            return -1
         below = graph[parent][1] if parent in graph else 0
         total += max(size - below, 0)
         if parent not in graph or graph[parent][2] or children.get(parent, 0) != 1 or parent in kept:
@@ -148,8 +152,11 @@ def own_bytes(graph: dict[str, tuple[str, int, bool]], image: str, kept: set[str
         current = parent
 
 
-def freed_by(graph: dict[str, tuple[str, int, bool]], images) -> int:
-    """What removing all of `images` frees, with the untagged parents only they stand on."""
+def freed_by(graph: dict[str, tuple[str, int, bool]], images, usage: dict[str, dict] | None = None) -> int:
+    """What removing all of `images` frees, with the untagged parents only they stand on. An image
+    without a parent was loaded whole (a BuildKit stage): its size counts every layer it holds, the
+    ones other images hold too, so it counts by the engine's `usage` (its bytes less those shared)
+    where known."""
     gone = {image for image in images if image in graph}
     children: dict[str, set[str]] = {}
     for image, (parent, _, _) in graph.items():
@@ -159,7 +166,16 @@ def freed_by(graph: dict[str, tuple[str, int, bool]], images) -> int:
         parents = {graph[image][0] for image in frontier if graph[image][0] in graph}
         frontier = {p for p in parents if p not in gone and not graph[p][2] and children.get(p, set()) <= gone}
         gone |= frontier
-    return sum(max(graph[i][1] - (graph[graph[i][0]][1] if graph[i][0] in graph else 0), 0) for i in gone)
+    return sum(_own_size(graph, i, usage or {}) for i in gone)
+
+
+def _own_size(graph: dict[str, tuple[str, int, bool]], image: str, usage: dict[str, dict]) -> int:
+    """An image's bytes less its parent's; for one without a parent, less what it shares with others."""
+    parent, size, _ = graph[image]
+    if parent in graph:
+        return max(size - graph[parent][1], 0)
+    row = usage.get(image)
+    return max(row["size"] - row["shared"], 0) if row is not None else size
 
 
 def build_cache_in_use(engine) -> bool:
@@ -246,7 +262,7 @@ class Cleared:
     removed: tuple[Entry, ...]
     kept: tuple[tuple[Entry, str], ...]
     containers: int
-    freed_bytes: int = -1  # the engine's images before less those after (-1: it keeps no parents)
+    freed_bytes: int = -1  # the engine's layer store before less after (else its images'; -1: it keeps no parents)
     builder_copies: int = 0  # bytes of BuildKit's copies of the engine's images removed (composer.engine.oci_layout)
     builder_cache: int = 0  # bytes of the composer's records removed from BuildKit builders' caches
 
@@ -331,6 +347,7 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
     from each of `builders`, the records of the composer's steps (`stages`) no build uses."""
     containers = remove_dead_runs(engine, on_line)
     before = engine.image_graph()
+    stored = engine.layers_bytes()
     entries = [entry for entry in listing(engine) if only(entry)]
     chosen, kept = select(entries, older_than_days=older_than_days, everything=everything)
     engine_id = engine.identity()
@@ -393,6 +410,9 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
             on_line(f"removed {tag}")
     after = engine.image_graph()
     freed = freed_by(before, set(before) - set(after)) if before else -1
+    now_stored = engine.layers_bytes()
+    if stored is not None and now_stored is not None:  # what the engine's layer store lost: exact, shared
+        freed = max(stored - now_stored, 0)  # layers counted once (less what a build beside it wrote)
     from_builders = 0
     for builder in builders:  # before the engine's copies go: their records are known by the copies' digests
         entry, mine = builder_entry(builder, stages)

@@ -254,6 +254,14 @@ class DockerEngine(ContainerEngine):
                             "containers": max(int(img.get("Containers") or 0), 0), "created": int(img.get("Created") or 0)}
                 for img in found.get("Images") or []}
 
+    def layers_bytes(self) -> int | None:
+        try:
+            found = self._api.df()
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
+            return None
+        size = found.get("LayersSize")
+        return int(size) if isinstance(size, (int, float)) and size >= 0 else None
+
     def _bytes_stored(self) -> int | None:
         """Bytes used on the disk of a local engine's storage (what a pull or build has written
         so far shows as its growth); None for an engine on another machine."""

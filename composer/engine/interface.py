@@ -188,6 +188,11 @@ class ContainerEngine(ABC):
         containers using it, as the engine counts them (docker system df); {} when it cannot say."""
         return {}
 
+    def layers_bytes(self) -> int | None:
+        """Bytes of every layer the engine stores, each counted once (docker system df's images
+        size); None when it cannot say."""
+        return None
+
     @abstractmethod
     def images_labelled(self, label: str, *, untagged: bool = False) -> list[str]:
         """Ids of images carrying `label` (key or key=value); with `untagged`, only those no tag
