@@ -408,11 +408,11 @@ def clear(engine, *, older_than_days: float | None = None, everything: bool = Fa
                 continue
             removed.append(entry)
             on_line(f"removed {tag}")
-    after = engine.image_graph()
-    freed = freed_by(before, set(before) - set(after)) if before else -1
     now_stored = engine.layers_bytes()
-    if stored is not None and now_stored is not None:  # what the engine's layer store lost: exact, shared
-        freed = max(stored - now_stored, 0)  # layers counted once (less what a build beside it wrote)
+    if stored is not None and now_stored is not None:  # what the engine's layer store lost: each layer
+        freed = max(stored - now_stored, 0)  # once (less what a build beside it wrote meanwhile)
+    else:
+        freed = freed_by(before, set(before) - set(engine.image_graph())) if before else -1
     from_builders = 0
     for builder in builders:  # before the engine's copies go: their records are known by the copies' digests
         entry, mine = builder_entry(builder, stages)

@@ -245,21 +245,21 @@ class DockerEngine(ContainerEngine):
         """What names this engine in its `docker info`: Docker's ID."""
         return str(info.get("ID") or "")
 
-    def disk_usage(self) -> dict[str, dict]:
+    def _df(self) -> dict:
+        """The engine's `docker system df` answer; {} when it cannot give one."""
         try:
-            found = self._api.df()
+            return self._api.df() or {}
         except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
             return {}
+
+    def disk_usage(self) -> dict[str, dict]:
+        found = self._df()
         return {img["Id"]: {"size": int(img.get("Size") or 0), "shared": max(int(img.get("SharedSize") or 0), 0),
                             "containers": max(int(img.get("Containers") or 0), 0), "created": int(img.get("Created") or 0)}
                 for img in found.get("Images") or []}
 
     def layers_bytes(self) -> int | None:
-        try:
-            found = self._api.df()
-        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
-            return None
-        size = found.get("LayersSize")
+        size = self._df().get("LayersSize")
         return int(size) if isinstance(size, (int, float)) and size >= 0 else None
 
     def _bytes_stored(self) -> int | None:

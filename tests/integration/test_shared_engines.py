@@ -209,7 +209,8 @@ def test_three_builds_at_once_again_and_again_pass_share_their_stages_and_hold_n
             assert result["smoke_test"]["recorded_at"], (round_, name)  # its PASS recorded by the first round
         assert watch.seen and _holds(engine, watch.seen) == [], round_
         assert not list((state / "runs").glob("*.json")), round_
-        assert {i: r for i, r in _runs_of(engine).items() if i not in three["before"] and r is not None} == {}
+        # This round's runs: another file's build at work beside it (pytest -n) labels its own stages.
+        assert {i: r for i, r in _runs_of(engine).items() if i not in three["before"] and r in watch.seen} == {}
     TIMES["three at once, twice more"] = time.monotonic() - started
 
 
