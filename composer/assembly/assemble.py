@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import io
 import json
 import os
 import tarfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from composer import __version__
 from composer.assembly.canonical import (
@@ -30,7 +29,7 @@ from composer.assembly import layer_reuse, records
 from composer.core.errors import BuildFailed, ComposerError
 from composer.core.progress import LineSink, quiet
 from composer.engine.interface import Engine, ImageInfo
-from composer.engine.archives import copy_saved_layers
+from composer.engine.archives import LoadArchive, copy_saved_layers
 from composer.resolve.plan_types import (
     BASE_LABEL,
     FROM_CONTEXT,
@@ -235,15 +234,12 @@ def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tu
 
     def write() -> None:
         try:
-            # Megabyte writes: tarfile's stream writes 10 KB records by default, a pipe write each
-            # (the bytes are the same whatever the buffer: the end is padded to whole records).
-            with os.fdopen(writer, "wb") as out, tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT,
-                                                              bufsize=1 << 20) as tar:
-                tar.copybufsize = 1 << 20
-                _add(tar, f"{image_id[7:]}.json", io.BytesIO(config), len(config))
+            with os.fdopen(writer, "wb", buffering=1 << 20) as out:
+                archive = LoadArchive(out)
+                archive.data(f"{image_id[7:]}.json", config)
                 named = {diff_id: f"{diff_id[7:]}/layer.tar" for diff_id in base_layers}  # the engine has them
                 if not engine.loads_partial_archives and base_layers:
-                    named = copy_saved_layers(engine.save_stream(base_image or ""), tar, set(base_layers), "base-")
+                    named = copy_saved_layers(engine.save_stream(base_image or ""), archive, set(base_layers), "base-")
                     missing = [d for d in base_layers if d not in named]
                     if missing:
                         raise BuildFailed(f"cannot load {what}: the engine's save of the base lacks layer {missing[0]}")
@@ -253,10 +249,10 @@ def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tu
                     paths.append(name)
                     if engine.loads_partial_archives and not layer.path.exists():
                         continue  # held by the engine (layer_reuse): named, not sent
-                    with open(layer.path, "rb") as fh:
-                        _add(tar, name, fh, layer.size)
+                    archive.file(name, layer.path)
                 manifest = json.dumps([{"Config": f"{image_id[7:]}.json", "RepoTags": [tag] if tag else None, "Layers": paths}]).encode()
-                _add(tar, "manifest.json", io.BytesIO(manifest), len(manifest))
+                archive.data("manifest.json", manifest)
+                archive.end()
         except BaseException as exc:  # noqa: BLE001 (handed to the loading thread)
             failure.append(exc)
 
@@ -278,12 +274,6 @@ def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tu
     if engine.image(image_id) is None:
         raise BuildFailed(f"cannot load {what}: the engine holds no image {image_id[:19]} after loading it")
     return image_id
-
-
-def _add(tar: tarfile.TarFile, name: str, data: BinaryIO, size: int) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mode = size, 0o644
-    tar.addfile(info, data)
 
 
 def sbom_part() -> LayerPart:

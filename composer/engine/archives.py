@@ -1,13 +1,16 @@
-"""Reading an engine's `save` archive as it streams: its layers found by their content, whatever
-the engine names them (Docker 20.10: <id>/layer.tar; Podman: <digest>.tar; Docker 25+: an OCI
-layout's blobs/sha256/<digest>), since the composer needs a base's layers by diff id."""
+"""An engine's archives as they stream. Reading a `save` archive: its layers found by their content,
+whatever the engine names them (Docker 20.10: <id>/layer.tar; Podman: <digest>.tar; Docker 25+: an
+OCI layout's blobs/sha256/<digest>), since the composer needs a base's layers by diff id. Writing a
+`load` archive (LoadArchive): what the composer's own images and BuildKit's stages are loaded by."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 import tarfile
+from pathlib import Path
 from typing import BinaryIO, Iterator
 
 _LAYER_NAME = re.compile(r"(^|/)layer\.tar$|^[0-9a-f]{64}(\.tar)?$|^blobs/sha256/[0-9a-f]{64}$")
@@ -55,7 +58,54 @@ class Hashing:
         return "sha256:" + self.digest.hexdigest()
 
 
-def copy_saved_layers(chunks: Iterator[bytes], out: tarfile.TarFile, wanted: set[str], prefix: str) -> dict[str, str]:
+class LoadArchive:
+    """An engine's load archive written member by member into `out` (a pipe the engine reads):
+    files go through the kernel (sendfile), streams in megabyte writes. The caller names the layers
+    the engine holds in the manifest without sending them; `end()` writes tar's closing blocks."""
+
+    def __init__(self, out: BinaryIO):
+        self.out = out
+
+    def _header(self, name: str, size: int) -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = size, 0o644
+        self.out.write(info.tobuf(tarfile.GNU_FORMAT))
+
+    def data(self, name: str, data: bytes) -> None:
+        self._header(name, len(data))
+        self.out.write(data + b"\0" * (-len(data) % 512))
+
+    def file(self, name: str, path: Path) -> None:
+        size = path.stat().st_size
+        self._header(name, size)
+        self.out.flush()
+        with open(path, "rb") as source:
+            offset = 0
+            while offset < size:
+                sent = os.sendfile(self.out.fileno(), source.fileno(), offset, min(size - offset, 1 << 30))
+                if not sent:
+                    raise OSError(f"{path} ended early")
+                offset += sent
+        self.out.write(b"\0" * (-size % 512))
+
+    def stream(self, name: str, source, size: int) -> None:
+        """`size` bytes read from `source` (a member of another archive as it streams)."""
+        self._header(name, size)
+        left = size
+        while left:
+            chunk = source.read(min(left, 1 << 20))
+            if not chunk:
+                raise OSError(f"{name}: its source ended early")
+            self.out.write(chunk)
+            left -= len(chunk)
+        self.out.write(b"\0" * (-size % 512))
+
+    def end(self) -> None:
+        self.out.write(b"\0" * 1024)
+        self.out.flush()
+
+
+def copy_saved_layers(chunks: Iterator[bytes], out: LoadArchive, wanted: set[str], prefix: str) -> dict[str, str]:
     """Write each layer of a streamed save archive into `out` (as <prefix><n>/layer.tar) as it
     arrives; diff id -> the name it got, for the wanted ones. A member that proves not to be a wanted
     layer is written too (its digest is known only at its end): a loader reads what its manifest names."""
@@ -69,9 +119,7 @@ def copy_saved_layers(chunks: Iterator[bytes], out: tarfile.TarFile, wanted: set
                 continue
             reader = Hashing(source)
             name = f"{prefix}{index}/layer.tar"
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = member.size, 0o644
-            out.addfile(info, reader)
+            out.stream(name, reader, member.size)
             if reader.diff_id in wanted:
                 names.setdefault(reader.diff_id, name)
     return names

@@ -26,7 +26,6 @@ import re
 import shutil
 import signal
 import subprocess
-import tarfile
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from composer.core import interrupts
 from composer.core.errors import BuildFailed, EngineUnavailable, UsageError
 from composer.core.progress import LineSink, quiet
 from composer.engine import locks, oci_layout
+from composer.engine.archives import LoadArchive
 from composer.engine.errors import lost_layer
 from composer.engine.interface import STAGE_LABEL, Engine
 
@@ -438,7 +438,7 @@ def _manifest(export: Path, digest: str, what: str) -> dict:
 
 def _docker_archive(export: Path, digest: str, tag: str | None, held: set[str], what: str):
     """The image `digest` of the export folder as an engine's load archive, streamed from a thread
-    (the files go through the kernel, not Python): its configuration, the layers not in `held`
+    (composer.engine.archives.LoadArchive): its configuration, the layers not in `held`
     (the engine has those: named, not sent) and a manifest naming `tag`. A file to read it from."""
     manifest = _manifest(export, digest, what)
     blobs = export / "blobs" / "sha256"
@@ -449,32 +449,16 @@ def _docker_archive(export: Path, digest: str, tag: str | None, held: set[str], 
     skip = {d.split(":", 1)[1] for d in held}
     reader, writer = os.pipe()
 
-    def member(out, name: str, path: Path | None = None, data: bytes = b"") -> None:
-        info = tarfile.TarInfo(name)
-        info.size, info.mode = (path.stat().st_size if path else len(data)), 0o644
-        out.write(info.tobuf(tarfile.GNU_FORMAT))
-        out.flush()
-        if path is None:
-            out.write(data)
-        else:
-            with open(path, "rb") as source:
-                left, offset = info.size, 0
-                while left:
-                    sent = os.sendfile(out.fileno(), source.fileno(), offset, min(left, 1 << 30))
-                    if not sent:
-                        raise OSError(f"{path} ended early")
-                    offset, left = offset + sent, left - sent
-        out.write(b"\0" * (-info.size % 512))
-
     def write() -> None:
         try:
             with os.fdopen(writer, "wb") as out:
-                member(out, f"{config}.json", blobs / config)
+                archive = LoadArchive(out)
+                archive.file(f"{config}.json", blobs / config)
                 for name in dict.fromkeys(layers):
                     if name not in skip:
-                        member(out, f"{name}/layer.tar", blobs / name)
-                member(out, "manifest.json", data=named)
-                out.write(b"\0" * 1024)
+                        archive.file(f"{name}/layer.tar", blobs / name)
+                archive.data("manifest.json", named)
+                archive.end()
         except (OSError, ValueError):
             pass  # the engine stopped reading, or the archive ended early: the load's error says why
 

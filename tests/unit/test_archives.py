@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from composer.engine.archives import copy_saved_layers, may_be_layer
+from composer.engine.archives import LoadArchive, copy_saved_layers, may_be_layer
 
 
 def _layer(text: str) -> bytes:
@@ -47,8 +47,9 @@ def test_layers_are_found_by_their_content_whatever_the_engine_names_them(naming
     if naming == "docker":
         members = {"manifest.json": b"[]", f"{'1' * 64}/layer.tar": one, f"{'2' * 64}/layer.tar": two}
     out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w|") as tar:
-        names = copy_saved_layers(iter(_save(members)), tar, {_diff(two), _diff(one)}, "base-")
+    archive = LoadArchive(out)
+    names = copy_saved_layers(iter(_save(members)), archive, {_diff(two), _diff(one)}, "base-")
+    archive.end()
     assert set(names) == {_diff(one), _diff(two)}
     with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as written:
         assert written.extractfile(names[_diff(one)]).read() == one
