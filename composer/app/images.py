@@ -174,7 +174,7 @@ def cache_list(engine: Callable[[], Engine], builders: Sequence[str] = (), tls: 
         total = freed_by(graph, cached, connected.disk_usage()) if graph else sum(max(e.unique, 0) for e in entries if e.kind == "cached stage")
         # Stages loaded whole (BuildKit's) count what they share with no other image; the layers they
         # share only among themselves go too: then the total is a floor (cache clear says the freed bytes).
-        loaded = not graph or any(not graph.get(image, ("x",))[0] for image in cached)
+        loaded = not graph or any(graph[image][0] == "" for image in cached if image in graph)
         summary["build_cache"] = total
         text += (f"\nbuild cache: {len(cached)} stages, {'at least ' if loaded else ''}{human_size(total)} in all "
                  "(what cache clear frees while no build is at work)")
