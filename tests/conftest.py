@@ -208,6 +208,19 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.ngc)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _ngc_module_leaves_no_build_cache(request):
+    """After a module of NGC-scale tests, the stage images its builds left (the build cache by
+    content: copies of backend trees of several GB each) go, so the next module has its room: the
+    tier runs on about 30 GB besides its 45 GB of stand-ins. Set up before the module's own
+    fixtures, so it ends after they removed their images."""
+    ngc = any(item.module is request.module and item.get_closest_marker("ngc") for item in request.session.items)
+    engine = request.getfixturevalue("engine") if ngc else None
+    yield
+    if engine is not None:
+        free_session_build_cache(engine)  # (not in an xdist worker: its neighbour's builds stand on them)
+
+
 # -- two workers (scripts/test: pytest -n 2 --dist loadfile --no-loadscope-reorder) --------------
 # A worker takes whole files (a file's module fixtures are made once). Files making and removing
 # the same small pruned bases share one worker: a neighbour at work would find them made, or gone,
