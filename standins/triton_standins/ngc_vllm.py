@@ -180,6 +180,7 @@ def build_vllm(engine: Engine, release: Release, min_info: ImageInfo, *, force: 
         on_line(f"reusing {ref} ({info.id[:19]})")
         return info, False
     started = time.monotonic()
+    stages = ngc.build_stages(engine)
     base_ref = f"{ngc.REGISTRY}/tritonserver:{release.name}-{FLAVOUR}-base"
     try:
         base = small.build_full(engine, recipe, min_info.id, base_ref, labels, python_backends=False, force=force,
@@ -201,6 +202,7 @@ def build_vllm(engine: Engine, release: Release, min_info: ImageInfo, *, force: 
     finally:
         engine.remove_image(base_ref)
     built = ngc._replaced(engine, ref, info)
+    ngc.drop_build_stages(engine, stages, on_line)
     on_line(f"built {ref} in {time.monotonic() - started:.0f} s")
     return built, True
 

@@ -29,6 +29,50 @@ MIN = f"{ngc.REGISTRY}/tritonserver:24.09-py3-min"
 REMOVED = "libcudnn_engines_precompiled.so.9"  # loaded by name: libcudnn_graph.so.9's data names it
 
 
+@pytest.fixture
+def min_without_a_runtime_library(engine, ngc_standins, tmp_path):
+    """The min stand-in with one library cuDNN loads by name removed (its link stays, dangling); a
+    layer of a few bytes on it. The full image, made from the whole min image, still has it."""
+    tag = f"triton-composer-test/tritonserver:min-broken-{uuid.uuid4().hex[:10]}"
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {MIN}\nRUN rm /usr/lib/x86_64-linux-gnu/{REMOVED.replace('.so.9', '.so.9.4.0')}\n")
+    engine.build(tmp_path, tag=tag, labels=TEST_LABEL, network_mode="none")
+    try:
+        yield tag
+    finally:
+        engine.remove_image(tag, force=True)
+
+
+def test_a_missing_runtime_library_fails_the_proof_and_the_tag_stays(engine, min_without_a_runtime_library):
+    """First in the module, before its composition is made: the disk holds one NGC-scale pruned
+    build at a time (the module's selection: its collect and decide stages are the build cache the
+    composition below then takes). The base made of the broken min image is removed after."""
+    tag = f"triton-composer-test/tritonserver:proof-{uuid.uuid4().hex[:10]}"
+    engine.tag(min_without_a_runtime_library, tag)  # the tag's current image, which must stay
+    bases = set(_pruned_bases(engine))
+    plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY,
+                                min_image=min_without_a_runtime_library, tag=tag, base="pruned"),
+                   Catalog.load()).plan
+    try:
+        with pytest.raises(BuildFailed) as failed:
+            build_image(engine, plan, labels=TEST_LABEL)
+        message = failed.value.message
+        assert message.startswith(f"pruned base: /usr/lib/x86_64-linux-gnu/{REMOVED} is missing (backend "), message
+        assert "libcudnn_graph.so" in message and "names libcudnn_engines_precompiled.so (loaded by name)" in message
+        assert message.endswith(f"{tag} was not moved")
+        assert engine.image(tag).id == engine.image(min_without_a_runtime_library).id
+    finally:
+        engine.remove_image(tag)
+        for made in set(_pruned_bases(engine)) - bases:  # made of the broken min image: no build uses it again
+            engine.remove_image(made, force=True)
+        sweep_stages(engine)
+
+
+def _pruned_bases(engine) -> list[str]:
+    return [name for name in engine.image_names() if name.startswith("triton-composer/pruned-base:")]
+
+
+
 @pytest.fixture(scope="module")
 def pruned(engine, ngc_standins, tmp_path_factory):
     """The four-backend composition on a pruned base, built and smoke-tested once, removed after."""
@@ -95,40 +139,6 @@ def test_the_report_says_why_each_package_stays_and_what_went(engine, pruned):
     sizes = result.sizes
     base = next(p.size for p in sizes.parts if p.kind == "base")
     assert sizes.min_image == 0 and 0 < base < sizes.pruned_from and sizes.pruning_saved == sizes.pruned_from - base
-
-
-@pytest.fixture
-def min_without_a_runtime_library(engine, ngc_standins, tmp_path):
-    """The min stand-in with one library cuDNN loads by name removed (its link stays, dangling); a
-    layer of a few bytes on it. The full image, made from the whole min image, still has it."""
-    tag = f"triton-composer-test/tritonserver:min-broken-{uuid.uuid4().hex[:10]}"
-    (tmp_path / "Dockerfile").write_text(
-        f"FROM {MIN}\nRUN rm /usr/lib/x86_64-linux-gnu/{REMOVED.replace('.so.9', '.so.9.4.0')}\n")
-    engine.build(tmp_path, tag=tag, labels=TEST_LABEL, network_mode="none")
-    try:
-        yield tag
-    finally:
-        engine.remove_image(tag, force=True)
-
-
-def test_a_missing_runtime_library_fails_the_proof_and_the_tag_stays(engine, pruned, min_without_a_runtime_library):
-    tag = f"triton-composer-test/tritonserver:proof-{uuid.uuid4().hex[:10]}"
-    engine.tag(min_without_a_runtime_library, tag)  # the tag's current image, which must stay
-    # The module's selection: its collect and decide stages come from the build cache.
-    plan = resolve(engine, spec(backends=BACKENDS, version="24.09", registry=ngc.REGISTRY,
-                                min_image=min_without_a_runtime_library, tag=tag, base="pruned"),
-                   Catalog.load()).plan
-    try:
-        with pytest.raises(BuildFailed) as failed:
-            build_image(engine, plan, labels=TEST_LABEL)
-        message = failed.value.message
-        assert message.startswith(f"pruned base: /usr/lib/x86_64-linux-gnu/{REMOVED} is missing (backend "), message
-        assert "libcudnn_graph.so" in message and "names libcudnn_engines_precompiled.so (loaded by name)" in message
-        assert message.endswith(f"{tag} was not moved")
-        assert engine.image(tag).id == engine.image(min_without_a_runtime_library).id
-    finally:
-        engine.remove_image(tag)
-        sweep_stages(engine)
 
 
 def test_the_small_standins_take_a_pruned_base_too_made_once_and_reused(engine, standin_images):
