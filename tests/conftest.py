@@ -211,8 +211,8 @@ def pytest_itemcollected(item):
 @pytest.fixture(scope="module", autouse=True)
 def _ngc_module_leaves_no_build_cache(request):
     """After a module of NGC-scale tests, the stage images its builds left (the build cache by
-    content: copies of backend trees of several GB each) go, so the next module has its room: the
-    tier runs on about 30 GB besides its 45 GB of stand-ins. Set up before the module's own
+    content: copies of backend trees of several GB each) go, so the next module has its room (the
+    tier needs more than 20 GB besides its 40 GB of stand-ins). Set up before the module's own
     fixtures, so it ends after they removed their images."""
     ngc = any(item.module is request.module and item.get_closest_marker("ngc") for item in request.session.items)
     engine = request.getfixturevalue("engine") if ngc else None
