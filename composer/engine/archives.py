@@ -71,9 +71,14 @@ class LoadArchive:
         info.size, info.mode = size, 0o644
         self.out.write(info.tobuf(tarfile.GNU_FORMAT))
 
+    def _pad(self, size: int) -> None:
+        """A member's data ends on a whole 512-byte block."""
+        self.out.write(b"\0" * (-size % 512))
+
     def data(self, name: str, data: bytes) -> None:
         self._header(name, len(data))
-        self.out.write(data + b"\0" * (-len(data) % 512))
+        self.out.write(data)
+        self._pad(len(data))
 
     def file(self, name: str, path: Path) -> None:
         size = path.stat().st_size
@@ -86,7 +91,7 @@ class LoadArchive:
                 if not sent:
                     raise OSError(f"{path} ended early")
                 offset += sent
-        self.out.write(b"\0" * (-size % 512))
+        self._pad(size)
 
     def stream(self, name: str, source, size: int) -> None:
         """`size` bytes read from `source` (a member of another archive as it streams)."""
@@ -98,7 +103,7 @@ class LoadArchive:
                 raise OSError(f"{name}: its source ended early")
             self.out.write(chunk)
             left -= len(chunk)
-        self.out.write(b"\0" * (-size % 512))
+        self._pad(size)
 
     def end(self) -> None:
         self.out.write(b"\0" * 1024)
