@@ -221,13 +221,77 @@ def _normal_time(text: str) -> str:
     return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+LOAD_CHUNK = 1 << 30  # layer bytes sent in one load archive (the last layer of a chunk may pass it)
+
+
+def load_chunks(layers: tuple[LayerFile, ...], limit: int) -> list[int]:
+    """Where the archives of one load end (indexes into `layers`, the last len(layers)): a new one
+    starts when the layer bytes to send would pass `limit`. A layer the engine holds (no file) costs
+    nothing."""
+    ends: list[int] = []
+    sent = 0
+    for index, layer in enumerate(layers):
+        size = layer.size if layer.path.exists() else 0
+        if sent and sent + size > limit:
+            ends.append(index)
+            sent = 0
+        sent += size
+    return [*ends, len(layers)]
+
+
+def prefix_config(config: bytes, count: int) -> bytes:
+    """`config` cut to its first `count` layers (rootfs and the history lines that made them): the
+    image a partial load registers on the way to the whole one."""
+    document = json.loads(config)
+    document["rootfs"]["diff_ids"] = document["rootfs"]["diff_ids"][:count]
+    history, made = [], 0
+    for line in document.get("history") or ():
+        if not line.get("empty_layer"):
+            if made == count:
+                break
+            made += 1
+        history.append(line)
+    document["history"] = history
+    return canonical_json(document)
+
+
 def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tuple[LayerFile, ...],
-         what: str, base_image: str | None = None, tag: str | None = None) -> str:
-    """Load the image into the engine: an archive of its configuration and its own layers only (the
+         what: str, base_image: str | None = None, tag: str | None = None, *, run: str | None = None,
+         drop_loaded: bool = False) -> str:
+    """Load the image into the engine: archives of its configuration and its own layers only (the
     engine holds the base's), streamed, never written whole to disk. Its id. An engine that loads
     only whole archives (Podman) gets the base's layers too, read from its own save of `base_image`.
     The archive names `tag` (the run's hold, composer.assembly.records): the image is tagged as it
-    appears, so no other run's cleanup can take it before the run tags it."""
+    appears, so no other run's cleanup can take it before the run tags it.
+
+    Docker unpacks a whole archive into its own temporary folder before it registers any layer, so
+    one archive of a many-GB image is on its disk three times at once (the composer's layer files,
+    that copy, the registered layers). On an engine that loads partial archives, `run`'s load goes
+    in archives of about LOAD_CHUNK bytes each, every one an image of the layers so far, held by a
+    tag of the run until the whole image holds its layers; with `drop_loaded` each layer's file goes
+    once it is loaded (nothing else reads it: the pruned base's)."""
+    ends = load_chunks(layers, LOAD_CHUNK) if engine.loads_partial_archives and run else [len(layers)]
+    holds: list[str] = []
+    start = 0
+    try:
+        for number, end in enumerate(ends[:-1], start=1):
+            holds.append(records.hold_tag(run or "", f"load{number}"))
+            _load_archive(engine, prefix_config(config, len(base_layers) + end), base_layers, layers[:end], start,
+                          what, base_image, holds[-1])
+            if drop_loaded:
+                for layer in layers[start:end]:
+                    layer.path.unlink(missing_ok=True)
+            start = end
+        return _load_archive(engine, config, base_layers, layers, start, what, base_image, tag)
+    finally:
+        for hold in holds:
+            records.drop_hold(engine, hold)
+
+
+def _load_archive(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tuple[LayerFile, ...],
+                  send_from: int, what: str, base_image: str | None, tag: str | None) -> str:
+    """Load one archive: `config`, the base's layers and `layers` named, the files of layers from
+    `send_from` on sent (those before it the engine holds from this load's earlier archives)."""
     image_id = "sha256:" + hashlib.sha256(config).hexdigest()
     reader, writer = os.pipe()
     failure: list[BaseException] = []
@@ -244,11 +308,11 @@ def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tu
                     if missing:
                         raise BuildFailed(f"cannot load {what}: the engine's save of the base lacks layer {missing[0]}")
                 paths = [named[diff_id] for diff_id in base_layers]
-                for layer in layers:
+                for index, layer in enumerate(layers):
                     name = f"{layer.diff_id[7:]}/layer.tar"
                     paths.append(name)
-                    if engine.loads_partial_archives and not layer.path.exists():
-                        continue  # held by the engine (layer_reuse): named, not sent
+                    if engine.loads_partial_archives and (index < send_from or not layer.path.exists()):
+                        continue  # held by the engine (loaded before, or layer_reuse): named, not sent
                     archive.file(name, layer.path)
                 manifest = json.dumps([{"Config": f"{image_id[7:]}.json", "RepoTags": [tag] if tag else None, "Layers": paths}]).encode()
                 archive.data("manifest.json", manifest)
@@ -325,7 +389,7 @@ def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo,
     config = image_config(base, engine.image_config(built), tuple(layers), epoch, labels)
     try:
         image_id = load(engine, config, tuple(base.layers), tuple(layers), f"the composed image ({plan.tag})", base.id,
-                        records.hold_tag(run) if run else None)
+                        records.hold_tag(run) if run else None, run=run)
     finally:
         if layers_hold:
             records.drop_hold(engine, layers_hold)

@@ -96,7 +96,8 @@ def base_config(layers: Sequence[LayerFile], slots: Sequence[str], labels: Mappi
 def write_base(engine: Engine, slots: Sequence[str], run: str, key: str, tag: str, folder: Path, *,
                labels: Mapping[str, str] | None = None, on_line: LineSink = quiet) -> str:
     """Write the base's layers from its family stages (built by `run`), load the base tagged `tag`
-    and labelled with `key`; its id. The layers' files go as each is loaded."""
+    and labelled with `key`; its id. The layers' files go as each archive of them is loaded
+    (composer.assembly.assemble.load)."""
     layers: list[LayerFile] = []
     arch: Mapping = {}
     try:
@@ -115,7 +116,7 @@ def write_base(engine: Engine, slots: Sequence[str], run: str, key: str, tag: st
             finally:
                 spool.unlink(missing_ok=True)
         config = base_config(layers, slots, {**dict(labels or {}), BASE_LABEL: key}, arch)
-        return load(engine, config, (), tuple(layers), f"the pruned base ({tag})", tag=tag)
+        return load(engine, config, (), tuple(layers), f"the pruned base ({tag})", tag=tag, run=run, drop_loaded=True)
     finally:
         for layer in layers:
             layer.path.unlink(missing_ok=True)
