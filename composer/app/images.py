@@ -25,6 +25,7 @@ from composer.core.refs import is_image_id
 from composer.engine.interface import Engine
 from composer.app.rebuild import rebuild
 from composer.pipeline import Run
+from composer.publish.blobs import BlobCache
 from composer.publish.inspect import Difference, inspect as inspect_image
 from composer.publish.verify import VerificationFailed, verify as check_image
 from composer.registry.client import Registries
@@ -166,6 +167,7 @@ def cache_list(engine: Callable[[], Engine], builders: Sequence[str] = (), tls: 
     connected = preflight.connect(engine)
     checked = given.reach(connected)
     entries = listing(connected) + [builder_entry(builder, stage_names())[0] for builder in checked]
+    entries += [entry for entry in [_blob_entry(BlobCache())] if entry is not None]
     text = "\n".join(e.line() for e in entries) or "nothing: no pruned base, no build cache and no leftover on the engine"
     cached = [e.image for e in entries if e.kind == "cached stage"]
     summary: dict = {"entries": len(entries)}
@@ -195,9 +197,48 @@ def cache_clear(older_than: float | None, everything: bool, engine: Callable[[],
     checked = given.reach(connected)
     done = clear(connected, older_than_days=older_than, everything=everything, on_line=progress.on_line,
                  builders=checked, stages=stage_names())
+    done = _clear_blobs(done, BlobCache(), older_than, everything, progress)
     payload = done.to_dict()
-    return Result("cache clear", [], {"removed": len(done.removed), "freed": done.freed}, 
-                  f"removed {len([e for e in done.removed if e.kind != 'builder cache'])} images and "
-                  f"{done.containers} containers" + (f", {human_size(done.builder_cache)} of builders' caches"
-                                                     if done.builder_cache else "") +
+    images = len([e for e in done.removed if e.kind not in ("builder cache", "blob cache")])
+    return Result("cache clear", [], {"removed": len(done.removed), "freed": done.freed},
+                  f"removed {images} images and {done.containers} containers" +
+                  (f", {human_size(done.builder_cache)} of builders' caches" if done.builder_cache else "") +
+                  (f", {human_size(done.blobs)} of compressed layers" if done.blobs else "") +
                   f", freed {human_size(done.freed)}; kept {len(done.kept)}", extra=payload)
+
+
+def _blob_entry(blobs: BlobCache):
+    """This machine's blob cache as one `cache list` entry; None when it holds nothing."""
+    from composer.assembly.cache import Entry
+
+    usage = blobs.usage()
+    if not usage.count:
+        return None
+    return Entry("blob cache", str(blobs.root), (), usage.size, usage.size, usage.last_used or 0.0, usage.last_used,
+                 layers=usage.count)
+
+
+def _clear_blobs(done, blobs: BlobCache, older_than: float | None, everything: bool, progress: Progress):
+    """The blob cache's part of `cache clear`: with --all every blob, with --older-than those unused
+    that long, none while a push holds the cache. The compressed layers are made again by the next
+    push that needs them."""
+    import dataclasses
+
+    from composer.core.units import human_size
+
+    entry = _blob_entry(blobs)
+    if entry is None:
+        return done
+    if not everything and older_than is None:
+        return dataclasses.replace(done, kept=(*done.kept, (entry, "kept without --older-than DAYS or --all")))
+    gone = blobs.clear(None if everything else older_than)
+    if gone is None:
+        return dataclasses.replace(done, kept=(*done.kept, (entry, "a push at work holds it")))
+    left = _blob_entry(blobs)
+    kept = done.kept if left is None else (*done.kept, (left, f"used within {older_than:g} days"))
+    if not gone.count:
+        return dataclasses.replace(done, kept=kept)
+    progress.on_line(f"removed {gone.count} compressed layers ({human_size(gone.size)}) from the blob cache at "
+                     f"{blobs.root}")
+    removed = dataclasses.replace(entry, layers=gone.count, size=gone.size, unique=gone.size)
+    return dataclasses.replace(done, removed=(*done.removed, removed), kept=kept, blobs=gone.size)

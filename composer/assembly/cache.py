@@ -46,7 +46,8 @@ class Entry:
 
     kind: str  # "pruned base", "old base" (an untagged one: its tag moved), "cached stage" (build cache, by
     # content), "stage" (a leftover stage image of a pruned base's build), "run image" (a run's leftover image),
-    # "held image" (an image a run holds: its own until tagged)
+    # "held image" (an image a run holds: its own until tagged), "builder cache", "blob cache" (this machine's
+    # compressed layers: composer.publish.blobs)
     image: str
     tags: tuple[str, ...]
     size: int  # bytes the image holds (its own and those shared with others)
@@ -82,6 +83,8 @@ class Entry:
             return f"pruned base  {name}  {size}  {self.layers} layers  {used}  {whose}{shares}"
         if self.kind == "cached stage":
             return f"cached stage {self.key}  {size}  {used}  {self.held or 'held by no build'}"
+        if self.kind == "blob cache":
+            return f"blob cache   {self.image}  {self.layers} compressed layers  {human_size(self.size)}  {used}"
         if self.kind == "builder cache":
             size = human_size(self.size) + f" ({human_size(self.unique)} not in use)"
             return f"builder cache {self.image}  {self.layers} records of the composer's steps  {size}  {used}"
@@ -265,17 +268,19 @@ class Cleared:
     freed_bytes: int = -1  # the engine's layer store before less after (else its images'; -1: it keeps no parents)
     builder_copies: int = 0  # bytes of BuildKit's copies of the engine's images removed (composer.engine.oci_layout)
     builder_cache: int = 0  # bytes of the composer's records removed from BuildKit builders' caches
+    blobs: int = 0  # bytes of compressed layers removed from this machine's blob cache (composer.publish.blobs)
 
     @property
     def freed(self) -> int:
         engine = self.freed_bytes if self.freed_bytes >= 0 else sum(
             max(e.unique, 0) for e in self.removed if e.kind != "builder cache")
-        return engine + self.builder_copies + self.builder_cache
+        return engine + self.builder_copies + self.builder_cache + self.blobs
 
     def to_dict(self) -> dict:
         return {"removed": [e.to_dict() for e in self.removed], "containers_removed": self.containers,
                 "kept": [{**e.to_dict(), "why": why} for e, why in self.kept], "freed": self.freed,
-                "builder_copies_removed": self.builder_copies, "builder_cache_removed": self.builder_cache}
+                "builder_copies_removed": self.builder_copies, "builder_cache_removed": self.builder_cache,
+                "blob_cache_removed": self.blobs}
 
 
 def builder_entry(builder: BuildKit, stages: Iterable[str]) -> tuple[Entry, list[CacheRecord]]:

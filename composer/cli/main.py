@@ -362,7 +362,8 @@ def wheels(
 
 # -- composer cache: what the composer keeps on the engine (composer.assembly.cache) ---------------
 
-cache_app = typer.Typer(help="What the composer keeps on the engine: pruned bases, and what runs left.",
+cache_app = typer.Typer(help="What the composer keeps on the engine (pruned bases, build cache, what runs left) "
+                             "and on this machine (compressed layers of pushes).",
                         rich_markup_mode=None)
 app.add_typer(cache_app, name="cache")
 
@@ -385,7 +386,8 @@ _CACHE_TLS = typer.Option(None, "--builder-tls", metavar="DIR",
 @reports_errors
 def cache_list(builders: List[str] = _CACHE_BUILDERS, tls: Optional[Path] = _CACHE_TLS,
                as_json: bool = JsonOpt) -> None:
-    """List the pruned bases (sizes, last use, the tagged images using them) and what runs left."""
+    """List the pruned bases (sizes, last use, the tagged images using them), the build cache, what
+    runs left, and this machine's blob cache."""
     _show(Printer(as_json), images.cache_list(_engine, builders, tls))
 
 
@@ -393,8 +395,10 @@ def cache_list(builders: List[str] = _CACHE_BUILDERS, tls: Optional[Path] = _CAC
 @reports_errors
 def cache_clear(
     older_than: Optional[float] = typer.Option(None, "--older-than", metavar="DAYS", min=0,
-                                               help="Also remove pruned bases unused for DAYS days."),
-    everything: bool = typer.Option(False, "--all", help="Also remove every pruned base no tagged image uses."),
+                                               help="Also remove pruned bases, and the blob cache's compressed layers, "
+                                                    "unused for DAYS days."),
+    everything: bool = typer.Option(False, "--all", help="Also remove every pruned base no tagged image uses, and the "
+                                                   "blob cache's compressed layers."),
     builders: List[str] = _CACHE_BUILDERS, tls: Optional[Path] = _CACHE_TLS,
     as_json: bool = JsonOpt,
 ) -> None:

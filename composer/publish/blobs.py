@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Sequence
@@ -66,12 +67,60 @@ def layer_blob(source: Path, diff_id: str, out: Path, compression: str, prefetch
     return Blob(out, digest, size, MEDIA_TYPES[compression])
 
 
+@dataclass(frozen=True)
+class Usage:
+    """Blobs of the cache: how many, their bytes, the latest use (a blob's time is its last use)."""
+
+    count: int
+    size: int
+    last_used: float | None
+
+
 class BlobCache:
     """Compressed layers on this machine, by the layer's diff id and the compression: the layers of
-    bases no registry holds, compressed once. Files are written under a fresh name and renamed in."""
+    bases no registry holds, compressed once. Files are written under a fresh name and renamed in.
+    A push holds the cache (a shared lock of the host) while it reads it, and `composer cache clear`
+    removes blobs only when no push does: the cache grows with each new layer pushed otherwise."""
 
     def __init__(self, root: Path | None = None):
         self.root = root or locks.cache_dir() / "blobs"
+
+    def in_use(self):
+        return locks.using_host("blob cache", str(self.root.absolute()))
+
+    def _blobs(self) -> list[tuple[Path, os.stat_result]]:
+        found = []
+        for path in (self.root / "sha256").glob("*") if (self.root / "sha256").is_dir() else ():
+            if path.name.startswith("."):
+                continue  # another process's blob on its way in
+            try:
+                found.append((path, path.stat()))
+            except OSError:
+                continue
+        return found
+
+    def usage(self) -> Usage:
+        blobs = self._blobs()
+        return Usage(len(blobs), sum(st.st_size for _, st in blobs), max((st.st_mtime for _, st in blobs), default=None))
+
+    def clear(self, older_than_days: float | None = None, now: float | None = None) -> Usage | None:
+        """Remove the blobs (all, or those unused for `older_than_days`) and the index entries naming
+        them; what went, or None when a push holds the cache (nothing goes)."""
+        cutoff = None if older_than_days is None else (now or time.time()) - older_than_days * 24 * 3600
+        with locks.removable_host("blob cache", str(self.root.absolute())) as free:
+            if not free:
+                return None
+            gone = [(path, st) for path, st in self._blobs() if cutoff is None or st.st_mtime < cutoff]
+            for path, _st in gone:
+                path.unlink(missing_ok=True)
+            for index in (self.root / "index").glob("*/*") if (self.root / "index").is_dir() else ():
+                try:
+                    digest = index.read_text().split()[0]
+                except (OSError, IndexError):
+                    continue
+                if not (self.root / "sha256" / digest.partition(":")[2]).is_file():
+                    index.unlink(missing_ok=True)
+        return Usage(len(gone), sum(st.st_size for _, st in gone), None)
 
     def _index(self, diff_id: str, compression: str, prefetch: Sequence[str]) -> Path:
         return self.root / "index" / kept_as(compression, prefetch) / diff_id.replace(":", "-")
@@ -85,6 +134,10 @@ class BlobCache:
         path = self.root / "sha256" / digest.partition(":")[2]
         if not path.is_file() or path.stat().st_size != int(size):
             return None
+        try:
+            os.utime(path)  # its last use, for `composer cache clear --older-than`
+        except OSError:
+            pass
         return Blob(path, digest, int(size), MEDIA_TYPES[compression], more[0] if more else None,
                     tuple(sorted(annotations.items())))
 

@@ -213,11 +213,18 @@ def push_assembled(engine: Engine, assembled: Assembled, ref: str, registries: R
                    prefetch: Sequence[str] = (), on_line: LineSink = quiet) -> Pushed:
     """Push the composer's image as `ref` through its registry client; the manifest's digest.
     `origin` is the repo@digest the run resolved the base from, when a registry holds it; `prefetch`
-    the files an eStargz layer puts first (the paths the smoke test saw the server open)."""
+    the files an eStargz layer puts first (the paths the smoke test saw the server open). The blob
+    cache is held while the push reads it (`composer cache clear` removes blobs only when none is)."""
+    cache = cache or BlobCache()
+    with cache.in_use():
+        return _push(engine, assembled, ref, registries, compression, folder, origin, cache, prefetch, on_line)
+
+
+def _push(engine: Engine, assembled: Assembled, ref: str, registries: Registries, compression: str, folder: Path,
+          origin: str | None, cache: BlobCache, prefetch: Sequence[str], on_line: LineSink) -> Pushed:
     target = ImageRef.parse(ref)
     api = registries.client(target.host)
     repository = target.repository
-    cache = cache or BlobCache()
     on_line(f"pushing {ref} through the composer's registry client ({compression})")
     remote = base_in_a_registry(registries, assembled, compression, origin)
     if remote is None:
