@@ -235,7 +235,8 @@ def _clear_blobs(done, blobs: BlobCache, older_than: float | None, everything: b
     if gone is None:
         return dataclasses.replace(done, kept=(*done.kept, (entry, "a push at work holds it")))
     left = _blob_entry(blobs)
-    kept = done.kept if left is None else (*done.kept, (left, f"used within {older_than:g} days"))
+    why = "added while it was cleared" if everything or older_than is None else f"used within {older_than:g} days"
+    kept = done.kept if left is None else (*done.kept, (left, why))
     if not gone.count:
         return dataclasses.replace(done, kept=kept)
     progress.on_line(f"removed {gone.count} compressed layers ({human_size(gone.size)}) from the blob cache at "
