@@ -231,6 +231,13 @@ def names(engine):
         engine.remove_image(ref, force=True)
 
 
+def bases_made(text) -> list[str]:
+    """The pruned bases a build's progress says it made ("pruned base: making TAG ..."), from its
+    output (a string) or its lines: the base of a build that failed or ran in another process."""
+    lines = text.splitlines() if isinstance(text, str) else text
+    return [line.split()[3] for line in lines if line.strip().startswith("pruned base: making ")]
+
+
 def remove_made_base(engine, result) -> None:
     """The pruned base a test's build made, removed with the test: a later test of the same
     selection must make its own (a shared-engine test asserts that), and at NGC scale (2-6 GB) a

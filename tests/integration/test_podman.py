@@ -23,6 +23,7 @@ from composer.engine.interface import ContainerEngine
 from composer.core.errors import BuildFailed, ComposerError
 from tests.integration.test_build import REGISTRY, composer
 from tests.cli import image_json
+from tests.integration.conftest import bases_made
 
 pytestmark = pytest.mark.integration
 
@@ -161,8 +162,7 @@ def two_at_once(podman, tmp_path_factory):
     made: list[str] = []
     try:
         outputs = [run.communicate(timeout=1800) for run in runs]
-        made = [line.split()[3] for _out, err in outputs for line in err.splitlines()
-                if line.strip().startswith("pruned base: making")]
+        made = [base for _out, err in outputs for base in bases_made(err)]
         named = [line.split()[3].rstrip(",") for _out, err in outputs for line in err.splitlines()
                  if line.strip().startswith(("pruned base: making", "pruned base: reusing"))]
         yield {"runs": runs, "outputs": outputs, "tags": tags, "before": before, "env": env, "state": state,
@@ -191,7 +191,7 @@ def test_two_builds_at_once_on_podman_make_one_pruned_base_and_leave_nothing(pod
         assert run.returncode == 0, err[-3000:]
     made = [err for _out, err in outputs if "pruned base: making " in err]
     assert len(made) == 1, [err[-1500:] for _out, err in outputs]
-    base = next(line.split()[3] for line in made[0].splitlines() if line.strip().startswith("pruned base: making"))
+    base = bases_made(made[0])[0]
     other = next(err for _out, err in outputs if err is not made[0])
     assert "pruned base: reusing " in other or "pruned base: waiting for another run" in other, other[-1500:]
     images = [podman.engine.image(tag) for tag in tags]

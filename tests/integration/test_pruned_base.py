@@ -18,7 +18,7 @@ from composer.assembly.pruning import sweep_stages
 from composer.resolve.resolve import resolve
 from triton_standins import ngc
 from tests.conftest import TEST_LABEL
-from tests.integration.conftest import remove_made_base
+from tests.integration.conftest import bases_made, remove_made_base
 from tests.integration.test_ngc_scale import BACKENDS, SERVED, _cases, _repository
 from tests.specs import spec
 
@@ -63,9 +63,8 @@ def test_a_missing_runtime_library_fails_the_proof_and_the_tag_stays(engine, min
         assert engine.image(tag).id == engine.image(min_without_a_runtime_library).id
     finally:
         engine.remove_image(tag)
-        for line in lines:  # the base made of the broken min image: no build uses it again
-            if line.strip().startswith("pruned base: making "):
-                engine.remove_image(line.split()[3], force=True)
+        for base in bases_made(lines):  # the base made of the broken min image: no build uses it again
+            engine.remove_image(base, force=True)
         sweep_stages(engine)
 
 

@@ -33,6 +33,7 @@ from composer.resolve.plan_types import RUN_LABEL
 from composer.resolve.plan_types import STAGE_LABEL as PLAN_STAGE_LABEL
 from tests.conftest import TEST_LABEL_KEY, TEST_RUN
 from tests.cli import image_json
+from tests.integration.conftest import bases_made
 
 pytestmark = pytest.mark.integration
 # One worker runs this file and the others making small pruned bases (WORKER_GROUPS, tests/conftest.py).
@@ -304,8 +305,7 @@ def test_a_run_killed_mid_build_leaves_stages_the_next_run_removes(engine, stand
         engine.remove_image(tag, force=True)
         # The base the killed run was making: this test's. The engine may finish a build whose client
         # was killed and tag it after that (seen once: a base left tagged): removed until it stays gone.
-        bases = [line.split()[3] for line in log.read_text().splitlines()
-                 if line.strip().startswith("pruned base: making ")]
+        bases = bases_made(log.read_text())
         quiet_since = time.monotonic()
         while bases and time.monotonic() - quiet_since < 15:
             for base in bases:
