@@ -273,7 +273,7 @@ class Cleared:
     @property
     def freed(self) -> int:
         engine = self.freed_bytes if self.freed_bytes >= 0 else sum(
-            max(e.unique, 0) for e in self.removed if e.kind != "builder cache")
+            max(e.unique, 0) for e in self.removed if e.kind not in ("builder cache", "blob cache"))
         return engine + self.builder_copies + self.builder_cache + self.blobs
 
     def to_dict(self) -> dict:

@@ -67,5 +67,7 @@ def test_cache_clear_keeps_blobs_without_all_or_older_than_and_counts_what_it_fr
     lines: list[str] = []
     some = _clear_blobs(Cleared((), (), 0, 0), cache, 1, False, Progress(on_line=lines.append))
     assert [e.layers for e in some.removed] == [1] and some.blobs > 0 and some.freed == some.blobs
+    unread = _clear_blobs(Cleared((), (), 0, -1), cache, None, True, Progress())  # an engine that counts no bytes
+    assert unread.freed == unread.blobs > 0  # the blobs once, not also as the removed entry's own bytes
     assert [why for _e, why in some.kept] == ["used within 1 days"] and "removed 1 compressed layers" in lines[0]
     assert _blob_entry(BlobCache(tmp_path / "empty")) is None
