@@ -204,7 +204,8 @@ def cache_clear(older_than: float | None, everything: bool, engine: Callable[[],
                   f"removed {images} images and {done.containers} containers" +
                   (f", {human_size(done.builder_cache)} of builders' caches" if done.builder_cache else "") +
                   (f", {human_size(done.blobs)} of compressed layers" if done.blobs else "") +
-                  f", freed {human_size(done.freed)}; kept {len(done.kept)}", extra=payload)
+                  f", freed {human_size(done.freed)}; kept {len(done.kept)}" +
+                  "".join("\n" + line for line in done.kept_lines()), extra=payload)
 
 
 def _blob_entry(blobs: BlobCache):
@@ -230,7 +231,7 @@ def _clear_blobs(done, blobs: BlobCache, older_than: float | None, everything: b
     if entry is None:
         return done
     if not everything and older_than is None:
-        return dataclasses.replace(done, kept=(*done.kept, (entry, "kept without --older-than DAYS or --all")))
+        return dataclasses.replace(done, kept=(*done.kept, (entry, "only --older-than DAYS or --all removes it")))
     gone = blobs.clear(None if everything else older_than)
     if gone is None:
         return dataclasses.replace(done, kept=(*done.kept, (entry, "a push at work holds it")))

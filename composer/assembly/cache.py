@@ -70,6 +70,14 @@ class Entry:
                 "layers": self.layers, "shares_layers_with": list(self.shares_layers_with), "key": self.key,
                 "held_by": self.held}
 
+    def name(self) -> str:
+        """What a user knows it by: its tag, a cached stage's key, a cache's folder or address."""
+        if self.kind == "cached stage" and self.key:
+            return f"cached stage {self.key}"
+        if self.kind in ("blob cache", "builder cache"):
+            return f"{self.kind} {self.image}"
+        return f"{self.kind} {self.tags[0] if self.tags else self.image[:19]}"
+
     def line(self) -> str:
         name = self.tags[0] if self.tags else self.image[:19]
         size = human_size(self.size) + ("" if self.unique < 0 else f" ({human_size(self.unique)} its own)")
@@ -276,6 +284,13 @@ class Cleared:
             max(e.unique, 0) for e in self.removed if e.kind not in ("builder cache", "blob cache"))
         return engine + self.builder_copies + self.builder_cache + self.blobs
 
+    def kept_lines(self, most: int = 10) -> list[str]:
+        """Each kept entry and why, the first `most` of them (the JSON lists every one)."""
+        lines = [f"kept {entry.name()}: {why}" for entry, why in self.kept[:most]]
+        if len(self.kept) > most:
+            lines.append(f"... and {len(self.kept) - most} more kept (--json lists each with why)")
+        return lines
+
     def to_dict(self) -> dict:
         return {"removed": [e.to_dict() for e in self.removed], "containers_removed": self.containers,
                 "kept": [{**e.to_dict(), "why": why} for e, why in self.kept], "freed": self.freed,
@@ -339,7 +354,7 @@ def select(entries: list[Entry], *, older_than_days: float | None, everything: b
             chosen.append(entry)
         else:
             why = f"used within {older_than_days:g} days" if older_than_days is not None else \
-                "kept without --older-than DAYS or --all"
+                "only --older-than DAYS or --all removes it"
             kept.append((entry, why))
     return chosen, kept
 

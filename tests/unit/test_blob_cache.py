@@ -63,7 +63,7 @@ def test_cache_clear_keeps_blobs_without_all_or_older_than_and_counts_what_it_fr
     entry = _blob_entry(cache)
     assert entry.kind == "blob cache" and entry.layers == 2 and "2 compressed layers" in entry.line()
     kept = _clear_blobs(Cleared((), (), 0, 0), cache, None, False, Progress())
-    assert kept.kept[0][1] == "kept without --older-than DAYS or --all" and cache.usage().count == 2
+    assert kept.kept[0][1] == "only --older-than DAYS or --all removes it" and cache.usage().count == 2
     lines: list[str] = []
     some = _clear_blobs(Cleared((), (), 0, 0), cache, 1, False, Progress(on_line=lines.append))
     assert [e.layers for e in some.removed] == [1] and some.blobs > 0 and some.freed == some.blobs
@@ -71,3 +71,21 @@ def test_cache_clear_keeps_blobs_without_all_or_older_than_and_counts_what_it_fr
     assert unread.freed == unread.blobs > 0  # the blobs once, not also as the removed entry's own bytes
     assert [why for _e, why in some.kept] == ["used within 1 days"] and "removed 1 compressed layers" in lines[0]
     assert _blob_entry(BlobCache(tmp_path / "empty")) is None
+
+
+def test_cache_clear_says_what_it_kept_and_why_the_first_ten(tmp_path):
+    """`cache clear` printed "kept N" alone: a user could not tell what stayed, nor what would take it."""
+    from composer.assembly.cache import Entry
+
+    base = Entry("pruned base", "sha256:b", ("triton-composer/pruned-base:k1",), 10, 5, 0.0, None, used_by=("app:1",))
+    stage = Entry("cached stage", "sha256:s", (), 10, 5, 0.0, None, key="system k2")
+    blobs = Entry("blob cache", str(tmp_path), (), 10, 10, 0.0, None, layers=3)
+    done = Cleared((), ((base, "used by app:1"), (stage, "a build at work on this engine holds it"),
+                        (blobs, "only --older-than DAYS or --all removes it")), 0, 0)
+    assert done.kept_lines() == [
+        "kept pruned base triton-composer/pruned-base:k1: used by app:1",
+        "kept cached stage system k2: a build at work on this engine holds it",
+        f"kept blob cache {tmp_path}: only --older-than DAYS or --all removes it"]
+    many = Cleared((), tuple((stage, f"reason {n}") for n in range(12)), 0, 0)
+    lines = many.kept_lines()
+    assert len(lines) == 11 and lines[9].endswith("reason 9") and lines[10].startswith("... and 2 more kept")
