@@ -76,10 +76,13 @@ class Entry:
             return f"cached stage {self.key}"
         if self.kind in ("blob cache", "builder cache"):
             return f"{self.kind} {self.image}"
-        return f"{self.kind} {self.tags[0] if self.tags else self.image[:19]}"
+        return f"{self.kind} {self._tag_or_id()}"
+
+    def _tag_or_id(self) -> str:
+        return self.tags[0] if self.tags else self.image[:19]
 
     def line(self) -> str:
-        name = self.tags[0] if self.tags else self.image[:19]
+        name = self._tag_or_id()
         size = human_size(self.size) + ("" if self.unique < 0 else f" ({human_size(self.unique)} its own)")
         used = f"last used {_iso(self.last_used)}" if self.last_used else f"made {_iso(self.created)}"
         if self.kind == "old base":
