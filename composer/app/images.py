@@ -225,13 +225,14 @@ def _clear_blobs(done, blobs: BlobCache, older_than: float | None, everything: b
     push that needs them."""
     import dataclasses
 
+    from composer.assembly.cache import ONLY_WHEN_ASKED
     from composer.core.units import human_size
 
     entry = _blob_entry(blobs)
     if entry is None:
         return done
     if not everything and older_than is None:
-        return dataclasses.replace(done, kept=(*done.kept, (entry, "only --older-than DAYS or --all removes it")))
+        return dataclasses.replace(done, kept=(*done.kept, (entry, ONLY_WHEN_ASKED)))
     gone = blobs.clear(None if everything else older_than)
     if gone is None:
         return dataclasses.replace(done, kept=(*done.kept, (entry, "a push at work holds it")))

@@ -38,6 +38,7 @@ from composer.resolve.plan_types import STAGE_LABEL as PLAN_STAGE_LABEL
 CACHED_STAGE_LABELS = (PLAN_STAGE_LABEL, CACHE_LABEL)  # build cache by content: the stages read, the base's decide
 
 DAY = 24 * 3600
+ONLY_WHEN_ASKED = "only --older-than DAYS or --all removes it"  # why a pruned base or the blob cache stays
 
 
 @dataclass(frozen=True)
@@ -357,7 +358,7 @@ def select(entries: list[Entry], *, older_than_days: float | None, everything: b
             chosen.append(entry)
         else:
             why = f"used within {older_than_days:g} days" if older_than_days is not None else \
-                "only --older-than DAYS or --all removes it"
+                ONLY_WHEN_ASKED
             kept.append((entry, why))
     return chosen, kept
 

@@ -231,11 +231,13 @@ def names(engine):
         engine.remove_image(ref, force=True)
 
 
-def bases_made(text) -> list[str]:
-    """The pruned bases a build's progress says it made ("pruned base: making TAG ..."), from its
-    output (a string) or its lines: the base of a build that failed or ran in another process."""
+def bases_made(text, *, reused: bool = False) -> list[str]:
+    """The pruned bases a build's progress says it made ("pruned base: making TAG ..."; with `reused`,
+    also "pruned base: reusing TAG, ..."), from its output (a string) or its lines: the base of a
+    build that failed or ran in another process."""
     lines = text.splitlines() if isinstance(text, str) else text
-    return [line.split()[3] for line in lines if line.strip().startswith("pruned base: making ")]
+    starts = ("pruned base: making ", "pruned base: reusing ") if reused else ("pruned base: making ",)
+    return [line.split()[3].rstrip(",") for line in lines if line.strip().startswith(starts)]
 
 
 def remove_made_base(engine, result) -> None:

@@ -163,8 +163,7 @@ def two_at_once(podman, tmp_path_factory):
     try:
         outputs = [run.communicate(timeout=1800) for run in runs]
         made = [base for _out, err in outputs for base in bases_made(err)]
-        named = [line.split()[3].rstrip(",") for _out, err in outputs for line in err.splitlines()
-                 if line.strip().startswith(("pruned base: making", "pruned base: reusing"))]
+        named = [base for _out, err in outputs for base in bases_made(err, reused=True)]
         yield {"runs": runs, "outputs": outputs, "tags": tags, "before": before, "env": env, "state": state,
                "base": named[0] if named else None}
     finally:
