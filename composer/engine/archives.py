@@ -20,7 +20,7 @@ class ChunkReader(io.RawIOBase):
     """A file over an iterator of byte chunks (a streamed export or save), for tarfile's stream mode."""
 
     def __init__(self, chunks: Iterator[bytes]):
-        self.chunks, self.left = iter(chunks), b""
+        self.chunks, self.left = iter(chunks), memoryview(b"")
 
     def readable(self) -> bool:
         return True
@@ -28,12 +28,12 @@ class ChunkReader(io.RawIOBase):
     def readinto(self, buffer) -> int:
         while not self.left:
             try:
-                self.left = next(self.chunks)
+                self.left = memoryview(next(self.chunks))
             except StopIteration:
                 return 0
         n = min(len(buffer), len(self.left))
         buffer[:n] = self.left[:n]
-        self.left = self.left[n:]
+        self.left = self.left[n:]  # a view: the rest of a megabyte chunk is not copied at each read
         return n
 
 
