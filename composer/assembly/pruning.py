@@ -3,7 +3,7 @@
 The decision (which packages and files of the min image stay) is made inside the build by
 in_image/prune.py, and the proof by in_image/prove.sh in a stage of its own, so a miss fails the
 build before anything is tagged. The base is a build of its own (the context's pruned-base/
-folder) whose family stages the composer writes as layers (composer.assembly.base_layers), made
+folder) whose split stage the composer writes as family layers (composer.assembly.base_layers), made
 once per min image and selection and reused after: writing GBs of fresh layer is most of a pruned
 build's cost. This module makes or finds that base, turns the proof's failure
 into one line and reads the report the decision left in the image ({ROOT}/pruned.json) for
@@ -35,11 +35,12 @@ from composer.core.progress import LineSink, quiet
 
 REPORT = f"{ROOT}/pruned.json"
 LAYERS_REPORT = "/usr/share/triton-composer/pruned-base/layers.json"  # each family layer's files and bytes
-# What a base is: a new format makes new bases (3: the family layers written by the composer, the
-# same bytes from any builder; 2: written by the builder; 1 was one layer of everything).
-BASE_FORMAT = "3 family layers the composer writes"
+# What a base is: a new format makes new bases (4: the family layers written by the composer from the
+# split stage's one tree, by the families' lists; 3: from one stage a family; 2: written by the
+# builder; 1 was one layer of everything).
+BASE_FORMAT = "4 family layers the composer writes from one tree"
 PROOF_FAILED = "proof failed: "
-MADE_TARGET = "layers-made"  # the base's stage that names every family stage (the last copies them: by hand)
+MADE_TARGET = "split"  # the base's stage the composer writes the families from (by hand: the last copies them)
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # the engine colours a step's stderr
 # Families of what pruning removes, by package name (the size report's rows), first match wins.
 FAMILIES = (
@@ -100,9 +101,10 @@ def pruned_base(
 ) -> PrunedBase:
     """The pruned base of `plan`: the image made before from the same inputs (its tag names their
     key, its label holds it whole), or one made now from `context` and tagged, so that later builds
-    find it and `docker image prune` keeps it. The builder runs the steps to the family stages and
-    the composer writes each as a layer (composer.assembly.base_layers: the same base from any
-    builder); on an engine whose archives lose owners (Podman) the builder's own copy is the base.
+    find it and `docker image prune` keeps it. The builder runs the steps to the split stage and
+    the composer writes each family of its tree as a layer (composer.assembly.base_layers: the
+    same base from any builder); on an engine whose archives lose owners (Podman) the builder's
+    own copy is the base.
 
     Made once per engine however many runs want it at once: the base's make lock (host-wide,
     composer.engine.locks) is held while it is looked for and made, so a second run waits, then
@@ -156,10 +158,10 @@ def _run_context(context: Path, dockerfile: str) -> Path:
 
 
 def _write(engine: Engine, plan: CompositionPlan, run: str, key: str, tag: str, labels, on_line: LineSink) -> str:
-    """The base the composer writes from the family stages `run` built; its id."""
+    """The base the composer writes from the split stage `run` built; its id."""
     folder = locks.make_folder("base-layers")
     try:
-        return write_base(engine, [slot.name for slot in plan.pruning.slots], run, key, tag, folder,
+        return write_base(engine, plan.pruning.slots, run, key, tag, folder,
                           labels=labels, on_line=on_line)
     finally:
         locks.drop_folder(folder)

@@ -1,7 +1,9 @@
 #!/bin/sh
-# Runs in a stage of a pruned base's build (the min image less what prune.py dropped), once for each
-# of the base's layers; POSIX sh, coreutils, findutils and perl-base (Essential in Debian and Ubuntu:
-# the min image has no python).
+# Runs in a stage of a pruned base's build by hand, or on a builder whose archives lose the files'
+# owners (Podman): the min image less what prune.py dropped, once for each of the base's layers; POSIX
+# sh, coreutils, findutils and perl-base (Essential in Debian and Ubuntu: the min image has no python).
+# composer build itself reads the split stage's tree once and writes each layer by the same lists
+# (composer/assembly/base_layers.py).
 #
 # Usage: keep_layer.sh [--all-folders] NAME [FILE...]
 #
@@ -10,9 +12,8 @@
 # --all-folders: the first layer, the distribution's core, holds the whole tree of folders), writes
 # the list into the image as /usr/share/triton-composer/pruned-base/NAME.list (so a layer is never
 # empty, says what it holds, and the build's last stage names the stage by it), with each FILE of
-# /composer-layers beside it, and gives every folder and those files one fixed time (0). The
-# composer writes the stage's tree as one layer (composer/assembly/base_layers.py): files keep the
-# min image's times, owners and modes, so the layer's bytes depend only on its files. The files the engine mounts over in a step
+# /composer-layers beside it, and gives every folder and those files one fixed time (0): files keep
+# the min image's times, owners and modes. The files the engine mounts over in a step
 # (/etc/hostname, /etc/hosts, /etc/resolv.conf; with Podman /run/.containerenv too) cannot be
 # removed here: where the min image has them, every layer repeats them (a few bytes, the same in
 # every layer).

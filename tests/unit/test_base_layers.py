@@ -1,13 +1,26 @@
-"""A pruned base's layers as the composer writes them: from an engine's archive of a family stage,
-the image's files only, the same bytes whatever order and mount points the engine gave."""
+"""A pruned base's layers as the composer writes them: from an engine's archive of the split stage's
+tree, each family's listed files in its own layer, the image's files only, the same bytes whatever
+order and mount points the engine gave."""
 
 from __future__ import annotations
 
 import io
 import tarfile
 
-from composer.assembly.base_layers import tree_entries
+from composer.assembly.base_layers import layer_entries, split_tree
 from composer.assembly.canonical import write_layer
+
+
+def tree_entries(archive, folder=None, where=None, count=1, index=0, marks=None):
+    """Layer `index`'s entries of the tree in `archive` split by `where` (path -> layer)."""
+    folder = folder or archive.parent
+    families = split_tree(_chunks(archive), where or {}, count, folder)
+    return layer_entries(families, index, marks or {})
+
+
+def _chunks(path):
+    data = path.read_bytes()
+    return [data[i:i + 1000] for i in range(0, len(data), 1000)]
 
 
 def _archive(path, entries):
@@ -48,7 +61,7 @@ def test_an_engines_mount_points_go_the_images_files_stay_and_folders_take_time_
     ])
     with_nodes = _archive(tmp_path / "b.tar", [("/dev/", "dir", None, now), ("/dev/console", "file", b"", now),
                                                ("/dev/null", "sym", "/proc/null", 5)])
-    assert [e.info.name for e in tree_entries(with_nodes)] == ["dev", "dev/null"]  # a /dev of the image's own stays
+    assert sorted(e.info.name for e in tree_entries(with_nodes, tmp_path)) == ["dev", "dev/null"]  # the image's
     layer = write_layer(tree_entries(archive), tmp_path / "layer.tar", "core")
     names = {m[0]: m for m in _members(layer)}
     assert sorted(names) == ["etc", "etc/hostname", "sys", "sys/kept", "usr", "usr/lib", "usr/lib/libz.so.1"]
@@ -65,8 +78,10 @@ def test_the_same_tree_in_another_order_with_its_hard_links_turned_gives_the_sam
         ("/usr/bin/a", "sym", "perl", 4), ("/usr/", "dir", None, 9), ("/usr/bin/", "dir", None, 9),
         ("/usr/bin/perl", "file", b"perl", 4), ("/usr/bin/perl5.36", "link", "/usr/bin/perl", 4),
     ])
-    first = write_layer(tree_entries(one), tmp_path / "one.tar", "core")
-    second = write_layer(tree_entries(other), tmp_path / "two.tar", "core")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = write_layer(tree_entries(one, tmp_path / "a"), tmp_path / "one.tar", "core")
+    second = write_layer(tree_entries(other, tmp_path / "b"), tmp_path / "two.tar", "core")
     assert first.diff_id == second.diff_id
     members = _members(first)
     assert [m[:3] for m in members] == [("usr", tarfile.DIRTYPE, ""), ("usr/bin", tarfile.DIRTYPE, ""),
@@ -78,3 +93,35 @@ def test_the_same_tree_in_another_order_with_its_hard_links_turned_gives_the_sam
         tar.extractall(target, filter="tar")
     assert (target / "usr/bin/perl5.36").read_bytes() == b"perl"
     assert (target / "usr/bin/perl5.36").stat().st_ino == (target / "usr/bin/perl").stat().st_ino
+
+
+def test_each_family_holds_its_listed_files_the_folders_holding_them_and_its_list(tmp_path):
+    """The core holds every folder and what no list names (but the split stage's own lists and the
+    pruned stage's listing, whose times are the build's); another family only its files, their
+    folders and its list; a hard link to another family's file is that file's data again."""
+    archive = _archive(tmp_path / "tree.tar", [
+        ("/", "dir", None, 5), ("/usr/", "dir", None, 5), ("/usr/lib/", "dir", None, 5), ("/usr/bin/", "dir", None, 5),
+        ("/usr/bin/sh", "file", b"shell", 3), ("/usr/lib/libcublas.so.12", "file", b"blas", 3),
+        ("/usr/lib/libcublas.so.12.6", "link", "/usr/lib/libcublas.so.12", 3), ("/etc/", "dir", None, 5),
+        ("/etc/hostname", "file", b"box\n", 3), ("/composer-files.tsv", "file", b"f\t5\tusr/bin/sh\n", 1_900_000_000),
+        ("/composer-layers/", "dir", None, 5),
+        ("/composer-layers/00-core.list", "file", b"usr/bin/sh\nusr/lib/libcublas.so.12.6\n", 5),
+    ])
+    where = {"usr/bin/sh": 0, "usr/lib/libcublas.so.12.6": 0, "usr/lib/libcublas.so.12": 1}
+    (tmp_path / "spools").mkdir()
+    families = split_tree(_chunks(archive), where, 2, tmp_path / "spools")
+    marks = {"usr/share/triton-composer/pruned-base/00-core.list": b"x\n"}
+    core = write_layer(layer_entries(families, 0, marks), tmp_path / "core.tar", "core")
+    blas = write_layer(layer_entries(families, 1, {"usr/share/triton-composer/pruned-base/01-cublas.list": b"y\n"}),
+                       tmp_path / "blas.tar", "cublas")
+    core_members = {m[0]: m for m in _members(core)}
+    assert sorted(core_members) == ["etc", "etc/hostname", "usr", "usr/bin", "usr/bin/sh", "usr/lib",
+                                    "usr/lib/libcublas.so.12.6", "usr/share", "usr/share/triton-composer",
+                                    "usr/share/triton-composer/pruned-base",
+                                    "usr/share/triton-composer/pruned-base/00-core.list"]
+    assert core_members["usr/lib/libcublas.so.12.6"][1] == tarfile.REGTYPE  # its file is cuBLAS's layer's
+    assert core_members["usr/lib/libcublas.so.12.6"][4] == b"blas" and core_members["etc/hostname"][4] == b"box\n"
+    assert all(m[3] == 0 for m in core_members.values() if m[1] == tarfile.DIRTYPE)
+    assert [m[0] for m in _members(blas)] == ["usr", "usr/lib", "usr/lib/libcublas.so.12", "usr/share",
+                                              "usr/share/triton-composer", "usr/share/triton-composer/pruned-base",
+                                              "usr/share/triton-composer/pruned-base/01-cublas.list"]

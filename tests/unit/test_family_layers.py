@@ -158,7 +158,7 @@ def test_a_builds_base_names_its_run_in_each_stages_first_step(ngc_plan):
     assert "ARG COMPOSER_RUN" not in text and "${COMPOSER_RUN}" not in text
     own = [s for s in text.split("\nFROM ")[1:] if " AS decide" not in s and not s.startswith(("nvcr.io", "full ", "collect"))]
     named = [s for s in own if " AS " in s.splitlines()[0]]
-    assert len(named) == 4 + len(plan.pruning.slots), [s.splitlines()[0] for s in own]
+    assert len(named) == 3 + len(plan.pruning.slots), [s.splitlines()[0] for s in own]  # pruned, layers, split
     for stage in named:
         first_step = stage.splitlines()[1]
         assert first_step.startswith("LABEL org.triton-composer.stage=") and first_step.endswith(' run1"'), stage[:200]

@@ -134,10 +134,9 @@ def test_the_pruned_base_is_its_own_context_sharing_the_collect_and_decide_steps
     steps, _, mark = decide.rpartition("\n")  # the base's decide ends with a mark of its own: build cache
     assert mark == 'LABEL org.triton-composer.build-cache="pruned-base decide"'  # `cache clear` removes it
     assert collect.count("FROM ") == 3 and collect in main and steps in main  # the same steps: one cache
-    made = base[base.index("\nFROM scratch AS layers-made\n"):base.index("# The base, built by hand")]
-    assert made.strip().splitlines()[3:] == [  # what the composer builds names every family's stage, copies no tree
-        f"COPY --from=layer-{slot.name} /usr/share/triton-composer/pruned-base/{slot.name}.list /"
-        for slot in plan.pruning.slots]
+    split = base[base.index("\nFROM pruned AS split\n"):base.index("# By hand: one stage per family")]
+    assert split.strip().splitlines()[-1] == 'LABEL org.triton-composer.cached-stage="split ${COMPOSER_RUN}"'  # what
+    assert "AS layers-made" not in base  # the composer builds: the tree and the lists, one stage for every family
     final = base[base.index("\nFROM scratch\n"):].strip().splitlines()  # by hand, the builder copies each
     assert final[1:] == [f"COPY --from=layer-{slot.name} / /" for slot in plan.pruning.slots]
     assert "rm -f -- < /composer/prune/drop.txt" in base
@@ -167,17 +166,21 @@ def test_an_older_bases_format_is_not_taken_for_this_one(ngc_plan, tmp_path, mon
 
 
 def _family_stages(plan, run="render") -> dict:
-    """A fake engine's stages of each family of `plan`'s base (its label -> image) and their trees
-    as an engine hands out a container's / (with the mount points it adds)."""
-    from composer.assembly.base_layers import stage_label
+    """A fake engine's split stage of `plan`'s base (its label -> image) and its trees as an engine
+    hands out a container's folders (with the mount points it adds): each family's list, one file a
+    family, and layers.py's report."""
+    from composer.assembly.base_layers import split_label
 
-    roots, archives = {}, {}
-    for index, slot in enumerate(plan.pruning.slots):
-        image = f"sha256:{index + 500:064x}"
-        roots[stage_label(slot.name, run)] = [image]
-        archives[(image, "/")] = tar_of({"/": None, "/.dockerenv": b"", "/etc/": None, "/etc/hosts": b"",
-                                          f"/usr/share/triton-composer/pruned-base/{slot.name}.list": slot.name.encode()})
-    return {"roots": roots, "archives": archives}
+    image = f"sha256:{500:064x}"
+    lists = {f"/composer-layers/{slot.name}.list": f"opt/{slot.name}/file\n".encode() for slot in plan.pruning.slots}
+    lists["/composer-layers/layers.json"] = b'{"layers": []}'
+    files = {f"/opt/{slot.name}/file": slot.name.encode() for slot in plan.pruning.slots}
+    tree = {"/": None, "/.dockerenv": b"", "/etc/": None, "/etc/hosts": b"", "/opt/": None,
+            **{f"/opt/{slot.name}/": None for slot in plan.pruning.slots}, **files,
+            "/composer-layers/": None, **lists}
+    return {"roots": {split_label(run): [image]},
+            "archives": {(image, "/"): tar_of(tree), (image, "/composer-layers"): tar_of({"composer-layers/": None, **{
+                name.lstrip("/"): data for name, data in lists.items()}})}}
 
 
 def tar_of(entries: dict) -> bytes:
@@ -211,16 +214,16 @@ def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(
     # Built from a copy of the context whose Dockerfile names the run (the context's names none: the key)
     copy = engine.builds[0]["context"]
     assert copy != folder and "base-context" in copy.name and not copy.exists()
-    assert engine.builds == [{"context": copy, "target": "layers-made", "labels": {"test": "1"}, "network_mode": "none",
+    assert engine.builds == [{"context": copy, "target": "split", "labels": {"test": "1"}, "network_mode": "none",
                               "on_line": engine.builds[0]["on_line"]}]
     assert engine.dockerfiles == [render_pruned_base(plan, "run1")] and "run1" not in (folder / "Dockerfile").read_text()
     assert base_key(plan, folder) == key
-    # The composer wrote the base: a layer a family, read from the family's stage, the tag on it.
+    # The composer wrote the base: a layer a family, read from the split stage's one tree, the tag on it.
     assert engine.images[made.tag] == made.image and made.image in engine.loaded
     config = json.loads(engine.loaded[made.image]["config"])
     assert config["config"]["Labels"] == {"test": "1", BASE_LABEL: key} and config["created"] == "1970-01-01T00:00:00Z"
     assert len(config["rootfs"]["diff_ids"]) == len(plan.pruning.slots) == len(config["history"])
-    assert sorted(path for _, path in engine.exports) == ["/"] * len(plan.pruning.slots)
+    assert sorted(path for _, path in engine.exports) == ["/", "/composer-layers"]  # the lists, then the tree once
     base = ImageInfo(id="sha256:" + "7" * 64, ref=made.tag, tags=(made.tag,), repo_digests=(), env={},
                      labels={BASE_LABEL: key}, size=1)
     engine = FakeEngine(builds=[], infos={made.tag: base})

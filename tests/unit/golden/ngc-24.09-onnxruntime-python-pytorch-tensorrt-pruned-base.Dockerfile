@@ -3,9 +3,11 @@
 # only the packages and files of the min image the selection needs, one stage per family of files
 # (the distribution's core first, the dpkg database last), each holding only its files, so
 # compositions keeping the same family share its layer; none over 2 GB. composer build builds the
-# stage layers-made and writes each family's stage as one layer itself (the same files, the same
-# bytes, whichever builder ran these steps), once per min image and selection, and passes the
-# base's id to ../Dockerfile as PRUNED_BASE; built by hand, the last stage copies them instead.
+# stage split and writes each family as one layer itself from that one tree, by the families'
+# lists (the same files, the same bytes, whichever builder ran these steps), once per min image and
+# selection, and passes the base's id to ../Dockerfile as PRUNED_BASE; built by hand (or by a
+# builder whose archives lose owners), each family's stage keeps only its files and the last stage
+# copies them.
 
 FROM nvcr.io/nvidia/tritonserver@sha256:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff AS full
 
@@ -52,11 +54,15 @@ COPY --from=pruned /composer-files.tsv /composer/files.tsv
 COPY layers.py layers.json /composer/
 RUN ["python3", "/composer/layers.py", "--files", "/composer/files.tsv", "--min-dpkg", "/composer/min-dpkg", "--kept", "/composer/prune/dpkg/status", "--table", "/composer/layers.json", "--out", "/composer/layers"]
 
+# The pruned tree with each family's list beside it (/composer-layers): what composer build reads.
 FROM pruned AS split
 ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="split ${COMPOSER_RUN}"
 COPY --from=layers /composer/layers/ /composer-layers/
 COPY keep_layer.sh /composer-layers/
+LABEL org.triton-composer.cached-stage="split ${COMPOSER_RUN}"
+
+# By hand: one stage per family, holding only its files (keep_layer.sh), copied by the last stage.
 
 FROM split AS layer-00-core
 ARG COMPOSER_RUN=render
@@ -141,26 +147,6 @@ ARG COMPOSER_RUN=render
 LABEL org.triton-composer.stage="layer ${COMPOSER_RUN}"
 RUN ["/bin/sh", "/composer-layers/keep_layer.sh", "13-dpkg", "layers.json"]
 LABEL org.triton-composer.cached-stage="layer-13-dpkg ${COMPOSER_RUN}"
-
-# What composer build makes: each family's stage, named by the builder's last image; the composer
-# writes every one as a layer of its own and loads the base.
-FROM scratch AS layers-made
-ARG COMPOSER_RUN=render
-LABEL org.triton-composer.stage="layers-made ${COMPOSER_RUN}"
-COPY --from=layer-00-core /usr/share/triton-composer/pruned-base/00-core.list /
-COPY --from=layer-01-python /usr/share/triton-composer/pruned-base/01-python.list /
-COPY --from=layer-02-cuda-runtime /usr/share/triton-composer/pruned-base/02-cuda-runtime.list /
-COPY --from=layer-03-cublas /usr/share/triton-composer/pruned-base/03-cublas.list /
-COPY --from=layer-04-cudnn /usr/share/triton-composer/pruned-base/04-cudnn.list /
-COPY --from=layer-05-cuda-fft-rand /usr/share/triton-composer/pruned-base/05-cuda-fft-rand.list /
-COPY --from=layer-06-cuda-sparse-solver /usr/share/triton-composer/pruned-base/06-cuda-sparse-solver.list /
-COPY --from=layer-07-nccl /usr/share/triton-composer/pruned-base/07-nccl.list /
-COPY --from=layer-08-hpcx /usr/share/triton-composer/pruned-base/08-hpcx.list /
-COPY --from=layer-09-cuda-profiling /usr/share/triton-composer/pruned-base/09-cuda-profiling.list /
-COPY --from=layer-10-tensorrt-1 /usr/share/triton-composer/pruned-base/10-tensorrt-1.list /
-COPY --from=layer-11-tensorrt-2 /usr/share/triton-composer/pruned-base/11-tensorrt-2.list /
-COPY --from=layer-12-rest /usr/share/triton-composer/pruned-base/12-rest.list /
-COPY --from=layer-13-dpkg /usr/share/triton-composer/pruned-base/13-dpkg.list /
 
 # The base, built by hand (docker build pruned-base/): the same files, as this builder writes a copy.
 FROM scratch
