@@ -33,7 +33,7 @@ from composer.core.files import check_output_file, write_file
 from composer.resolve.packages import explain_pip_failure, redactor, secrets_of
 from composer.resolve.plan_types import RUN_LABEL, STAGE_LABEL, CompositionPlan
 from composer.core.progress import LineSink, quiet
-from composer.assembly.assemble import Assembled, Sources, assemble, find_stages, sbom_part
+from composer.assembly.assemble import Assembled, Files, Sources, assemble, assemble_files, find_stages, sbom_part
 from composer.assembly import space
 from composer.assembly import layer_reuse, records
 from composer.assembly.cache import remove_dead_runs, remove_run
@@ -42,7 +42,7 @@ from composer.assembly.pruning import (PrunedBase, PruningReport, proof_failure,
 from composer.engine import locks
 from composer.resolve.contents import FullImageContents
 from composer.core.redaction import redact
-from composer.render.render import BuildContext, composition_key, write_context
+from composer.render.render import ON_FILES_DOCKERFILE, BuildContext, composition_key, parts_stage, write_context
 from composer.resolve.resolve import Inspection, Resolved, resolve, resolve_recorded, resolve_targets
 from composer.config.values import is_sbom
 from composer.verify.sbom import SBOM_PATH, make_sbom, read_facts, version_labels
@@ -246,10 +246,15 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
         if context.pruned_base:
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held,
                                on_engine_line=on_engine_line, builder=builder, reuse=cache)
-        built = _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache)
-        on_line(f"built {built[:19]}; writing the image's own layers")
-        assembled = _assemble(engine, plan, built, base, context, layers, key, run, containers, on_line,
-                              reuse=layers_dir is None and cache)
+        reuse = layers_dir is None and cache
+        if builder is engine and engine.builds_on_files and cache:  # (--no-cache: one build, every step afresh)
+            built, assembled = _build_on_files(engine, plan, context, base, layers, key, run, labels, containers,
+                                               redact, on_line, on_engine_line, cache, reuse)
+        else:
+            built = _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache)
+            on_line(f"built {built[:19]}; writing the image's own layers")
+            assembled = _assemble(engine, plan, built, base, context, layers, key, run, containers, on_line,
+                                  reuse=reuse)
     except ComposerError as error:
         if space.no_space(error.message, getattr(error, "log_tail", "") or ""):
             where = builder.where() if builder is not engine and hasattr(builder, "where") else None
@@ -289,24 +294,66 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
     return assembled, sbom, base
 
 
-def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBase | None, context: BuildContext,
-              layers: Path, key: str, run: str, labels, on_line: LineSink, reuse: bool = False) -> tuple[Assembled, str]:
-    """The composed image as the composer writes it, with its SBOM (made from what the engine's image
-    holds) as its last layer, loaded with the run's hold on it. The engine's own image stays, as the
-    stages it was made from do: build cache (its last step is labelled STAGE_LABEL "composed <key>")."""
-    facts = read_facts(engine, built, labels)
-    document = make_sbom(plan, facts)
-    on_line(f"SBOM: {len(facts.debs)} packages, {len(facts.python)} python packages, at {SBOM_PATH}")
+def _build_on_files(engine: Engine, plan: CompositionPlan, context: BuildContext, base: PrunedBase | None,
+                    layers: Path, key: str, run: str, labels, containers, redact, on_line: LineSink,
+                    on_engine_line: LineSink, cache: bool, reuse: bool) -> tuple[str, tuple[Assembled, str]]:
+    """The engine's build in two, where the engine takes a partial load (Docker): first the stages
+    the parts come from (collect, packages...); then, once the composer wrote the base and the parts
+    the system stage runs over and loaded them as an image, the stages that run over them (system,
+    composed, the proof) FROM that image (ON_FILES_DOCKERFILE). The engine copies none of the parts
+    (a backend's folder went through it four times more: its COPY's hash, copy and commit); the
+    composed image takes their layers as they are, loaded already. The built image's id, and the
+    composed image with its SBOM."""
+    _build_composition(engine, plan, context, base, labels, redact, on_engine_line, cache, target=parts_stage(plan))
+    base_info = _base_info(engine, plan, base)
+    first = plan.layer_parts()[0]
+    on_line(f"writing the base's parts the system stage runs over ({len(first)} layers of the image's own)")
+    files = assemble_files(engine, plan, base_info, _sources(engine, plan, context, key, base_info, base, first),
+                           layers, epoch=plan.epoch, run_labels=containers, on_line=on_line, run=run, reuse=reuse)
+    try:
+        built = _build_composition(engine, plan, context, base, labels, redact, on_engine_line, cache,
+                                   dockerfile=ON_FILES_DOCKERFILE, files=files.image_id)
+        on_line(f"built {built[:19]} on them; writing the image's other layers")
+        return built, _assemble(engine, plan, built, base, context, layers, key, run, containers, on_line,
+                                reuse=reuse, files=files)
+    finally:
+        if files.hold:
+            records.drop_hold(engine, files.hold)  # the composed image holds its layers now (or it failed)
+
+
+def _base_info(engine: Engine, plan: CompositionPlan, base: PrunedBase | None):
     base_info = engine.image(base.image if base else (plan.min.id or plan.min.ref))
     if base_info is None:
         raise BuildFailed(f"the base image {base.image if base else plan.min.ref} is gone from the engine")
-    stages = find_stages(engine, plan.read_stages(), key, tuple(base_info.layers) if base else ())
+    return base_info
+
+
+def _sources(engine: Engine, plan: CompositionPlan, context: BuildContext, key: str, base_info, base: PrunedBase | None,
+             parts=None) -> Sources:
+    """Where the files of `parts` (or of every part) are read from: the build's stages, found by
+    their label; the full and foreign images; the build context."""
+    stages = find_stages(engine, plan.read_stages(parts), key, tuple(base_info.layers) if base else ())
     foreign = {f.stage: f.image.id or f.image.ref for f in plan.foreign_backends}
-    sources = Sources(stages, plan.full.id or plan.full.ref, foreign, context.directory)
+    return Sources(stages, plan.full.id or plan.full.ref, foreign, context.directory)
+
+
+def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBase | None, context: BuildContext,
+              layers: Path, key: str, run: str, labels, on_line: LineSink, reuse: bool = False,
+              files: Files | None = None) -> tuple[Assembled, str]:
+    """The composed image as the composer writes it, with its SBOM (made from what the engine's image
+    holds) as its last layer, loaded with the run's hold on it. The engine's own image stays, as the
+    stages it was made from do: build cache (its last step is labelled STAGE_LABEL "composed <key>").
+    `files`: its first layers, written and loaded already (_build_on_files)."""
+    facts = read_facts(engine, built, labels)
+    document = make_sbom(plan, facts)
+    on_line(f"SBOM: {len(facts.debs)} packages, {len(facts.python)} python packages, at {SBOM_PATH}")
+    base_info = _base_info(engine, plan, base)
+    sources = _sources(engine, plan, context, key, base_info, base)
     assembled = loaded_whole_if_need_be(
         lambda reusing: assemble(engine, plan, built, base_info, sources, layers, epoch=plan.epoch,
                                  labels=version_labels(facts), extra=[(SBOM_PATH, "SBOM", document.encode())],
-                                 run_labels=labels, on_line=on_line, run=run, reuse=reusing), reuse, on_line)
+                                 run_labels=labels, on_line=on_line, run=run, reuse=reusing, files=files), reuse,
+        on_line)
     return assembled, document
 
 
@@ -336,21 +383,27 @@ def _settle(engine: Engine, run: str, quiet_for: float = 3, at_most: float = 20)
 
 
 def _build_composition(builder: Builder, plan: CompositionPlan, context: BuildContext, base: PrunedBase | None,
-                       labels, redact, on_line: LineSink, cache: bool) -> str:
-    """Build the composition's Dockerfile (on `base` when pruned); a failed proof or pip install
-    becomes its one line. `cache` False: no step of the build cache."""
+                       labels, redact, on_line: LineSink, cache: bool, *, target: str | None = None,
+                       dockerfile: str = "Dockerfile", files: str | None = None) -> str:
+    """Build the composition's Dockerfile (on `base` when pruned; to `target`; `dockerfile` on the
+    image `files` of the base and the first parts); a failed proof or pip install becomes its one
+    line. `cache` False: no step of the build cache."""
     arguments = {"SOURCE_DATE_EPOCH": str(plan.epoch)}
     if base:
         arguments["PRUNED_BASE"] = base.image
+    if files:
+        arguments["COMPOSED_FILES"] = files
     try:
         return builder.build(
             context.directory,
+            dockerfile=dockerfile,
             network_mode="none",  # everything comes from the images and the context
             labels=labels,
             buildargs=arguments,
             redact=redact,
             on_line=on_line,
             nocache=not cache,
+            **({"target": target} if target else {}),
         )
     except BuildFailed as failure:
         proof = proof_failure(failure.log_tail)

@@ -224,13 +224,15 @@ def _normal_time(text: str) -> str:
 LOAD_CHUNK = 1 << 30  # layer bytes sent in one load archive (the last layer of a chunk may pass it)
 
 
-def load_chunks(layers: tuple[LayerFile, ...], limit: int) -> list[int]:
+def load_chunks(layers: tuple[LayerFile, ...], limit: int, held: int = 0) -> list[int]:
     """Where the archives of one load end (indexes into `layers`, the last len(layers)): a new one
-    starts when the layer bytes to send would pass `limit`. A layer the engine holds (no file) costs
-    nothing."""
+    starts when the layer bytes to send would pass `limit`. A layer the engine holds (no file, or one
+    of the first `held`) costs nothing."""
     ends: list[int] = []
     sent = 0
     for index, layer in enumerate(layers):
+        if index < held:
+            continue
         size = layer.size if layer.path.exists() else 0
         if sent and sent + size > limit:
             ends.append(index)
@@ -257,7 +259,7 @@ def prefix_config(config: bytes, count: int) -> bytes:
 
 def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tuple[LayerFile, ...],
          what: str, base_image: str | None = None, tag: str | None = None, *, run: str | None = None,
-         drop_loaded: bool = False) -> str:
+         drop_loaded: bool = False, held: int = 0) -> str:
     """Load the image into the engine: archives of its configuration and its own layers only (the
     engine holds the base's), streamed, never written whole to disk. Its id. An engine that loads
     only whole archives (Podman) gets the base's layers too, read from its own save of `base_image`.
@@ -269,10 +271,12 @@ def load(engine: Engine, config: bytes, base_layers: tuple[str, ...], layers: tu
     that copy, the registered layers). On an engine that loads partial archives, `run`'s load goes
     in archives of about LOAD_CHUNK bytes each, every one an image of the layers so far, held by a
     tag of the run until the whole image holds its layers; with `drop_loaded` each layer's file goes
-    once it is loaded (nothing else reads it: the pruned base's)."""
-    ends = load_chunks(layers, LOAD_CHUNK) if engine.loads_partial_archives and run else [len(layers)]
+    once it is loaded (nothing else reads it: the pruned base's). The first `held` of `layers` the
+    engine holds already (an image of the run's has them: assemble_files'): named, not sent."""
+    held = held if engine.loads_partial_archives else 0
+    ends = load_chunks(layers, LOAD_CHUNK, held) if engine.loads_partial_archives and run else [len(layers)]
     holds: list[str] = []
-    start = 0
+    start = held
     try:
         for number, end in enumerate(ends[:-1], start=1):
             holds.append(records.hold_tag(run or "", f"load{number}"))
@@ -345,51 +349,122 @@ def sbom_part() -> LayerPart:
     return LayerPart("record", "SBOM", FROM_CONTEXT, ())
 
 
-def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo, sources: Sources, folder: Path,
-             *, epoch: int, labels: Mapping[str, str], extra: Iterable[tuple[str, str, bytes]] = (),
-             run_labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, run: str | None = None,
-             reuse: bool = False) -> Assembled:
-    """Write the composition's layers (and `extra` files: (path, description, content), one layer
-    each, after them) on `base`, with the runtime configuration of the engine's image `built`
-    (labels added), and load it. With `reuse`, a layer the engine holds already (in the same chain)
-    is not written (composer.assembly.layer_reuse): its file is then absent from `folder`."""
-    parts, extra = list(plan.all_parts()), list(extra)
+def _write_parts(engine: Engine, parts: list[LayerPart], start: int, total: int, below: list[LayerFile],
+                 base: ImageInfo, sources: Sources, folder: Path, epoch: int, folders: Mapping[str, tarfile.TarInfo],
+                 run_labels: Mapping[str, str] | None, on_line: LineSink, run: str | None,
+                 reuse: bool) -> tuple[list[LayerFile], str | None]:
+    """The layers of `parts` (layer `start` + 1 on, of `total`), on the base and the layers `below`
+    them. With `reuse`, a layer the engine holds already (in the same chain) is not written
+    (composer.assembly.layer_reuse): its file is then absent from `folder`, and the run's layers
+    hold (its tag, returned) keeps an image holding it until the image loaded on it does."""
     layers: list[LayerFile] = []
     chains = layer_reuse.Chains.on(engine) if reuse else layer_reuse.Chains({})
     held: dict[int, LayerPart] = {}  # layers not written: the engine holds them (in the same chain)
-    folders = own_folders(parts, epoch)
-    for index, part in enumerate(parts):
+    under = (*base.layers, *(layer.diff_id for layer in below))
+    for offset, part in enumerate(parts):
+        index = start + offset
         said = part.name if part.name.split()[0] == part.kind else f"{part.kind} {part.name}"  # not "server server core"
         key = layer_reuse.part_key(engine, part, None if part.source == FROM_CONTEXT else sources.image_of(part.source),
                                    epoch)  # recorded whatever the build: the next one may reuse it
         known = layer_reuse.recorded(key) if reuse else None
-        if known and chains.holds((*base.layers, *(layer.diff_id for layer in layers), known["diff_id"])):
-            on_line(f"layer {index + 1} of {len(parts) + len(extra)}: {said}: the engine holds it already")
+        if known and chains.holds((*under, *(layer.diff_id for layer in layers), known["diff_id"])):
+            on_line(f"layer {index + 1} of {total}: {said}: the engine holds it already")
             layers.append(LayerFile(folder / f"held-{index:02d}.tar", known["diff_id"], known["size"],
                                     known["content_bytes"], part.description))
-            held[index] = part
+            held[offset] = part
             continue
-        on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {said}")
+        on_line(f"writing layer {index + 1} of {total}: {said}")
         layers.append(part_layer(engine, part, sources, epoch, folder, index, run_labels, folders))
         layer_reuse.save(key, layers[-1])
     layers_hold = None
-    if held:  # hold an image that has them until the composed image does, or write them after all
+    if held:  # hold an image that has them until the image loaded on them does, or write them after all
         last = max(held)
         layers_hold = records.hold_tag(run, "layers") if run else None
-        if not chains.hold(engine, (*base.layers, *(layer.diff_id for layer in layers[:last + 1])), layers_hold):
-            for index, part in held.items():
-                on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {part.name} "
+        if not chains.hold(engine, (*under, *(layer.diff_id for layer in layers[:last + 1])), layers_hold):
+            for offset, part in held.items():
+                on_line(f"writing layer {start + offset + 1} of {total}: {part.name} "
                         "(the image that held it was removed meanwhile)")
-                layers[index] = part_layer(engine, part, sources, epoch, folder, index, run_labels, folders)
+                layers[offset] = part_layer(engine, part, sources, epoch, folder, start + offset, run_labels, folders)
             layers_hold = None
+    return layers, layers_hold
+
+
+@dataclass(frozen=True)
+class Files:
+    """The base and the parts the system stage runs over (plan.layer_parts()'s first), as the
+    composer wrote them and loaded them as an image of the run's own (held by `hold`): the engine's
+    later stages stand on it (FROM ${COMPOSED_FILES}) and copy none of those files. Its layers are
+    the composed image's first, loaded already."""
+
+    image_id: str
+    layers: tuple[LayerFile, ...]
+    hold: str | None
+
+
+def files_config(base: ImageInfo, built: Mapping, layers: tuple[LayerFile, ...]) -> bytes:
+    """The configuration of the base with the first parts: the base's runtime configuration as it
+    is (a stage FROM it sees the environment, user and labels a stage FROM the base sees), its
+    layers added; no time of the clock."""
+    count = len(base.layers)
+    config = {
+        "architecture": built.get("architecture") or "amd64",
+        "os": built.get("os") or "linux",
+        **({"variant": built["variant"]} if built.get("variant") else {}),
+        "created": rfc3339(0),
+        "config": {key: value for key in RUNTIME_KEYS
+                   if (value := (built.get("config") or {}).get(key)) not in (None, "", [], {})},
+        "rootfs": {"type": "layers", "diff_ids": [*base.layers, *(layer.diff_id for layer in layers)]},
+        "history": [{"created": rfc3339(0), "created_by": f"base {base.id}: layer {i + 1} of {count}"}
+                    for i in range(count)]
+        + [{"created": rfc3339(0), "created_by": f"triton-composer {__version__}: {layer.description}"}
+           for layer in layers],
+    }
+    return canonical_json(config)
+
+
+def assemble_files(engine: Engine, plan: CompositionPlan, base: ImageInfo, sources: Sources, folder: Path, *,
+                   epoch: int, run_labels: Mapping[str, str] | None = None, on_line: LineSink = quiet,
+                   run: str | None = None, reuse: bool = False) -> Files:
+    """Write the first parts' layers (the same files, the same bytes as the composed image's, which
+    then takes them as they are) and load them on `base` with its configuration, held by the run."""
+    parts = plan.all_parts()
+    first = list(plan.layer_parts()[0])
+    layers, layers_hold = _write_parts(engine, first, 0, len(parts) + 1, [], base, sources, folder, epoch,
+                                       own_folders(parts, epoch), run_labels, on_line, run, reuse)
+    config = files_config(base, engine.image_config(base.id), tuple(layers))
+    hold = records.hold_tag(run, records.FILES) if run else None
+    try:
+        image_id = load(engine, config, tuple(base.layers), tuple(layers), f"the base and the parts of {plan.tag}",
+                        base.id, hold, run=run)
+    finally:
+        if layers_hold:
+            records.drop_hold(engine, layers_hold)
+    return Files(image_id, tuple(layers), hold)
+
+
+def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo, sources: Sources, folder: Path,
+             *, epoch: int, labels: Mapping[str, str], extra: Iterable[tuple[str, str, bytes]] = (),
+             run_labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, run: str | None = None,
+             reuse: bool = False, files: Files | None = None) -> Assembled:
+    """Write the composition's layers (and `extra` files: (path, description, content), one layer
+    each, after them) on `base`, with the runtime configuration of the engine's image `built`
+    (labels added), and load it. With `reuse`, a layer the engine holds already (in the same chain)
+    is not written (composer.assembly.layer_reuse): its file is then absent from `folder`. With
+    `files` (assemble_files'), its layers are the first, loaded already: named, not sent again."""
+    parts, extra = list(plan.all_parts()), list(extra)
+    written = list(files.layers) if files else []
+    total = len(parts) + len(extra)
+    layers, layers_hold = _write_parts(engine, parts[len(written):], len(written), total, written, base, sources,
+                                       folder, epoch, own_folders(parts, epoch), run_labels, on_line, run, reuse)
+    layers = written + layers
     for index, (path, description, content) in enumerate(extra, start=len(parts)):
-        on_line(f"writing layer {index + 1} of {len(parts) + len(extra)}: {description}")
+        on_line(f"writing layer {index + 1} of {total}: {description}")
         layers.append(file_layer(path, content, epoch, folder, f"layer-{index:02d}.tar", description))
         parts.append(LayerPart("record", description, FROM_CONTEXT, ()) if description != "SBOM" else sbom_part())
     config = image_config(base, engine.image_config(built), tuple(layers), epoch, labels)
     try:
         image_id = load(engine, config, tuple(base.layers), tuple(layers), f"the composed image ({plan.tag})", base.id,
-                        records.hold_tag(run) if run else None, run=run)
+                        records.hold_tag(run) if run else None, run=run, held=len(written))
     finally:
         if layers_hold:
             records.drop_hold(engine, layers_hold)

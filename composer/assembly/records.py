@@ -24,6 +24,9 @@ CACHE_LOCK = "build-cache"  # held (shared) by each build on an engine; `cache c
 FORMAT = 1
 
 
+FILES = "files"  # the hold on the image of the base and the first parts (composer.assembly.assemble.assemble_files)
+
+
 def hold_tag(run: str, what: str = "") -> str:
     """The run's hold on its image; with `what` ("layers"), a second hold of the same run on another
     image whose layers it is about to use (composer.assembly.layer_reuse)."""
@@ -41,7 +44,7 @@ def is_hold(tag: str) -> bool:
 def release(engine: Engine, run: str) -> None:
     """Take the run's hold off its image: the image goes with it when no other tag names it (and no
     container uses it); another run's hold or the user's tag keeps it."""
-    for tag in (hold_tag(run), hold_tag(run, "layers")):
+    for tag in (hold_tag(run), hold_tag(run, "layers"), hold_tag(run, FILES)):
         drop_hold(engine, tag)
 
 

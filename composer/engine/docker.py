@@ -52,6 +52,7 @@ class DockerEngine(ContainerEngine):
     """A Docker engine reached through the Docker SDK (Podman's service: PodmanEngine)."""
 
     is_podman = False
+    builds_on_files = True
 
     def __init__(self, client: docker.DockerClient, endpoint: Endpoint | None = None):
         self._client = client

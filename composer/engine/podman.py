@@ -23,6 +23,7 @@ class PodmanEngine(DockerEngine):
     is_podman = True
     loads_partial_archives = False  # containers/image's docker-archive reader wants every layer
     archives_keep_owners = False  # a container's archive names every file root's (and holds its hostname files)
+    builds_on_files = False  # buildah builds only the stages its target needs; it loads whole archives only
 
     def _identity_in(self, info: dict) -> str:
         """Podman's storage root: its `info` ID is new on every request, so two runs on one service

@@ -32,6 +32,9 @@ LAYER_SCRIPTS = ("layers.py", "keep_layer.sh")  # and these in the pruned base's
 # A requirement line's distribution name, with the extras it asks for (prune.py --python-dist).
 REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?")
 PRUNED_BASE = "pruned-base"  # the pruned base's own build context, a folder of the composition's
+# A build's second Dockerfile: the same stages, composed-files the image the composer loaded
+# (render_dockerfile(on_files=True)); a render writes none.
+ON_FILES_DOCKERFILE = "on-files.Dockerfile"
 
 
 @dataclass(frozen=True)
@@ -103,17 +106,29 @@ def python_prune(plan: CompositionPlan) -> dict | None:
     return {"paths": core + collect_paths(plan), "dists": names}
 
 
-def render_dockerfile(plan: CompositionPlan, key: str | None = None) -> str:
+def render_dockerfile(plan: CompositionPlan, key: str | None = None, on_files: bool = False) -> str:
     """The composition's Dockerfile. A build's `key` (composition_key) is written into the labels of
     the stages the composer reads, not left to a build argument: buildah caches a LABEL step by its
-    text, so a build of other inputs would find the stage of the last. A render keeps ${COMPOSER_KEY}."""
+    text, so a build of other inputs would find the stage of the last. A render keeps ${COMPOSER_KEY}.
+    `on_files`: the stages after the parts' sources stand on the image the composer loaded of the
+    base and those parts (ON_FILES_DOCKERFILE: the engine copies none of them)."""
     first, rest = plan.layer_parts()
     text = templates().get_template("compose.Dockerfile.j2").render(
         plan=plan, root=ROOT, collect_paths=collect_paths(plan), models_root=MODELS_ROOT,
         python_prune=python_prune(plan), first_parts=first, rest_parts=rest, system_tree=SYSTEM_TREE,
-        **({"composition_key": key} if key else {}),
+        on_files=on_files, **({"composition_key": key} if key else {}),
     )
     return text.rstrip("\n") + "\n"
+
+
+def parts_stage(plan: CompositionPlan) -> str:
+    """The last stage the first parts are read from (collected, packages, model-envs, decide: in
+    the Dockerfile's order, before composed-files): what a build on files builds first."""
+    if plan.pruning:
+        return "decide"
+    if plan.model_envs:
+        return "model-envs"
+    return "packages" if plan.packages else "collected"
 
 
 def render_pruned_base(plan: CompositionPlan, run: str | None = None) -> str:
@@ -318,6 +333,8 @@ def _context_files(plan: CompositionPlan, key: str | None = None) -> dict[str, C
         "Dockerfile": (render_dockerfile(plan, key).encode(), 0o644),
         "composition.json": (composition_record(plan).encode(), 0o644),
     }
+    if key:  # a build's: the Dockerfile of its stages on the image of the base and the first parts
+        files[ON_FILES_DOCKERFILE] = (render_dockerfile(plan, key, on_files=True).encode(), 0o644)
     package = resources.files("composer.in_image")
     for script in BUILD_SCRIPTS + (PRUNE_SCRIPTS if plan.pruning else ()):
         files[script] = (package.joinpath(script).read_bytes(), 0o644)

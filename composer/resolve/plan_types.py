@@ -367,10 +367,11 @@ class CompositionPlan:
         proof = (self.proof_part,) if self.proof_part else ()
         return (*first, self.system_part, *rest, *proof)
 
-    def read_stages(self) -> tuple[str, ...]:
-        """The build's stages the composer reads layers from (each labelled STAGE_LABEL)."""
+    def read_stages(self, parts: tuple[LayerPart, ...] | None = None) -> tuple[str, ...]:
+        """The build's stages the composer reads layers from (each labelled STAGE_LABEL): those of
+        `parts`, or of every part."""
         names = []
-        for part in self.all_parts():
+        for part in self.all_parts() if parts is None else parts:
             if part.source not in (FROM_FULL, FROM_CONTEXT) and part.source not in names and \
                     not part.source.startswith("backend-"):
                 names.append(part.source)
