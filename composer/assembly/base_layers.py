@@ -10,9 +10,10 @@ order); here the same files give the same bytes, whichever builder ran the steps
 loads has the same layers and id everywhere. One tree read, not one stage a family: a family's
 stage was a container and a commit each (14 steps, about 1.5 s each, on every making).
 
-The tree is read through a container the engine creates and never starts, which adds the points
-it would mount onto (/.dockerenv, /etc/hosts, /proc...): those are left out, as empty files and
-folders no image needs (every runtime makes them when it runs a container). Folders take time 0
+The tree is read through a container the engine creates and never starts, with the files' owners
+(Engine.export_tree: Podman's export, not its archive), which adds the points it would mount onto
+(/.dockerenv, /etc/hosts, /proc..., Podman's device nodes): those are left out, as empty files,
+folders and devices no image needs (every runtime makes them when it runs a container). Folders take time 0
 (the decide step gives every folder of the base that time; the engine's container would give the
 ones it touched the time of the read). A file no list names (what the engine mounts over in a
 step, when the min image has it) goes to the core layer.
@@ -67,6 +68,12 @@ def _mount_file(name: str, member: tarfile.TarInfo) -> bool:
     return name == "etc/mtab" and member.issym() and member.linkname == "/proc/mounts"
 
 
+def _runtime_device(name: str, member: tarfile.TarInfo) -> bool:
+    """What a runtime makes in /dev of a container (Podman's export holds its device nodes and links):
+    every runtime mounts its own there, no image needs one."""
+    return name.startswith("dev/") and not (member.isdir() or member.isreg())
+
+
 def read_lists(archive: Iterable[bytes], slots: Sequence[LayerSlot]) -> tuple[dict[str, int], dict[str, bytes]]:
     """From the engine's archive of the split stage's /composer-layers: which layer each listed file
     goes to (path -> slot index), and the marks each layer carries (mark path -> content)."""
@@ -118,7 +125,8 @@ def split_tree(archive: Iterable[bytes], where: Mapping[str, int], count: int, f
         with tarfile.open(fileobj=io.BufferedReader(ChunkReader(iter(archive)), CHUNK), mode="r|") as tar:
             for member in tar:
                 name = _name(member.name)
-                if not name or name in (WORK, LISTING) or name.startswith(WORK + "/") or _mount_file(name, member):
+                if not name or name in (WORK, LISTING) or name.startswith(WORK + "/") or _mount_file(name, member) \
+                        or _runtime_device(name, member):
                     continue
                 if member.isdir():
                     families[core].add(name, member, None)  # the core holds every folder
@@ -255,7 +263,7 @@ def write_base(engine: Engine, slots: Sequence[LayerSlot], run: str, key: str, t
     families: list[_Family] = []
     layers: list[LayerFile] = []
     try:
-        families = split_tree(engine.export_path(stage, "/", labels=labels), where, len(slots), folder, core)
+        families = split_tree(engine.export_tree(stage, labels=labels), where, len(slots), folder, core)
         last = len(slots) - 1
         for index, slot in enumerate(slots):
             on_line(f"pruned base: writing layer {index + 1} of {len(slots)}: {slot.name}")

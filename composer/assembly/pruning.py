@@ -103,8 +103,7 @@ def pruned_base(
     key, its label holds it whole), or one made now from `context` and tagged, so that later builds
     find it and `docker image prune` keeps it. The builder runs the steps to the split stage and
     the composer writes each family of its tree as a layer (composer.assembly.base_layers: the
-    same base from any builder); on an engine whose archives lose owners (Podman) the builder's
-    own copy is the base.
+    same base from any builder and engine).
 
     Made once per engine however many runs want it at once: the base's make lock (host-wide,
     composer.engine.locks) is held while it is looked for and made, so a second run waits, then
@@ -131,18 +130,15 @@ def pruned_base(
         on_line(f"pruned base: making {tag} " + ("(once for this min image and selection; later builds reuse it)"
                                                  if reuse else "(--no-cache: from scratch, not the one made before)"))
         started = time.monotonic()
-        writes = engine.archives_keep_owners  # else the builder's copy of each family (Podman's archive loses owners)
         folder = _run_context(context, render_pruned_base(plan, run))
         try:
-            built = (builder or engine).build(
-                folder, **({"target": MADE_TARGET} if writes else {"tag": tag}),
-                labels={**(labels or {}), **({} if writes else {BASE_LABEL: key})}, network_mode="none",
-                on_line=on_engine_line or on_line, **({} if reuse else {"nocache": True}))
+            (builder or engine).build(folder, target=MADE_TARGET, labels=dict(labels or {}), network_mode="none",
+                                      on_line=on_engine_line or on_line, **({} if reuse else {"nocache": True}))
         except BuildFailed as failure:
             raise BuildFailed(f"making the pruned base failed: {failure.message}", log_tail=failure.log_tail) from failure
         finally:
             locks.drop_folder(folder)
-        image = _write(engine, plan, run, key, tag, labels, on_line) if writes else built
+        image = _write(engine, plan, run, key, tag, labels, on_line)
     seconds = time.monotonic() - started
     locks.mark_used(engine_id, tag)
     on_line(f"pruned base: made {tag} in {seconds:.0f} s")

@@ -114,7 +114,8 @@ class ContainerEngine(ABC):
     """
 
     loads_partial_archives = True  # whether a loaded archive may leave out layers the engine holds
-    # Whether export_path hands out files with their owners (Podman's archive gives its caller's).
+    # Whether export_path hands out files with their owners (Podman's archive gives its caller's;
+    # export_tree keeps them on every engine).
     archives_keep_owners = True
     # Whether a build's stages after the parts stand on the image the composer loads of the base and
     # those parts (composer.pipeline._build_on_files): an engine whose builder runs every stage before
@@ -156,6 +157,11 @@ class ContainerEngine(ABC):
     def export_path(self, image: str, path: str, *, labels: Mapping[str, str] | None = None) -> Iterator[bytes]:
         """A tar of `path` in `image` (its entries named from the path's last part), read through a
         container that is created, never started, and removed once the stream ends or stops."""
+
+    def export_tree(self, image: str, *, labels: Mapping[str, str] | None = None) -> Iterator[bytes]:
+        """A tar of the whole of `image` with its files' owners (export_path's "/", where that
+        keeps them: archives_keep_owners), read through a container created, never started."""
+        return self.export_path(image, "/", labels=labels)
 
     @abstractmethod
     def load_stream(self, archive: BinaryIO, what: str) -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Mapping
 
 import docker.utils
 
-from composer.core.errors import BuildFailed
+from composer.core.errors import BuildFailed, EngineError
 from composer.engine import locks
 from composer.engine.docker import DockerEngine
-from composer.engine.errors import _response_message
+from composer.engine.errors import _response_message, _translated
 
 NAMES_LOCK = "image-names"  # Podman 4.3 rewrites an image's whole name list on each tag and untag
 
@@ -24,6 +24,22 @@ class PodmanEngine(DockerEngine):
     loads_partial_archives = False  # containers/image's docker-archive reader wants every layer
     archives_keep_owners = False  # a container's archive names every file root's (and holds its hostname files)
     builds_on_files = False  # buildah builds only the stages its target needs; it loads whole archives only
+
+    def export_tree(self, image: str, *, labels: Mapping[str, str] | None = None) -> Iterator[bytes]:
+        """The container's export, not its archive: Podman's archive of a path names every file
+        root's, its export keeps the owners (and adds the device nodes it makes in /dev)."""
+        api = self._api
+        what = f"cannot read / of {image[:19]}"
+        with _translated(what, EngineError, absent_is_error=True):
+            created = api.create_container(image, command=["/composer-never-run"], entrypoint=[], user="0:0",
+                                           labels=dict(labels or {}), network_disabled=True,
+                                           host_config=api.create_host_config(network_mode="none"))
+        cid = created["Id"]
+        try:
+            with _translated(what, EngineError, absent_is_error=True):
+                yield from api.export(cid, chunk_size=1 << 20)
+        finally:
+            self.remove_container(cid)
 
     def _identity_in(self, info: dict) -> str:
         """Podman's storage root: its `info` ID is new on every request, so two runs on one service

@@ -1,7 +1,7 @@
 #!/bin/sh
-# Runs in a stage of a pruned base's build by hand, or on a builder whose archives lose the files'
-# owners (Podman): the min image less what prune.py dropped, once for each of the base's layers; POSIX
-# sh, coreutils, findutils and perl-base (Essential in Debian and Ubuntu: the min image has no python).
+# Runs in a stage of a pruned base's build by hand: the min image less what prune.py dropped, once for
+# each of the base's layers; POSIX sh, coreutils, findutils and perl-base (Essential in Debian and
+# Ubuntu: the min image has no python).
 # composer build itself reads the split stage's tree once and writes each layer by the same lists
 # (composer/assembly/base_layers.py).
 #

@@ -60,8 +60,9 @@ def test_an_engines_mount_points_go_the_images_files_stay_and_folders_take_time_
         ("/usr/lib/libz.so.1", "file", b"zlib", 1_600_000_000),
     ])
     with_nodes = _archive(tmp_path / "b.tar", [("/dev/", "dir", None, now), ("/dev/console", "file", b"", now),
-                                               ("/dev/null", "sym", "/proc/null", 5)])
-    assert sorted(e.info.name for e in tree_entries(with_nodes, tmp_path)) == ["dev", "dev/null"]  # the image's
+                                               ("/dev/null", "sym", "/proc/null", 5), ("/dev/own", "file", b"x", 5)])
+    # A runtime's nodes and links in /dev go (every runtime mounts its own there), a file of the image's stays.
+    assert sorted(e.info.name for e in tree_entries(with_nodes, tmp_path)) == ["dev", "dev/own"]
     layer = write_layer(tree_entries(archive), tmp_path / "layer.tar", "core")
     names = {m[0]: m for m in _members(layer)}
     assert sorted(names) == ["etc", "etc/hostname", "sys", "sys/kept", "usr", "usr/lib", "usr/lib/libz.so.1"]

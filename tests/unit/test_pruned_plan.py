@@ -241,18 +241,42 @@ def test_a_base_made_before_is_reused_and_a_new_one_is_made_tagged_and_labelled(
     assert lines[0] == f"pruned base: making {made.tag} (--no-cache: from scratch, not the one made before)"
 
 
-def test_on_an_engine_whose_archives_lose_owners_the_builders_copy_is_the_base(ngc_plan, tmp_path):
-    """Podman's archive of a container names every file root's: a base written from it would lose
-    the min image's owners (shadow's group, a user's home), so the builder's last stage is the base."""
+def test_the_tree_is_read_with_its_owners_where_an_engines_archive_loses_them(ngc_plan, tmp_path):
+    """Podman's archive of a container names every file root's; its export keeps the owners (and
+    adds its /dev nodes). The base is read through export_tree: shadow's group stays, a device node
+    of the runtime's does not."""
+    import io
+    import tarfile
+
     from tests.unit.fake_engine import FakeEngine
 
     plan = ngc_plan("onnxruntime", "python", base="pruned")
     folder = write_context(plan, tmp_path / "context").pruned_base
-    key = base_key(plan, folder)
-    engine = FakeEngine(builds=[], **_family_stages(plan))
-    engine.archives_keep_owners = False
+    stages = _family_stages(plan)
+    image = next(iter(stages["roots"].values()))[0]
+
+    class Exporting(FakeEngine):
+        archives_keep_owners = False
+
+        def export_tree(self, ref, *, labels=None):
+            self.exports.append((ref, "export"))
+            out = io.BytesIO()
+            with tarfile.open(fileobj=out, mode="w") as tar, tarfile.open(fileobj=io.BytesIO(
+                    self.archives[(ref, "/")])) as tree:
+                for member in tree:
+                    tar.addfile(member, tree.extractfile(member) if member.isreg() else None)
+                shadow = tarfile.TarInfo("etc/shadow")
+                shadow.size, shadow.gid, shadow.mode = 4, 42, 0o640
+                tar.addfile(shadow, io.BytesIO(b"root"))
+                null = tarfile.TarInfo("dev/null")
+                null.type, null.devmajor, null.devminor = tarfile.CHRTYPE, 1, 3
+                tar.addfile(null)
+            yield out.getvalue()
+
+    engine = Exporting(builds=[], **stages)
     made = pruned_base(engine, plan, folder, labels={"test": "1"})
-    assert engine.builds == [{"context": engine.builds[0]["context"], "tag": made.tag,
-                              "labels": {"test": "1", BASE_LABEL: key}, "network_mode": "none",
-                              "on_line": engine.builds[0]["on_line"]}]
-    assert made.made and engine.images[made.tag] == made.image and engine.exports == [] and engine.loaded == {}
+    assert made.made and engine.builds[0]["target"] == "split" and (image, "export") in engine.exports
+    assert (image, "/") not in engine.exports  # the archive of / (owners lost) is never read
+    core = next(iter(engine.loaded[made.image]["layers"].values()))
+    members = {m.name: m for m in tarfile.open(fileobj=io.BytesIO(core))}
+    assert members["etc/shadow"].gid == 42 and not any(name.startswith("dev") for name in members)

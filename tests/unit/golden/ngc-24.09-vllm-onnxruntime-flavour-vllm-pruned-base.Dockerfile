@@ -5,9 +5,8 @@
 # compositions keeping the same family share its layer; none over 2 GB. composer build builds the
 # stage split and writes each family as one layer itself from that one tree, by the families'
 # lists (the same files, the same bytes, whichever builder ran these steps), once per min image and
-# selection, and passes the base's id to ../Dockerfile as PRUNED_BASE; built by hand (or by a
-# builder whose archives lose owners), each family's stage keeps only its files and the last stage
-# copies them.
+# selection, and passes the base's id to ../Dockerfile as PRUNED_BASE; built by hand, each
+# family's stage keeps only its files and the last stage copies them.
 
 FROM localhost/standin-ngc/tritonserver:24.09-py3 AS full
 
