@@ -39,7 +39,7 @@ from composer.assembly import layer_reuse, records
 from composer.assembly.cache import remove_dead_runs, remove_run
 from composer.assembly.pruning import (PrunedBase, PruningReport, proof_failure, pruned_base, pruned_base_made,
                                     remove_run_stages)
-from composer.engine import locks
+from composer.engine import locks, oci_layout
 from composer.resolve.contents import FullImageContents
 from composer.core.redaction import redact
 from composer.render.render import ON_FILES_DOCKERFILE, BuildContext, composition_key, parts_stage, write_context
@@ -247,9 +247,9 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held,
                                on_engine_line=on_engine_line, builder=builder, reuse=cache)
         reuse = layers_dir is None and cache
-        if builder is engine and engine.builds_on_files and cache:  # (--no-cache: one build, every step afresh)
-            built, assembled = _build_on_files(engine, plan, context, base, layers, key, run, labels, containers,
-                                               redact, on_line, on_engine_line, cache, reuse)
+        if cache and (builder is not engine or engine.builds_on_files):  # (--no-cache: one build, every step afresh)
+            built, assembled = _build_on_files(engine, builder, plan, context, base, layers, key, run, labels,
+                                               containers, redact, on_line, on_engine_line, cache, reuse)
         else:
             built = _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache)
             on_line(f"built {built[:19]}; writing the image's own layers")
@@ -294,24 +294,28 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
     return assembled, sbom, base
 
 
-def _build_on_files(engine: Engine, plan: CompositionPlan, context: BuildContext, base: PrunedBase | None,
-                    layers: Path, key: str, run: str, labels, containers, redact, on_line: LineSink,
-                    on_engine_line: LineSink, cache: bool, reuse: bool) -> tuple[str, tuple[Assembled, str]]:
-    """The engine's build in two, where the engine takes a partial load (Docker): first the stages
-    the parts come from (collect, packages...); then, once the composer wrote the base and the parts
-    the system stage runs over and loaded them as an image, the stages that run over them (system,
-    composed, the proof) FROM that image (ON_FILES_DOCKERFILE). The engine copies none of the parts
-    (a backend's folder went through it four times more: its COPY's hash, copy and commit); the
+def _build_on_files(engine: Engine, builder: Builder, plan: CompositionPlan, context: BuildContext,
+                    base: PrunedBase | None, layers: Path, key: str, run: str, labels, containers, redact,
+                    on_line: LineSink, on_engine_line: LineSink, cache: bool,
+                    reuse: bool) -> tuple[str, tuple[Assembled, str]]:
+    """The build in two: first the stages the parts come from (collect, packages...); then, once
+    the composer wrote the base and the parts the system stage runs over and loaded them as an image
+    (handed to BuildKit as the engine's other images are), the stages that run over them (system,
+    composed, the proof) FROM that image (ON_FILES_DOCKERFILE). The builder copies none of the parts
+    (a backend's folder went through Docker's four times more: its COPY's hash, copy and commit); the
     composed image takes their layers as they are, loaded already. The built image's id, and the
     composed image with its SBOM."""
-    _build_composition(engine, plan, context, base, labels, redact, on_engine_line, cache, target=parts_stage(plan))
+    _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache, target=parts_stage(plan))
     base_info = _base_info(engine, plan, base)
     first = plan.layer_parts()[0]
     on_line(f"writing the base's parts the system stage runs over ({len(first)} layers of the image's own)")
     files = assemble_files(engine, plan, base_info, _sources(engine, plan, context, key, base_info, base, first),
                            layers, epoch=plan.epoch, run_labels=containers, on_line=on_line, run=run, reuse=reuse)
     try:
-        built = _build_composition(engine, plan, context, base, labels, redact, on_engine_line, cache,
+        if builder is not engine:  # BuildKit: in the engine's OCI layout, its layers linked from their files
+            oci_layout.add_written(engine, files.image_id, files.config, base_info.id,
+                                   [(layer.diff_id, layer.path) for layer in files.layers], on_line)
+        built = _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache,
                                    dockerfile=ON_FILES_DOCKERFILE, files=files.image_id)
         on_line(f"built {built[:19]} on them; writing the image's other layers")
         return built, _assemble(engine, plan, built, base, context, layers, key, run, containers, on_line,

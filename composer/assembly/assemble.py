@@ -397,6 +397,7 @@ class Files:
     the composed image's first, loaded already."""
 
     image_id: str
+    config: bytes
     layers: tuple[LayerFile, ...]
     hold: str | None
 
@@ -439,7 +440,7 @@ def assemble_files(engine: Engine, plan: CompositionPlan, base: ImageInfo, sourc
     finally:
         if layers_hold:
             records.drop_hold(engine, layers_hold)
-    return Files(image_id, tuple(layers), hold)
+    return Files(image_id, config, tuple(layers), hold)
 
 
 def assemble(engine: Engine, plan: CompositionPlan, built: str, base: ImageInfo, sources: Sources, folder: Path,

@@ -20,6 +20,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from composer.core.errors import BuildFailed
 from composer.core.files import write_file
@@ -65,25 +66,70 @@ def ensure(engine: Engine, image: str, on_line: LineSink = quiet) -> Layout:
         write_file(folder / "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
         on_line(f"handing {image} ({info.id[:19]}) to the builder as an OCI layout in {folder}")
         config = _save_into(engine, info.id, blobs)
-        layers = []
-        for diff_id in json.loads(config)["rootfs"]["diff_ids"]:
-            path = blobs / diff_id.split(":", 1)[1]
-            if not path.exists():
-                raise BuildFailed(f"cannot hand {image} to the builder: the engine's save lacks layer {diff_id[:19]}")
-            layers.append({"mediaType": LAYER, "digest": diff_id, "size": path.stat().st_size})
-        manifest = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST,
-                               "config": {"mediaType": CONFIG, "digest": info.id, "size": len(config)},
-                               "layers": layers}, sort_keys=True, separators=(",", ":")).encode()
-        digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
-        write_file(blobs / digest.split(":", 1)[1], manifest)
-        index = _index(folder)
-        index["manifests"] = [m for m in index.get("manifests", []) if m.get("digest") != digest] + [
-            {"mediaType": MANIFEST, "digest": digest, "size": len(manifest),
-             "annotations": {"org.opencontainers.image.ref.name": info.id.split(":", 1)[1],
-                             IMAGE_ID: info.id}}]
-        write_file(folder / "index.json", json.dumps(index, indent=1).encode())
-        on_line(f"handed {image}: {len(layers)} layers, {human_size(sum(l['size'] for l in layers))}")
+        digest, size = _record(folder, info.id, config, image)
+        on_line(f"handed {image}: {human_size(size)}")
         return Layout(folder, digest, info.id)
+
+
+def add_written(engine: Engine, image_id: str, config: bytes, base: str, files: Iterable[tuple[str, Path]],
+                on_line: LineSink = quiet) -> Layout:
+    """An image the composer wrote and loaded (its configuration, its layers on the engine's image
+    `base`) in this engine's layout, with no save of it: the base's layers as ensure() writes them,
+    the others from `files` (diff id, the layer's tar), linked where the file system allows, else
+    copied. A layer of no file (the engine held it, the composer did not write it): the engine's save."""
+    files = list(files)
+    if any(not path.exists() for _diff_id, path in files):
+        return ensure(engine, image_id, on_line)
+    folder = ensure(engine, base, on_line).folder
+    blobs = folder / "blobs" / "sha256"
+    with locks.making_host(engine.identity(), "oci-layout"):
+        known = _manifest_of(folder, image_id)
+        if known:
+            return Layout(folder, known, image_id)
+        for diff_id, path in files:
+            target = blobs / diff_id.split(":", 1)[1]
+            if not target.exists():
+                _link_or_copy(path, target)
+        write_file(blobs / image_id.split(":", 1)[1], config)
+        digest, _size = _record(folder, image_id, config, image_id[:19])
+        return Layout(folder, digest, image_id)
+
+
+def _link_or_copy(path: Path, target: Path) -> None:
+    """`path` at `target` (a blob of the layout), by a hard link or a copy under a temporary name."""
+    temporary = target.with_name(f".partial-{target.name}-{os.getpid()}")
+    try:
+        try:
+            os.link(path, temporary)
+        except OSError:
+            shutil.copyfile(path, temporary)
+        os.replace(temporary, target)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def _record(folder: Path, image_id: str, config: bytes, what: str) -> tuple[str, int]:
+    """The manifest of `image_id` (every layer its configuration names, a blob of the layout) and its
+    entry in the layout's index; the manifest's digest and the layers' bytes."""
+    blobs = folder / "blobs" / "sha256"
+    layers = []
+    for diff_id in json.loads(config)["rootfs"]["diff_ids"]:
+        path = blobs / diff_id.split(":", 1)[1]
+        if not path.exists():
+            raise BuildFailed(f"cannot hand {what} to the builder: the layout lacks its layer {diff_id[:19]}")
+        layers.append({"mediaType": LAYER, "digest": diff_id, "size": path.stat().st_size})
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST,
+                           "config": {"mediaType": CONFIG, "digest": image_id, "size": len(config)},
+                           "layers": layers}, sort_keys=True, separators=(",", ":")).encode()
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    write_file(blobs / digest.split(":", 1)[1], manifest)
+    index = _index(folder)
+    index["manifests"] = [m for m in index.get("manifests", []) if m.get("digest") != digest] + [
+        {"mediaType": MANIFEST, "digest": digest, "size": len(manifest),
+         "annotations": {"org.opencontainers.image.ref.name": image_id.split(":", 1)[1], IMAGE_ID: image_id}}]
+    write_file(folder / "index.json", json.dumps(index, indent=1).encode())
+    return digest, sum(layer["size"] for layer in layers)
 
 
 def handed(engine: Engine) -> set[str]:

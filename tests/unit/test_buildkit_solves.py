@@ -172,3 +172,43 @@ def test_a_stage_is_loaded_from_the_export_folder_without_the_layers_the_engine_
                 "Layers": [f"{held[7:]}/layer.tar", f"{new[7:]}/layer.tar"]}]
     with pytest.raises(BuildFailed, match="exported no readable manifest"):
         _docker_archive(tmp_path, "sha256:" + "f" * 64, None, set(), "a stage")
+
+
+def test_an_image_the_composer_wrote_goes_into_the_layout_linked_not_saved(tmp_path, monkeypatch):
+    """The base's layers are the layout's already (ensure); the composer's own layers are linked in
+    from their files (the same inode), its configuration written as it is: no save of the image;
+    a second call finds its manifest and writes nothing."""
+    import hashlib
+    import json
+
+    from composer.engine import oci_layout
+
+    monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path / "cache"))
+
+    class Engine:
+        def identity(self):
+            return "engine-1"
+
+        def image(self, ref):
+            return type("Info", (), {"id": ref})()
+
+    engine = Engine()
+    folder = oci_layout.folder_for(engine)
+    blobs = folder / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    base_layer = _blob(folder, b"base layer")
+    own = tmp_path / "layer-01.tar"
+    own.write_bytes(b"the composer's layer")
+    own_id = "sha256:" + hashlib.sha256(own.read_bytes()).hexdigest()
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [base_layer, own_id]}}).encode()
+    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    monkeypatch.setattr(oci_layout, "ensure", lambda engine, image, on_line=None: oci_layout.Layout(folder, "", image))
+    monkeypatch.setattr(oci_layout, "_save_into", lambda *args: (_ for _ in ()).throw(AssertionError("saved")))
+    layout = oci_layout.add_written(engine, image_id, config, "sha256:base", [(own_id, own)])
+    assert (blobs / own_id[7:]).stat().st_ino == own.stat().st_ino  # linked, not copied
+    manifest = json.loads((blobs / layout.manifest[7:]).read_text())
+    assert [layer["digest"] for layer in manifest["layers"]] == [base_layer, own_id]
+    assert manifest["config"]["digest"] == image_id and (blobs / image_id[7:]).read_bytes() == config
+    assert oci_layout._manifest_of(folder, image_id) == layout.manifest
+    own.unlink()  # found again by its manifest: nothing read
+    assert oci_layout.add_written(engine, image_id, config, "sha256:base", [(own_id, blobs / own_id[7:])]) == layout

@@ -337,3 +337,50 @@ def test_a_builder_that_runs_out_of_space_is_named_not_the_engine(engine, ngc_pl
     assert stopped.value.message.startswith("no space left on device on BuildKit at unix:///run/bk.sock")
     assert "composer cache clear --builder buildkit://unix:///run/bk.sock" in stopped.value.message
     assert engine.images == {"team/triton:1": OLD}
+
+
+def test_on_docker_the_build_is_in_two_around_the_files_the_composer_loads(ngc_plan, monkeypatch):
+    """The stages the parts come from first (to parts_stage); then the composer's image of the base
+    and the first parts (held by the run) and the stages after them FROM it (ON_FILES_DOCKERFILE,
+    COMPOSED_FILES its id); the composed image takes its layers as they are. Its hold goes after;
+    with --no-cache, one build of the Dockerfile as it is."""
+    from composer.assembly.assemble import Files
+    from composer.render.render import ON_FILES_DOCKERFILE, parts_stage
+
+    files_id = "sha256:" + "f" * 64
+    seen: dict = {}
+
+    class OnFiles(BuildingEngine):
+        builds_on_files = True
+
+    engine = OnFiles.with_images("team/triton:1", answer=RunResult(0, recorded_facts()))
+    plan = ngc_plan("onnxruntime", "python", tag="team/triton:1")
+    engine.images[plan.min.id or plan.min.ref] = plan.min.id or "sha256:" + "9" * 64
+
+    def files(engine, plan, base, sources, folder, **kwargs):
+        hold = records.hold_tag(kwargs["run"], records.FILES)
+        engine.images[hold] = engine.images[files_id] = files_id
+        seen["run"] = kwargs["run"]
+        return Files(files_id, b"{}", (), hold)
+
+    def assembled(engine, plan, built, base, context, layers, key, run, labels, on_line, reuse=False, files=None):
+        seen["files"] = files
+        assert (context.directory / ON_FILES_DOCKERFILE).is_file()
+        engine.images[COMPOSED] = engine.images[records.hold_tag(run)] = COMPOSED
+        return Assembled(COMPOSED, b"{}", OLD, (), (), ()), "{}"
+
+    monkeypatch.setattr(pipeline, "assemble_files", files)
+    monkeypatch.setattr(pipeline, "_sources", lambda *args, **kwargs: None)
+    monkeypatch.setattr(pipeline, "_assemble", assembled)
+    monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: _report(True))
+    result = build_image(engine, plan)
+    first, second = engine.builds
+    assert first["target"] == parts_stage(plan) == "collected" and first["dockerfile"] == "Dockerfile"
+    assert second["dockerfile"] == ON_FILES_DOCKERFILE and second["buildargs"]["COMPOSED_FILES"] == files_id
+    assert "target" not in second and seen["files"].image_id == files_id and result.image_id == COMPOSED
+    assert records.hold_tag(seen["run"], records.FILES) not in engine.images  # the composed image holds its layers
+    engine.builds = []
+    monkeypatch.setattr(pipeline, "_assemble", lambda *args, **kwargs: (Assembled(COMPOSED, b"{}", OLD, (), (), ()),
+                                                                         "{}"))
+    build_image(engine, plan, cache=False)
+    assert [b.get("dockerfile") for b in engine.builds] == ["Dockerfile"] and engine.builds[0]["nocache"]
