@@ -23,7 +23,7 @@ from typing import Iterable, Mapping
 
 from composer import __version__
 from composer.assembly.canonical import (
-    Entry, LayerFile, archive_entries, host_entries, parent_folders, spool_archive, write_layer,
+    Entry, LayerFile, archive_entries, host_entries, parent_folders, read_owners, spool_archive, write_layer,
 )
 from composer.assembly import layer_reuse, records
 from composer.core.errors import BuildFailed, ComposerError
@@ -143,6 +143,9 @@ def part_layer(engine: Engine, part: LayerPart, sources: Sources, epoch: int, fo
     owner = owner_of(part.owner)
     entries: list[Entry] = []
     spools: list[Path] = []
+    owners = None  # where the engine's archive names every file root's, the part's own list says whose
+    if part.owners and not engine.archives_keep_owners:
+        owners = read_owners(engine.export_path(sources.image_of(part.source), part.owners, labels=labels))
     try:
         for copy in part.copies:
             if not copy.contents and copy.dest.startswith(ROOT + "/"):
@@ -154,7 +157,7 @@ def part_layer(engine: Engine, part: LayerPart, sources: Sources, epoch: int, fo
             spool = spool_archive(engine.export_path(image, copy.source.rstrip("/") or "/", labels=labels), folder)
             spools.append(spool)
             entries += [Entry(folders[e.info.name]) if folders and e.info.isdir() and e.info.name in folders else e
-                        for e in archive_entries(spool, copy, epoch, owner)]
+                        for e in archive_entries(spool, copy, epoch, owner, owners)]
         return write_layer(entries, folder / f"layer-{index:02d}.tar", part.description)
     finally:
         for spool in spools:

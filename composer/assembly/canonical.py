@@ -22,8 +22,9 @@ import tempfile
 from copy import copy as shallow_copy
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator, Mapping
 
+from composer.engine.archives import ChunkReader
 from composer.resolve.plan_types import Copy
 
 TAR_FORMAT = tarfile.PAX_FORMAT  # ustar headers; PAX records only where ustar cannot hold a value
@@ -107,21 +108,38 @@ def spool_archive(stream: Iterable[bytes], folder: Path) -> Path:
     return Path(name)
 
 
-def archive_entries(archive: Path, copy: Copy, epoch: int, owner: tuple[int, int] | None) -> Iterator[Entry]:
+def archive_entries(archive: Path, copy: Copy, epoch: int, owner: tuple[int, int] | None,
+                    owners: Mapping[str, tuple[int, int]] | None = None) -> Iterator[Entry]:
     """The entries `copy` takes from a spooled archive, renamed to their place in the layer. A hard
-    link's target is renamed the same way (the archive names it by its own path)."""
+    link's target is renamed the same way (the archive names it by its own path). `owners`: the
+    owners of entries by their place, where the archive lost them (read_owners)."""
     with tarfile.open(archive, "r:") as tar:
         for member in tar:
             target = place(member.name, copy)
             if target is None:
                 continue
-            info = header(target, member, epoch, owner)
+            info = header(target, member, epoch, owner if owner is not None or not owners else owners.get(target))
             if member.islnk():
                 linked = place(member.linkname, copy)
                 if linked is None:
                     continue  # a link to a file outside the tree: the engine would not hand that out
                 info.linkname = linked
             yield Entry(info, archive, member.offset_data if member.isreg() else 0)
+
+
+def read_owners(stream: Iterable[bytes]) -> dict[str, tuple[int, int]]:
+    """A list of owners ("uid:gid path", NUL-separated; system.sh writes one) from an engine's
+    archive of it: {path: (uid, gid)}."""
+    with tarfile.open(fileobj=io.BufferedReader(ChunkReader(iter(stream))), mode="r|") as tar:
+        member = next((m for m in tar if m.isreg()), None)
+        data = tar.extractfile(member).read() if member is not None else b""
+    owners = {}
+    for record in data.decode().split("\0"):
+        if record:
+            ids, _, path = record.partition(" ")
+            uid, _, gid = ids.partition(":")
+            owners[path.strip("/")] = (int(uid), int(gid))
+    return owners
 
 
 def host_entries(root: Path, dest: str, epoch: int, owner: tuple[int, int] | None) -> Iterator[Entry]:

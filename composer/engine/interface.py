@@ -115,7 +115,7 @@ class ContainerEngine(ABC):
 
     loads_partial_archives = True  # whether a loaded archive may leave out layers the engine holds
     # Whether export_path hands out files with their owners (Podman's archive gives its caller's;
-    # export_tree keeps them on every engine).
+    # export_tree keeps them on every engine; a part's own list of owners, LayerPart.owners, where not).
     archives_keep_owners = True
     # Whether a build's stages after the parts stand on the image the composer loads of the base and
     # those parts (composer.pipeline._build_on_files): an engine whose builder runs every stage before

@@ -14,7 +14,8 @@
 #   - --cuda-compat: the CUDA forward-compatibility libraries wired where the image has them.
 #
 # Then every file these steps wrote (found by time, against a marker made first) is copied with its
-# folders into TREE, owners, modes and times kept: the one layer the image gets from this stage.
+# folders into TREE, owners, modes and times kept: the one layer the image gets from this stage;
+# beside it, /composer-system/owners lists the tree's entries that are not root's.
 # Times are SOURCE_DATE_EPOCH's where a step would write the clock into a file (the password
 # file's "last changed" day), so the same inputs give the same bytes.
 set -eu
@@ -78,4 +79,7 @@ LC_ALL=C sort -u "$work/list" -o "$work/list"
 mkdir -p "$tree"
 tar --create --no-recursion --numeric-owner --file - --files-from "$work/list" | tar --extract --same-owner \
   --same-permissions --numeric-owner --directory "$tree" --file -
+# The tree's entries that are not root's, "uid:gid path" NUL-separated: an engine whose archive of
+# a stage names every file root's (Podman's) loses them; the composer puts them back from this list.
+(cd "$tree" && find . \( ! -user 0 -o ! -group 0 \) -printf '%U:%G %P\0') > "$work/owners"
 rm -f "$marker" "$work/written" "$work/list"

@@ -172,6 +172,9 @@ class LayerPart:
     source: str  # FROM_FULL, FROM_CONTEXT, or the stage it is read from (collect, packages, system, ...)
     copies: tuple[Copy, ...]
     owner: str | None = None  # "uid:gid" of every entry; None: as the source has it (root's for context files)
+    # A list in the source of the entries that are not root's ("uid:gid path", NUL-separated), for
+    # an engine whose archive names every file root's (Engine.archives_keep_owners)
+    owners: str | None = None
 
     @property
     def description(self) -> str:
@@ -191,6 +194,7 @@ RUN_LABEL = "org.triton-composer.run"  # on a run's containers (and a pruned bas
 BASE_LABEL = "org.triton-composer.pruned-base"  # on a pruned base: the key of what it was made from
 BASE_REPOSITORY = "triton-composer/pruned-base"  # where pruned bases are tagged, by release and key
 SYSTEM_TREE = "/composer-system/tree"  # what the system stage's steps wrote, as a tree
+SYSTEM_OWNERS = "/composer-system/owners"  # that tree's entries that are not root's (system.sh)
 PROOF_VERDICT = "/composer-proof/proved.txt"
 
 
@@ -352,7 +356,8 @@ class CompositionPlan:
     def system_part(self) -> LayerPart:
         """What the system stage wrote over the copied files: the loader's cache, the server's user
         (and, on a GPU image, the CUDA compat wiring)."""
-        return LayerPart("system", "loader cache, user, byte-code", "system", (Copy(SYSTEM_TREE, "/", True),))
+        return LayerPart("system", "loader cache, user, byte-code", "system", (Copy(SYSTEM_TREE, "/", True),),
+                         owners=SYSTEM_OWNERS)
 
     @property
     def proof_part(self) -> LayerPart | None:

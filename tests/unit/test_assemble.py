@@ -10,7 +10,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from composer.assembly.assemble import Sources, assemble, image_config
+from composer.assembly.assemble import Sources, assemble, image_config, part_layer
 from composer.assembly.canonical import archive_entries, host_entries, parent_folders, write_layer
 from composer.engine.interface import ImageInfo
 from composer.resolve.plan_types import Copy, LayerPart
@@ -166,3 +166,32 @@ def test_assemble_reads_each_part_where_it_is_and_loads_only_its_own_layers(tmp_
     assert assemble(engine, Plan(), "built", base, sources, again, epoch=EPOCH, labels={},
                     extra=[("/opt/tritonserver/sbom.cdx.json", "SBOM", b"{}")]).image_id == done.image_id
 
+
+
+def test_the_system_layer_keeps_its_owners_where_the_engines_archive_names_every_file_roots(tmp_path):
+    """Podman's archive of a stage says root's for every file: the system stage's own list of the
+    tree's other owners (system.sh) puts /home/triton-server and /etc/shadow's group back, so the
+    layer is Docker's, byte for byte."""
+    tree = [("tree", None, {}), ("tree/etc", None, {}),
+            ("tree/etc/shadow", b"root:*:19000::::::\n", {"mode": 0o640, "gid": 42}),
+            ("tree/home", None, {}), ("tree/home/triton-server", None, {"uid": 1000, "gid": 1000}),
+            ("tree/home/triton-server/.bashrc", b"# bash\n", {"uid": 1000, "gid": 1000})]
+    rooted = [(name, data, {k: v for k, v in fields.items() if k not in ("uid", "gid")}) for name, data, fields in tree]
+    listed = b"0:42 etc/shadow\0" b"1000:1000 home/triton-server\0" b"1000:1000 home/triton-server/.bashrc\0"
+    part = LayerPart("system", "loader cache, user, byte-code", "system", (Copy("/composer-system/tree", "/", True),),
+                     owners="/composer-system/owners")
+    sources = Sources({"system": "system-id"}, "full-id", {}, tmp_path)
+    layers = {}
+    for name, archive, keeps in (("docker", tree, True), ("podman", rooted, False)):
+        engine = FakeEngine()
+        engine.archives_keep_owners = keeps
+        engine.archives[("system-id", "/composer-system/tree")] = _archive(archive)
+        engine.archives[("system-id", "/composer-system/owners")] = _archive([("owners", listed, {})])
+        (tmp_path / name).mkdir()
+        layers[name] = part_layer(engine, part, sources, EPOCH, tmp_path / name, 0)
+        assert (("system-id", "/composer-system/owners") in engine.exports) is not keeps  # read only where lost
+    assert layers["podman"].diff_id == layers["docker"].diff_id
+    with tarfile.open(layers["podman"].path) as tar:
+        owners = {m.name: (m.uid, m.gid) for m in tar}
+    assert owners["etc/shadow"] == (0, 42) and owners["home/triton-server"] == (1000, 1000)
+    assert owners["etc"] == (0, 0)
