@@ -51,8 +51,10 @@ def save(key: str | None, layer: LayerFile) -> None:
 
 @dataclass
 class Chains:
-    """The layer chains the engine's composed images hold (each image's diff ids, bottom first), and
-    an image holding each."""
+    """The layer chains the engine's named composed images hold (each image's diff ids, bottom
+    first), and an image holding each. Only a named one (a user's tag, a run's hold): a run's hold
+    on an unnamed image (an engine build's last step, build cache another run of the same
+    selection reads unheld) would remove that image when dropped, from under the other run."""
 
     held: dict[tuple[str, ...], str]
 
@@ -63,7 +65,7 @@ class Chains:
             return cls(held)  # every layer goes into the archive anyway
         for image in engine.images_labelled(BACKENDS_LABEL):
             info = engine.image(image)
-            if info is not None:
+            if info is not None and info.tags:
                 held.update((tuple(info.layers[:n]), info.id) for n in range(1, len(info.layers) + 1))
         return cls(held)
 

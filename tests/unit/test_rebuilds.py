@@ -86,8 +86,8 @@ class _Images(FakeEngine):
         self.infos.pop(ref, None)
 
 
-def _info(image: str, layers: tuple[str, ...], labels=None) -> ImageInfo:
-    return ImageInfo(id=image, ref=image, tags=(), repo_digests=(), env={}, labels=labels or {}, size=0,
+def _info(image: str, layers: tuple[str, ...], labels=None, tags=("t:1",)) -> ImageInfo:
+    return ImageInfo(id=image, ref=image, tags=tags, repo_digests=(), env={}, labels=labels or {}, size=0,
                      layers=layers)
 
 
@@ -104,6 +104,19 @@ def test_a_layer_is_known_by_what_it_copies_and_held_only_in_the_same_chain(tmp_
     assert layer_reuse.recorded(key)["diff_id"] == "sha256:own1"
     chains = layer_reuse.Chains.on(engine)
     assert chains.holds(("sha256:base", "sha256:own1")) and not chains.holds(("sha256:other", "sha256:own1"))
+
+
+def test_an_unnamed_image_is_never_a_chains_holder():
+    """CI, session 64: run A held the engine's unnamed build image (its layers start with the
+    chain) and its hold's drop removed it, while run B of the same selection, whose build gave the
+    very same image from the build cache, was reading it ("cannot inspect image ...: No such image")."""
+    labels = {"org.triton-composer.backends": "x"}
+    built = _info("sha256:b", ("sha256:base", "sha256:own1", "sha256:engines"), labels, tags=())
+    composed = _info("sha256:c", ("sha256:base", "sha256:own1", "sha256:own2"), labels)
+    engine = _Images(infos={"sha256:c": composed, "sha256:b": built})  # the unnamed one last: it would win
+    chains = layer_reuse.Chains.on(engine)
+    assert chains.held[("sha256:base", "sha256:own1")] == "sha256:c"
+    assert not chains.holds(("sha256:base", "sha256:own1", "sha256:engines"))
 
 
 def test_layers_left_out_of_the_archive_are_held_by_the_run_or_written_after_all():
