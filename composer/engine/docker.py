@@ -92,8 +92,17 @@ class DockerEngine(ContainerEngine):
                 "os": attrs.get("Os") or "linux", "variant": attrs.get("Variant") or ""}
 
     def export_path(self, image: str, path: str, *, labels: Mapping[str, str] | None = None) -> Iterator[bytes]:
+        def archive(cid: str) -> Iterator[bytes]:
+            stream, _stat = self._api.get_archive(cid, path, chunk_size=1 << 20)
+            yield from stream
+
+        return self._through_container(image, f"cannot read {path} of {_short(image)}", labels, archive)
+
+    def _through_container(self, image: str, what: str, labels: Mapping[str, str] | None,
+                           read: Callable[[str], Iterable[bytes]]) -> Iterator[bytes]:
+        """What `read` streams of a container of `image` created, never started, and removed once
+        the stream ends or stops (an archive of a path, or Podman's export of the whole)."""
         api = self._api
-        what = f"cannot read {path} of {_short(image)}"
         with _translated(what, EngineError, absent_is_error=True):
             # Root by number: a stage holding one family's files has no /etc/passwd to look a name
             # up in. (The engine makes the image's working folder where it is missing, as the classic
@@ -104,9 +113,7 @@ class DockerEngine(ContainerEngine):
         cid = created["Id"]
         try:
             with _translated(what, EngineError, absent_is_error=True):
-                stream, _stat = api.get_archive(cid, path, chunk_size=1 << 20)
-                for chunk in stream:
-                    yield chunk
+                yield from read(cid)
         finally:
             self.remove_container(cid)
 

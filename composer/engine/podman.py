@@ -8,10 +8,10 @@ from typing import BinaryIO, Iterator, Mapping
 
 import docker.utils
 
-from composer.core.errors import BuildFailed, EngineError
+from composer.core.errors import BuildFailed
 from composer.engine import locks
 from composer.engine.docker import DockerEngine
-from composer.engine.errors import _response_message, _translated
+from composer.engine.errors import _response_message
 
 NAMES_LOCK = "image-names"  # Podman 4.3 rewrites an image's whole name list on each tag and untag
 
@@ -28,18 +28,8 @@ class PodmanEngine(DockerEngine):
     def export_tree(self, image: str, *, labels: Mapping[str, str] | None = None) -> Iterator[bytes]:
         """The container's export, not its archive: Podman's archive of a path names every file
         root's, its export keeps the owners (and adds the device nodes it makes in /dev)."""
-        api = self._api
-        what = f"cannot read / of {image[:19]}"
-        with _translated(what, EngineError, absent_is_error=True):
-            created = api.create_container(image, command=["/composer-never-run"], entrypoint=[], user="0:0",
-                                           labels=dict(labels or {}), network_disabled=True,
-                                           host_config=api.create_host_config(network_mode="none"))
-        cid = created["Id"]
-        try:
-            with _translated(what, EngineError, absent_is_error=True):
-                yield from api.export(cid, chunk_size=1 << 20)
-        finally:
-            self.remove_container(cid)
+        return self._through_container(image, f"cannot read / of {image[:19]}", labels,
+                                       lambda cid: self._api.export(cid, chunk_size=1 << 20))
 
     def _identity_in(self, info: dict) -> str:
         """Podman's storage root: its `info` ID is new on every request, so two runs on one service
