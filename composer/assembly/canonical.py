@@ -118,7 +118,7 @@ def archive_entries(archive: Path, copy: Copy, epoch: int, owner: tuple[int, int
             target = place(member.name, copy)
             if target is None:
                 continue
-            info = header(target, member, epoch, owner if owner is not None or not owners else owners.get(target))
+            info = header(target, member, epoch, owner if owner is not None else (owners or {}).get(target))
             if member.islnk():
                 linked = place(member.linkname, copy)
                 if linked is None:
