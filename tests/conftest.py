@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +64,8 @@ def pytest_sessionstart(session):
 def pytest_sessionfinish(session, exitstatus):
     """Under xdist, the sweep of the whole run, once every worker ended."""
     _write_durations()
+    if not WORKER:
+        shutil.rmtree(RUN_FILES, ignore_errors=True)
     if _xdist_controller(session.config):
         try:
             engine = connect(timeout=60)
@@ -140,6 +145,30 @@ def standin_images(engine: Engine):
 
     # Progress is dropped: a failure raises BuildFailed carrying the build's last lines.
     return build_standins(engine, Catalog.load().release(STANDIN_RELEASE), on_line=lambda _line: None)
+
+
+# The run's files that every worker shares (the stand-ins' archive): the controller removes them at
+# the end, once every worker ended (a worker's end is not the run's).
+RUN_FILES = Path(os.environ.get("TMPDIR", "/tmp")) / f"triton-composer-test-{TEST_RUN}"
+
+
+@pytest.fixture(scope="session")
+def standins_archive(engine: Engine, standin_images) -> Path:
+    """The 24.09 stand-ins as one `docker save` archive, for the tests that move them into another
+    engine (Podman, the engine in a container, clean dockerds): written once per run, by whichever
+    worker comes first (a lock), not once per test (each save reads and checks 1.6 GB: about 30 s
+    of the engine's time on a loaded machine). Named by the images' ids: a rebuilt stand-in is
+    saved again."""
+    ids = [image_id.split(":")[-1][:12] for image_id in (standin_images.full_id, standin_images.min_id)]
+    RUN_FILES.mkdir(parents=True, exist_ok=True)
+    archive = RUN_FILES / f"standins-{'-'.join(ids)}.tar"
+    with open(RUN_FILES / "standins.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not archive.exists():
+            partial = archive.with_suffix(".partial")
+            engine.save([standin_images.full_ref, standin_images.min_ref], partial)
+            partial.rename(archive)
+    return archive
 
 
 @pytest.fixture(scope="session")

@@ -87,6 +87,14 @@ class Dockerd:
         if load.returncode != 0 or save.returncode != 0:
             raise RuntimeError(f"cannot copy {refs} into the second engine: {load.stderr[-500:]}")
 
+    def load(self, archive: Path, timeout: float = 1800) -> None:
+        """Load a `docker save` archive written before (one archive, several engines)."""
+        with open(archive, "rb") as source:
+            load = subprocess.run(["docker", "-H", self.host, "load"], stdin=source, capture_output=True, text=True,
+                                  timeout=timeout)
+        if load.returncode != 0:
+            raise RuntimeError(f"cannot load {archive} into the second engine: {load.stderr[-500:]}")
+
     def restart(self, pause: float = 3.0, timeout: float = 60) -> "Dockerd":
         """Stop the process (as a host's service manager does) and start it again on the same data
         root after `pause` s: an engine restart, its images kept."""

@@ -60,7 +60,7 @@ class PodmanService:
 
 
 @pytest.fixture(scope="module")
-def podman(engine, standin_images, tmp_path_factory):
+def podman(standins_archive):
     if shutil.which("podman") is None:
         why = "podman is not installed (scripts/bootstrap installs it)"
         if os.environ.get("CI"):
@@ -77,10 +77,7 @@ def podman(engine, standin_images, tmp_path_factory):
                 pytest.fail(f"CI is set and the podman service cannot start: {exc}", pytrace=False)
             pytest.skip(f"the podman service cannot start: {exc}")
         assert service.engine.is_podman
-        archive = tmp_path_factory.mktemp("standins") / "standins.tar"
-        engine.save(list(STANDINS), archive)
-        service.engine.load(archive)
-        archive.unlink()
+        service.engine.load(standins_archive)
         yield service
     finally:
         pid = service.pid()

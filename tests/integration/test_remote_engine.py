@@ -86,7 +86,7 @@ def _unavailable(why: str):
 
 
 @pytest.fixture(scope="module")
-def inner(engine, standin_images, tmp_path_factory):
+def inner(standins_archive):
     """The engine in a container, holding the 24.09 stand-ins (moved through the engines' APIs)."""
     if shutil.which("docker") is None:
         _unavailable("the docker CLI is not installed")
@@ -101,10 +101,7 @@ def inner(engine, standin_images, tmp_path_factory):
         host = done.stdout.strip()
         assert host == f"tcp://{ADDRESS}:{api}"
         remote = connect(timeout=600, host=host)
-        archive = tmp_path_factory.mktemp("standins") / "standins.tar"
-        engine.save(list(STANDINS), archive)
-        remote.load(archive)
-        archive.unlink()
+        remote.load(standins_archive)
         yield InnerEngine(host, remote)
     finally:
         subprocess.run([str(SCRIPT), "stop", name], capture_output=True, timeout=300)

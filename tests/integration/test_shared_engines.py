@@ -328,7 +328,7 @@ DISK_SLOT = 247  # the second dockerd's addresses (172.17.247.0/24)
 
 
 @pytest.fixture
-def small_disk(engine, standin_images, tmp_path):
+def small_disk(standins_archive, tmp_path):
     """A second dockerd whose data root is on a 5 GB ext4 filesystem in a loop-mounted file, with
     the 24.09 small stand-ins loaded; stopped, unmounted and removed after."""
     from triton_standins.engines import Dockerd, unmount_under
@@ -343,7 +343,7 @@ def small_disk(engine, standin_images, tmp_path):
     dockerd = None
     try:
         dockerd = Dockerd(mount / "dockerd", slot=DISK_SLOT).start()
-        dockerd.load_from(None, [f"{REGISTRY}/tritonserver:24.09-py3", f"{REGISTRY}/tritonserver:24.09-py3-min"])
+        dockerd.load(standins_archive)
         yield dockerd, mount
     finally:
         if dockerd is not None:

@@ -114,7 +114,7 @@ def skopeo(engine, standin_images, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def engines(engine, standin_images, tmp_path_factory):
+def engines(engine, standins_archive, tmp_path_factory):
     """Two clean engines (own data roots, exec roots, sockets, containerd namespaces), each holding the
     24.09 stand-ins and nothing else: no build cache."""
     from triton_standins.engines import Dockerd
@@ -125,7 +125,7 @@ def engines(engine, standin_images, tmp_path_factory):
         node = Dockerd(tmp_path_factory.mktemp(f"engine{slot}"), slot=slot)
         started.append(node)
         node.start()
-        node.load_from(None, STANDINS)
+        node.load(standins_archive)
         return node
 
     try:
