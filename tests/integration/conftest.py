@@ -222,6 +222,107 @@ def _remove_local_names(engine, host: str) -> None:
                 pass
 
 
+# -- upstream: the stand-ins in a registry, as NGC serves them to a site that mirrors it ------------
+
+UPSTREAM_REPOSITORY = "nvidia/tritonserver"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+@dataclass
+class Upstream:
+    registry: TestRegistry
+    credentials: Path  # the registry's user:password in a file (file:PATH for --source-auth)
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.registry.host}/nvidia"
+
+
+def push_save_archive(archive: Path, api, repository: str, name_of) -> dict[str, str]:
+    """Push the images of a `docker save` archive to `repository` of a registry, each under the tag
+    `name_of(its local name)` gives (None: not pushed), its layers stored as the archive holds them
+    (uncompressed OCI tar layers: no compression, and a layer's digest is its diff id); the tag ->
+    manifest digest."""
+    import json
+    import tarfile
+
+    from composer.registry.blobs import VerifiedBlob
+    from composer.registry.client import CHUNK
+
+    pushed = {}
+    with tarfile.open(archive) as tar:
+        for entry in json.load(tar.extractfile("manifest.json")):
+            tags = [tag for tag in (name_of(local) for local in entry.get("RepoTags") or []) if tag]
+            if not tags:
+                continue
+            config = tar.extractfile(entry["Config"]).read()
+            layers = []
+            for path, diff_id in zip(entry["Layers"], json.loads(config)["rootfs"]["diff_ids"]):
+                member = tar.getmember(path)
+                if api.blob_size(repository, diff_id) is None:
+                    source = tar.extractfile(member)
+                    api.upload_stream(repository, diff_id, VerifiedBlob(iter(lambda: source.read(CHUNK), b""),
+                                                                        diff_id, member.size, path))
+                layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": diff_id,
+                               "size": member.size})
+            manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                                   "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                              "digest": api.upload_blob(repository, config), "size": len(config)},
+                                   "layers": layers}, sort_keys=True).encode()
+            for tag in tags:
+                pushed[tag] = api.put_manifest(repository, tag, manifest, OCI_MANIFEST)
+    return pushed
+
+
+@pytest.fixture(scope="session")
+def upstream_data(standins_archive) -> Path:
+    """A registry's storage holding the 24.09 stand-ins as NGC serves them (nvidia/tritonserver:
+    24.09-py3 and -py3-min), written once per run (a lock: the xdist workers share it) for the tests
+    whose pipeline starts by mirroring from upstream. Written from the stand-ins' archive with their
+    layers uncompressed: an engine's push of the full image gzips 1.6 GB (about a minute of CPU on
+    these machines) each time, and what these tests check (the copy, the pull from the mirror, the
+    build, its push) is the same for every layer type."""
+    import fcntl
+
+    from composer.registry.client import RegistryApi
+    from tests.conftest import RUN_FILES
+
+    data = RUN_FILES / "upstream-data"
+    with open(RUN_FILES / "upstream.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not data.exists():
+            reg = TestRegistry(root=RUN_FILES / f"upstream-making-{os.getpid()}", port=_free_port())
+            reg.root.mkdir()
+            reg.write_config()
+            reg.start()
+            try:
+                api = RegistryApi(reg.host, reg.auth, insecure=True)
+                prefix = "localhost/standin/tritonserver:"
+                pushed = push_save_archive(standins_archive, api, UPSTREAM_REPOSITORY,
+                                           lambda local: local.removeprefix(prefix) if local.startswith(prefix) else None)
+                assert set(pushed) == {"24.09-py3", "24.09-py3-min"}, pushed
+            finally:
+                reg.stop()
+            (reg.root / "data").rename(data)
+            shutil.rmtree(reg.root, ignore_errors=True)
+    return data
+
+
+@pytest.fixture(scope="module")
+def upstream(engine, upstream_data, tmp_path_factory):
+    """A registry of the module's own serving the upstream storage (a copy made of hard links: the
+    registry never rewrites a blob it holds, it only adds)."""
+    _need("htpasswd", "docker-registry", "curl")
+    reg = TestRegistry(root=tmp_path_factory.mktemp("upstream"), port=_free_port())
+    subprocess.run(["cp", "-al", str(upstream_data), str(reg.root / "data")], check=True, timeout=120)
+    credentials = reg.root / "credentials"
+    credentials.write_text(f"{reg.username}:{reg.password}\n")
+    credentials.chmod(0o600)
+    served = _serve(reg, engine)
+    yield Upstream(next(served), credentials)
+    served.close()
+
+
 @pytest.fixture
 def names(engine):
     """Image names a test makes: append them, and they are removed afterwards, pass or fail."""

@@ -1,8 +1,9 @@
 """The image pipeline against a real registry: mirror, build from the mirror and push, bundle
 across an "air gap" (registry stopped), and nothing pushed for an image that does not serve.
 
-One mirror (1.6 GB through the engine) serves the file's tests: the first asserts what mirroring
-it moved; the lock test moves a tag and puts it back; the air-gap test, last, stops the registry."""
+One mirror of upstream (the stand-ins as NGC serves them, copied registry to registry) serves the
+file's tests: the first asserts what mirroring it moved; the lock test moves a tag and mirrors it
+back; the air-gap test, last, stops the registry."""
 
 from __future__ import annotations
 
@@ -19,17 +20,18 @@ from tests.cli import composer, image_json
 pytestmark = pytest.mark.integration
 
 
-def _login(registry, folder) -> dict[str, str]:
-    """A docker config holding the registry's credentials: the engine's own, as after docker login."""
+def _login(*registries, folder) -> dict[str, str]:
+    """A docker config holding the registries' credentials: the engine's own, as after docker login."""
     folder.mkdir()
-    token = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
-    (folder / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": token}}}))
+    auths = {registry.host: {"auth": base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()}
+             for registry in registries}
+    (folder / "config.json").write_text(json.dumps({"auths": auths}))
     return {"DOCKER_CONFIG": str(folder)}
 
 
 @pytest.fixture
 def login(registry, tmp_path):
-    return _login(registry, tmp_path / "docker-config")
+    return _login(registry, folder=tmp_path / "docker-config")
 
 
 @dataclass
@@ -38,25 +40,30 @@ class Mirrored:
     login: dict[str, str]
     mirror: str
     first: dict  # what the first `composer mirror --json` printed
+    upstream: object
 
 
 @pytest.fixture(scope="module")
-def mirrored(engine, standin_images, tmp_path_factory):
-    """One registry with the 24.09 stand-ins mirrored into it, for the file's tests."""
+def mirrored(engine, upstream, tmp_path_factory):
+    """One registry with the 24.09 stand-ins mirrored into it from upstream, for the file's tests."""
     from tests.integration.conftest import TestRegistry, _free_port, _need, _serve
 
     _need("htpasswd", "docker-registry", "curl")
     served = _serve(TestRegistry(root=tmp_path_factory.mktemp("registry"), port=_free_port()), engine)
     registry = next(served)
     try:
-        login = _login(registry, tmp_path_factory.mktemp("login") / "docker-config")
+        login = _login(registry, upstream.registry, folder=tmp_path_factory.mktemp("login") / "docker-config")
         mirror = f"{registry.host}/nvidia"
-        run = composer("mirror", "--to-engine", "--version", "24.09", "--from", "localhost/standin", "--to", mirror,
-                       "--json", env=login)
+        run = _mirror(upstream, mirror, login)
         assert run.returncode == 0, run.stderr
-        yield Mirrored(registry, login, mirror, json.loads(run.stdout))
+        yield Mirrored(registry, login, mirror, json.loads(run.stdout), upstream)
     finally:
         served.close()  # the registry stops, its local names go
+
+
+def _mirror(upstream, mirror: str, login: dict[str, str]):
+    """`composer mirror` from upstream to `mirror`, registry to registry (both logins in the docker config)."""
+    return composer("mirror", "--version", "24.09", "--registry", upstream.prefix, "--to", mirror, "--json", env=login)
 
 
 def forget(engine, ref: str) -> None:
@@ -67,12 +74,12 @@ def forget(engine, ref: str) -> None:
 def test_mirror_build_from_mirror_and_push(engine, mirrored):
     registry, login, mirror = mirrored.registry, mirrored.login, mirrored.mirror
     assert all(i["moved"] for i in mirrored.first["images"])
-    again = composer("mirror", "--to-engine", "--version", "24.09", "--from", "localhost/standin", "--to", mirror, "--json",
-                     env=login)
+    again = _mirror(mirrored.upstream, mirror, login)
+    assert again.returncode == 0, again.stderr
     assert not any(i["moved"] for i in json.loads(again.stdout)["images"])
 
-    for suffix in ("-py3", "-py3-min"):  # the build must pull from the mirror
-        forget(engine, f"{mirror}/tritonserver:24.09{suffix}")
+    for suffix in ("-py3", "-py3-min"):  # copied registry to registry: the build must pull from the mirror
+        assert engine.image(f"{mirror}/tritonserver:24.09{suffix}") is None
     target = f"{registry.host}/team/triton:onnx-{uuid.uuid4().hex[:6]}"
     build = composer("build", "--registry", mirror, "--version", "24.09", "-b", "onnxruntime", "-b", "python",
                      "--tag", "triton-composer-test/pipeline:onnx", "--push", target,
@@ -131,7 +138,9 @@ def test_lock_against_a_registry_then_the_tag_moves(engine, standin_images, mirr
         assert f"{mirror}/tritonserver:24.09-py3 moved since the lock" in last
     finally:
         engine.remove_image("triton-composer-test/pipeline:locked", force=True)
-        push_image(engine, standin_images.full_id, f"{mirror}/tritonserver:24.09-py3", auth=registry.auth)  # back
+        forget(engine, f"{mirror}/tritonserver:24.09-py3")  # the name that push left here, on the min image
+        back = _mirror(mirrored.upstream, mirror, login)  # the tag as upstream has it
+        assert back.returncode == 0, back.stderr
 
 
 def test_bundle_then_build_with_the_registry_stopped(engine, mirrored, tmp_path):

@@ -53,15 +53,15 @@ def credentials_file(folder: Path, registry) -> Path:
     return path
 
 
-def test_tls_registry_with_its_own_ca_mirror_lock_build_push_pull(engine, standin_images, tls_registry, tmp_path,
-                                                                  names):
+def test_tls_registry_with_its_own_ca_mirror_lock_build_push_pull(engine, standin_images, upstream, tls_registry,
+                                                                  tmp_path, names):
     reg = tls_registry
     suffix = uuid.uuid4().hex[:8]
     docker_config = login(tmp_path / "docker", reg)
     prefix = f"{reg.host}/nvidia"
 
-    mirrored = composer("mirror", "--to-engine", "--version", RELEASE, "--from", STANDIN, "--to", prefix, "--json",
-                        docker_config=docker_config)
+    mirrored = composer("mirror", "--version", RELEASE, "--registry", upstream.prefix, "--to", prefix,
+                        "--source-auth", f"file:{upstream.credentials}", "--json", docker_config=docker_config)
     assert mirrored.returncode == 0, mirrored.stderr
     images = json.loads(mirrored.stdout)["images"]
     assert [i["moved"] for i in images] == [True, True]
@@ -69,8 +69,6 @@ def test_tls_registry_with_its_own_ca_mirror_lock_build_push_pull(engine, standi
         tag = image["dest"].rsplit(":", 1)[1]
         assert reg.manifest("nvidia/tritonserver", tag).headers["Docker-Content-Digest"] == image["digest"]
     digests = {i["dest"].rsplit("-", 1)[1]: i["digest"] for i in images}  # "py3" / "min"
-    _builds_from_their_own_name_with_no_digest_of_another_repository(engine, set(digests.values()), reg.host,
-                                                                     docker_config, names)
 
     tag, target = f"triton-composer-test/tls:{suffix}", f"{reg.host}/composed/triton:{suffix}"
     names += [tag, target]
@@ -97,6 +95,9 @@ def test_tls_registry_with_its_own_ca_mirror_lock_build_push_pull(engine, standi
     pulled = engine.pull(by_digest, auth=reg.auth.as_config())
     assert pulled.id == result["image_id"]
     names.append(by_digest)
+    # The build pulled the bases from the mirror: the stand-ins now have its digests too.
+    _builds_from_their_own_name_with_no_digest_of_another_repository(engine, set(digests.values()), reg.host,
+                                                                     docker_config, names)
 
     # The composer's own client trusts that CA because the engine does (certs.d) ...
     (Path("/etc/docker/certs.d") / reg.host / "ca.crt").unlink()
@@ -167,7 +168,7 @@ def test_lock_against_an_authenticated_registry_whose_tag_moved(engine, standin_
 
 def _builds_from_their_own_name_with_no_digest_of_another_repository(engine, other: set[str], host: str,
                                                                      docker_config: Path, names) -> None:
-    """Once the stand-ins are also pushed under another repository (the mirror above), their own
+    """Once the stand-ins are also pulled from another repository (the mirror above), their own
     name has no digest: a build from that name must not take the other repository's (FROM
     name@<that digest> fails). Checked here, on the mirror the test makes anyway (a mirror of its
     own took 2.5 minutes)."""
