@@ -54,6 +54,8 @@ def _xdist_controller(config) -> bool:
 
 def pytest_sessionstart(session):
     """Under xdist, the controller notes the stage images the engine held before any worker began."""
+    if not WORKER:
+        _remove_files_of_ended_runs()
     if _xdist_controller(session.config):
         try:
             _STAGES_BEFORE.update(_stage_images(connect(timeout=60)))
@@ -147,9 +149,27 @@ def standin_images(engine: Engine):
     return build_standins(engine, Catalog.load().release(STANDIN_RELEASE), on_line=lambda _line: None)
 
 
-# The run's files that every worker shares (the stand-ins' archive): the controller removes them at
-# the end, once every worker ended (a worker's end is not the run's).
+# The run's files that every worker shares (the stand-ins' archive, the upstream registry's storage):
+# the controller removes them at the end, once every worker ended (a worker's end is not the run's),
+# and a later run those of a run whose process is gone (killed: GBs).
 RUN_FILES = Path(os.environ.get("TMPDIR", "/tmp")) / f"triton-composer-test-{TEST_RUN}"
+OWNER = "owner.pid"  # in RUN_FILES: the run's main process (an xdist worker's parent)
+
+
+def run_files() -> Path:
+    RUN_FILES.mkdir(parents=True, exist_ok=True)
+    (RUN_FILES / OWNER).write_text(str(os.getppid() if WORKER else os.getpid()))
+    return RUN_FILES
+
+
+def _remove_files_of_ended_runs() -> None:
+    for folder in RUN_FILES.parent.glob("triton-composer-test-*"):
+        try:
+            owner = int((folder / OWNER).read_text())
+        except (OSError, ValueError):
+            continue  # not one of ours, or being made
+        if owner != os.getpid() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -160,8 +180,7 @@ def standins_archive(engine: Engine, standin_images) -> Path:
     of the engine's time on a loaded machine). Named by the images' ids: a rebuilt stand-in is
     saved again."""
     ids = [image_id.split(":")[-1][:12] for image_id in (standin_images.full_id, standin_images.min_id)]
-    RUN_FILES.mkdir(parents=True, exist_ok=True)
-    archive = RUN_FILES / f"standins-{'-'.join(ids)}.tar"
+    archive = run_files() / f"standins-{'-'.join(ids)}.tar"
     with open(RUN_FILES / "standins.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not archive.exists():
