@@ -287,6 +287,7 @@ def upstream_data(standins_archive) -> Path:
     from composer.registry.client import RegistryApi
     from tests.conftest import RUN_FILES
 
+    _need("htpasswd", "docker-registry", "curl")
     data = RUN_FILES / "upstream-data"
     with open(RUN_FILES / "upstream.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -312,7 +313,6 @@ def upstream_data(standins_archive) -> Path:
 def upstream(engine, upstream_data, tmp_path_factory):
     """A registry of the module's own serving the upstream storage (a copy made of hard links: the
     registry never rewrites a blob it holds, it only adds)."""
-    _need("htpasswd", "docker-registry", "curl")
     reg = TestRegistry(root=tmp_path_factory.mktemp("upstream"), port=_free_port())
     subprocess.run(["cp", "-al", str(upstream_data), str(reg.root / "data")], check=True, timeout=120)
     credentials = reg.root / "credentials"
