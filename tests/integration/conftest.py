@@ -222,6 +222,14 @@ def _remove_local_names(engine, host: str) -> None:
                 pass
 
 
+def credentials_file(folder: Path, registry: TestRegistry) -> Path:
+    """The registry's user:password in a file of the owner's only (file:PATH, never on a command line)."""
+    path = folder / "registry-credentials"
+    path.write_text(f"{registry.username}:{registry.password}\n")
+    path.chmod(0o600)
+    return path
+
+
 # -- upstream: the stand-ins in a registry, as NGC serves them to a site that mirrors it ------------
 
 UPSTREAM_REPOSITORY = "nvidia/tritonserver"
@@ -315,11 +323,8 @@ def upstream(engine, upstream_data, tmp_path_factory):
     registry never rewrites a blob it holds, it only adds)."""
     reg = TestRegistry(root=tmp_path_factory.mktemp("upstream"), port=_free_port())
     subprocess.run(["cp", "-al", str(upstream_data), str(reg.root / "data")], check=True, timeout=120)
-    credentials = reg.root / "credentials"
-    credentials.write_text(f"{reg.username}:{reg.password}\n")
-    credentials.chmod(0o600)
     served = _serve(reg, engine)
-    yield Upstream(next(served), credentials)
+    yield Upstream(next(served), credentials_file(reg.root, reg))
     served.close()
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import composer as run_composer, image_json
+from tests.integration.conftest import credentials_file
 import yaml
 
 from composer.core.refs import ImageRef
@@ -44,13 +45,6 @@ def login(folder: Path, registry) -> Path:
     pair = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
     (folder / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": pair}}}))
     return folder
-
-
-def credentials_file(folder: Path, registry) -> Path:
-    path = folder / "registry-credentials"
-    path.write_text(f"{registry.username}:{registry.password}\n")
-    path.chmod(0o600)
-    return path
 
 
 def test_tls_registry_with_its_own_ca_mirror_lock_build_push_pull(engine, standin_images, upstream, tls_registry,
