@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 
 import pytest
 
@@ -20,6 +21,7 @@ RELEASE = "24.09"
 STANDIN = "localhost/standin"
 MIN_STANDIN = f"{STANDIN}/tritonserver:{RELEASE}-py3-min"
 FULL_STANDIN = f"{STANDIN}/tritonserver:{RELEASE}-py3"
+ROOT_STANDIN = f"{STANDIN}/debian-minbase:bookworm"  # the min stand-in's first layer
 
 
 class Lines(list):
@@ -114,14 +116,32 @@ def test_no_auth_uses_the_engines_own_credentials(monkeypatch, tmp_path, standin
     assert own.credentials_for(registry.host) == {"username": registry.username, "password": registry.password}
 
 
-def test_mirror_moves_only_what_is_missing(engine, standin_images, registry):
+@pytest.fixture
+def small_release(engine, standin_images):
+    """A release's two images under a source of the test's own, small ones (the min stand-in as the
+    full image, its Debian root as the min): the engine's push is what the test reads, not the 1.6 GB
+    full stand-in's gzip. Only the tags are the test's; they are removed after."""
+    source = f"localhost/tc-mirror-{uuid.uuid4().hex[:8]}"
+    pair = ((MIN_STANDIN, f"{source}/tritonserver:{RELEASE}-py3"),
+            (ROOT_STANDIN, f"{source}/tritonserver:{RELEASE}-py3-min"))
+    for image, ref in pair:
+        engine.tag(engine.image(image).id, ref)
+    try:
+        yield source, [ref for _image, ref in pair]
+    finally:
+        for _image, ref in pair:
+            engine.remove_image(ref, prune=False)
+
+
+def test_mirror_moves_only_what_is_missing(engine, small_release, registry):
+    source, refs = small_release
     lines = Lines()
 
-    first = mirror_through_engine(engine, RELEASE, source=STANDIN, dest=registry.host, auth=registry.auth, on_line=lines)
+    first = mirror_through_engine(engine, RELEASE, source=source, dest=registry.host, auth=registry.auth, on_line=lines)
 
     assert [(i.source, i.dest, i.moved) for i in first.images] == [
-        (FULL_STANDIN, f"{registry.host}/tritonserver:{RELEASE}-py3", True),
-        (MIN_STANDIN, f"{registry.host}/tritonserver:{RELEASE}-py3-min", True),
+        (refs[0], f"{registry.host}/tritonserver:{RELEASE}-py3", True),
+        (refs[1], f"{registry.host}/tritonserver:{RELEASE}-py3-min", True),
     ]
     for image in first.images:
         tag = image.dest.rsplit(":", 1)[1]
@@ -130,14 +150,14 @@ def test_mirror_moves_only_what_is_missing(engine, standin_images, registry):
     assert ImageRef.parse(first.images[0].dest).host == registry.host
     assert registry.password not in "\n".join(lines)
 
-    again = mirror_through_engine(engine, RELEASE, source=STANDIN, dest=registry.host, auth=registry.auth)
+    again = mirror_through_engine(engine, RELEASE, source=source, dest=registry.host, auth=registry.auth)
     assert again.moved == ()
     assert [i.digest for i in again.images] == [i.digest for i in first.images]
 
     # Without the local record of the push (RepoDigests), the content itself still matches.
     for image in first.images:
         engine.remove_image(image.dest)
-    third = mirror_through_engine(engine, RELEASE, source=STANDIN, dest=registry.host, auth=registry.auth)
+    third = mirror_through_engine(engine, RELEASE, source=source, dest=registry.host, auth=registry.auth)
     assert third.moved == ()
     assert [i.digest for i in third.images] == [i.digest for i in first.images]
 
