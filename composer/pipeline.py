@@ -309,8 +309,9 @@ def _build_on_files(engine: Engine, builder: Builder, plan: CompositionPlan, con
     base_info = _base_info(engine, plan, base)
     first = plan.layer_parts()[0]
     on_line(f"writing the base's parts the system stage runs over ({len(first)} layers of the image's own)")
-    files = assemble_files(engine, plan, base_info, _sources(engine, plan, context, key, base_info, base, first),
-                           layers, epoch=plan.epoch, run_labels=containers, on_line=on_line, run=run, reuse=reuse)
+    found = _sources(engine, plan, context, key, base_info, base, first)
+    files = assemble_files(engine, plan, base_info, found, layers, epoch=plan.epoch, run_labels=containers,
+                           on_line=on_line, run=run, reuse=reuse)
     try:
         if builder is not engine:  # BuildKit: in the engine's OCI layout, its layers linked from their files
             oci_layout.add_written(engine, files.image_id, files.config, base_info.id,
@@ -319,7 +320,7 @@ def _build_on_files(engine: Engine, builder: Builder, plan: CompositionPlan, con
                                    dockerfile=ON_FILES_DOCKERFILE, files=files.image_id)
         on_line(f"built {built[:19]} on them; writing the image's other layers")
         return built, _assemble(engine, plan, built, base, context, layers, key, run, containers, on_line,
-                                reuse=reuse, files=files)
+                                reuse=reuse, files=files, stages=found.stages)
     finally:
         if files.hold:
             records.drop_hold(engine, files.hold)  # the composed image holds its layers now (or it failed)
@@ -333,26 +334,28 @@ def _base_info(engine: Engine, plan: CompositionPlan, base: PrunedBase | None):
 
 
 def _sources(engine: Engine, plan: CompositionPlan, context: BuildContext, key: str, base_info, base: PrunedBase | None,
-             parts=None) -> Sources:
+             parts=None, stages: Mapping[str, str] | None = None) -> Sources:
     """Where the files of `parts` (or of every part) are read from: the build's stages, found by
-    their label; the full and foreign images; the build context."""
-    stages = find_stages(engine, plan.read_stages(parts), key, tuple(base_info.layers) if base else ())
+    their label (but those in `stages`, found earlier in the build); the full and foreign images;
+    the build context."""
+    stages = find_stages(engine, plan.read_stages(parts), key, tuple(base_info.layers) if base else (), stages)
     foreign = {f.stage: f.image.id or f.image.ref for f in plan.foreign_backends}
     return Sources(stages, plan.full.id or plan.full.ref, foreign, context.directory)
 
 
 def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBase | None, context: BuildContext,
               layers: Path, key: str, run: str, labels, on_line: LineSink, reuse: bool = False,
-              files: Files | None = None) -> tuple[Assembled, str]:
+              files: Files | None = None, stages: Mapping[str, str] | None = None) -> tuple[Assembled, str]:
     """The composed image as the composer writes it, with its SBOM (made from what the engine's image
     holds) as its last layer, loaded with the run's hold on it. The engine's own image stays, as the
     stages it was made from do: build cache (its last step is labelled STAGE_LABEL "composed <key>").
-    `files`: its first layers, written and loaded already (_build_on_files)."""
+    `files`: its first layers, written and loaded already (_build_on_files); `stages`: the stage
+    images found for them."""
     facts = read_facts(engine, built, labels)
     document = make_sbom(plan, facts)
     on_line(f"SBOM: {len(facts.debs)} packages, {len(facts.python)} python packages, at {SBOM_PATH}")
     base_info = _base_info(engine, plan, base)
-    sources = _sources(engine, plan, context, key, base_info, base)
+    sources = _sources(engine, plan, context, key, base_info, base, stages=stages)
     assembled = loaded_whole_if_need_be(
         lambda reusing: assemble(engine, plan, built, base_info, sources, layers, epoch=plan.epoch,
                                  labels=version_labels(facts), extra=[(SBOM_PATH, "SBOM", document.encode())],

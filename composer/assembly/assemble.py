@@ -99,12 +99,17 @@ class Sources:
         return self.stages[source]
 
 
-def find_stages(engine: Engine, names: Iterable[str], key: str, base_layers: tuple[str, ...] = ()) -> dict[str, str]:
+def find_stages(engine: Engine, names: Iterable[str], key: str, base_layers: tuple[str, ...] = (),
+                known: Mapping[str, str] | None = None) -> dict[str, str]:
     """The images of the build's stages the composer reads, by their label (the composition's key).
     Builds of the same key at once may each have made one: any serves (the same steps), the one on
-    this build's base (`base_layers`) first where a stage stands on it (a base made again)."""
+    this build's base (`base_layers`) first where a stage stands on it (a base made again). `known`:
+    the stages this build found already (each look-up lists every image the engine holds)."""
     found = {}
     for name in names:
+        if known and name in known:
+            found[name] = known[name]
+            continue
         images = engine.labelled_roots(f"{STAGE_LABEL}={name} {key}")
         if not images:
             raise BuildFailed(f"the build left no image of its stage {name} (labelled {STAGE_LABEL}={name} {key})")

@@ -9,7 +9,7 @@ import pytest
 
 from composer import pipeline
 from composer.assembly import records
-from composer.assembly.assemble import Assembled
+from composer.assembly.assemble import Assembled, Sources
 from composer.catalog.catalog import Catalog
 from composer.resolve.contents import Component, FullImageContents
 from composer.engine.interface import ImageInfo, RunResult
@@ -363,14 +363,16 @@ def test_on_docker_the_build_is_in_two_around_the_files_the_composer_loads(ngc_p
         seen["run"] = kwargs["run"]
         return Files(files_id, b"{}", (), hold)
 
-    def assembled(engine, plan, built, base, context, layers, key, run, labels, on_line, reuse=False, files=None):
-        seen["files"] = files
+    def assembled(engine, plan, built, base, context, layers, key, run, labels, on_line, reuse=False, files=None,
+                  stages=None):
+        seen["files"], seen["stages"] = files, stages
         assert (context.directory / ON_FILES_DOCKERFILE).is_file()
         engine.images[COMPOSED] = engine.images[records.hold_tag(run)] = COMPOSED
         return Assembled(COMPOSED, b"{}", OLD, (), (), ()), "{}"
 
     monkeypatch.setattr(pipeline, "assemble_files", files)
-    monkeypatch.setattr(pipeline, "_sources", lambda *args, **kwargs: None)
+    found = {"collected": "sha256:" + "c" * 64}
+    monkeypatch.setattr(pipeline, "_sources", lambda *args, **kwargs: Sources(found, plan.full.id, {}, None))
     monkeypatch.setattr(pipeline, "_assemble", assembled)
     monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: _report(True))
     result = build_image(engine, plan)
@@ -378,6 +380,7 @@ def test_on_docker_the_build_is_in_two_around_the_files_the_composer_loads(ngc_p
     assert first["target"] == parts_stage(plan) == "collected" and first["dockerfile"] == "Dockerfile"
     assert second["dockerfile"] == ON_FILES_DOCKERFILE and second["buildargs"]["COMPOSED_FILES"] == files_id
     assert "target" not in second and seen["files"].image_id == files_id and result.image_id == COMPOSED
+    assert seen["stages"] == found  # the stages found for the first layers are not looked up again
     assert records.hold_tag(seen["run"], records.FILES) not in engine.images  # the composed image holds its layers
     engine.builds = []
     monkeypatch.setattr(pipeline, "_assemble", lambda *args, **kwargs: (Assembled(COMPOSED, b"{}", OLD, (), (), ()),
