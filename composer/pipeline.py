@@ -334,11 +334,11 @@ def _base_info(engine: Engine, plan: CompositionPlan, base: PrunedBase | None):
 
 
 def _sources(engine: Engine, plan: CompositionPlan, context: BuildContext, key: str, base_info, base: PrunedBase | None,
-             parts=None, stages: Mapping[str, str] | None = None) -> Sources:
+             parts=None, known: Mapping[str, str] | None = None) -> Sources:
     """Where the files of `parts` (or of every part) are read from: the build's stages, found by
-    their label (but those in `stages`, found earlier in the build); the full and foreign images;
+    their label (but those `known`, found earlier in the build); the full and foreign images;
     the build context."""
-    stages = find_stages(engine, plan.read_stages(parts), key, tuple(base_info.layers) if base else (), stages)
+    stages = find_stages(engine, plan.read_stages(parts), key, tuple(base_info.layers) if base else (), known)
     foreign = {f.stage: f.image.id or f.image.ref for f in plan.foreign_backends}
     return Sources(stages, plan.full.id or plan.full.ref, foreign, context.directory)
 
@@ -355,7 +355,7 @@ def _assemble(engine: Engine, plan: CompositionPlan, built: str, base: PrunedBas
     document = make_sbom(plan, facts)
     on_line(f"SBOM: {len(facts.debs)} packages, {len(facts.python)} python packages, at {SBOM_PATH}")
     base_info = _base_info(engine, plan, base)
-    sources = _sources(engine, plan, context, key, base_info, base, stages=stages)
+    sources = _sources(engine, plan, context, key, base_info, base, known=stages)
     assembled = loaded_whole_if_need_be(
         lambda reusing: assemble(engine, plan, built, base_info, sources, layers, epoch=plan.epoch,
                                  labels=version_labels(facts), extra=[(SBOM_PATH, "SBOM", document.encode())],

@@ -14,6 +14,7 @@ from composer.core.refs import ImageRef
 from composer.sources.mirror import mirror_through_engine
 from composer.publish.push import push_image
 from composer.registry.credentials import RegistryAuth
+from triton_standins import BASE_REF
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ RELEASE = "24.09"
 STANDIN = "localhost/standin"
 MIN_STANDIN = f"{STANDIN}/tritonserver:{RELEASE}-py3-min"
 FULL_STANDIN = f"{STANDIN}/tritonserver:{RELEASE}-py3"
-ROOT_STANDIN = f"{STANDIN}/debian-minbase:bookworm"  # the min stand-in's first layer
+ROOT_STANDIN = BASE_REF  # the stand-ins' Debian root: the min stand-in's first layer
 
 
 class Lines(list):
