@@ -415,6 +415,12 @@ class RegistryApi:
         except BaseException:
             self._cancel(url.split("?", 1)[0] + _session_query(url), name, what)  # the open upload goes too
             raise
+        if done.status_code == 400 and body.verified and _names_code(done, "DIGEST_INVALID"):
+            # The bytes were proven against the digest as they went out, and the registry hashed something
+            # else: the fault is on the way or in the registry, not in the blob. Tried again whole, as a
+            # dropped connection is (docker push retries a layer too), never taken as it is.
+            raise RegistryUnavailable(f"cannot write {what}: the registry answered HTTP 400 (provided digest did "
+                                      "not match uploaded content) to bytes checked against that digest on the way")
         self._check(done, what, 201, "write")
 
     def upload_unknown(self, name: str, write_body) -> tuple[str, int]:
@@ -585,8 +591,13 @@ def _session_query(url: str) -> str:
 def _names_unknown_blob(response: requests.Response) -> bool:
     """Whether a refusal names a blob the registry does not find (OCI's BLOB_UNKNOWN,
     MANIFEST_BLOB_UNKNOWN; distribution adds DIGEST_INVALID when a link it reads is empty)."""
+    return _names_code(response, "BLOB_UNKNOWN", "MANIFEST_BLOB_UNKNOWN")
+
+
+def _names_code(response: requests.Response, *codes: str) -> bool:
+    """Whether an answer's OCI error list holds one of `codes`."""
     try:
         errors = response.json().get("errors") or []
-        return any(str(e.get("code", "")) in ("BLOB_UNKNOWN", "MANIFEST_BLOB_UNKNOWN") for e in errors)
+        return any(str(e.get("code", "")) in codes for e in errors)
     except (ValueError, AttributeError):
         return False

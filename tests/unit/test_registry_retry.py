@@ -278,3 +278,39 @@ def test_a_refused_connection_is_tried_every_time_even_before_a_first_answer():
     with pytest.raises(RegistryError, match="unreachable after 4 tries"):
         RetryPolicy(4, 0, sleep=lambda s: None).run("r:1", refused)
     assert len(calls) == 4
+
+
+class _Consuming(FlakySession):
+    """Reads a streamed body to its end before answering, as an HTTP client sends it."""
+
+    def request(self, method, url, headers=None, auth=None, data=None, timeout=None, allow_redirects=False):
+        if data is not None and not isinstance(data, bytes):
+            b"".join(data)
+        return self._next()
+
+
+def test_a_digest_refused_for_bytes_checked_on_the_way_is_tried_again_one_not_checked_is_not():
+    """A registry that answers DIGEST_INVALID to a blob whose bytes the composer proved as they went
+    out got them wrong on the way or in its store: a retry (the copy sends the blob whole again), not
+    a refusal. Bytes that were never all sent (the registry answered first) stay a refusal."""
+    from composer.registry.blobs import VerifiedBlob
+
+    data = b"layer" * 700
+    digest = sha(data)
+    started = _Answer(202, b"", {"Location": "/v2/team/x/blobs/uploads/u?_state=s"})
+    refused = _Answer(400, json.dumps({"errors": [{"code": "DIGEST_INVALID",
+                                                    "message": "provided digest did not match uploaded content"}]}).encode())
+
+    def put(session_type, script):
+        session = session_type(script)
+        api = RegistryApi("127.0.0.1:5000", session=session, retry=_policy(1)[0])
+        api._base = "http://127.0.0.1:5000"
+        body = VerifiedBlob(iter([data[:1000], data[1000:]]), digest, len(data), "blob")
+        api.upload_stream("team/x", digest, body)
+
+    with pytest.raises(RegistryUnavailable, match="HTTP 400 .* to bytes checked against that digest on the way"):
+        put(_Consuming, [started, refused])
+    with pytest.raises(RegistryError, match="HTTP 400: provided digest did not match uploaded content") as caught:
+        put(FlakySession, [started, refused])  # answered before the body was read
+    assert not isinstance(caught.value, RegistryUnavailable)
+    put(_Consuming, [started, _Answer(201)])
