@@ -415,13 +415,7 @@ class RegistryApi:
         except BaseException:
             self._cancel(url.split("?", 1)[0] + _session_query(url), name, what)  # the open upload goes too
             raise
-        if done.status_code == 400 and body.verified and _names_code(done, "DIGEST_INVALID"):
-            # The bytes were proven against the digest as they went out, and the registry hashed something
-            # else: the fault is on the way or in the registry, not in the blob. Tried again whole, as a
-            # dropped connection is (docker push retries a layer too), never taken as it is.
-            raise RegistryUnavailable(f"cannot write {what}: the registry answered HTTP 400 (provided digest did "
-                                      "not match uploaded content) to bytes checked against that digest on the way")
-        self._check(done, what, 201, "write")
+        self._check_blob_written(done, what, proven=body.verified)
 
     def upload_unknown(self, name: str, write_body) -> tuple[str, int]:
         """Upload a blob whose digest is known only once it is written (a layer recompressed on the
@@ -487,8 +481,18 @@ class RegistryApi:
         url += ("&" if "?" in url else "?") + f"digest={quote(digest)}"
         done = self._request("PUT", url, name, f"{self.host}/{name}@{digest}", {"Content-Length": "0"}, data=b"",
                              scope="pull,push")
-        self._check(done, f"{self.host}/{name}@{digest}", 201, "write")
+        self._check_blob_written(done, f"{self.host}/{name}@{digest}", proven=True)  # its digest: of what was sent
         return digest, size
+
+    def _check_blob_written(self, done: requests.Response, what: str, proven: bool) -> None:
+        """A blob upload's last answer: 201, or one line. DIGEST_INVALID to bytes `proven` against the
+        digest as they went out means the registry hashed something else: a fault on the way or in the
+        registry, not in the blob. Tried again whole, as a dropped connection is (docker push retries a
+        layer too), never taken as a refusal."""
+        if done.status_code == 400 and proven and _names_code(done, "DIGEST_INVALID"):
+            raise RegistryUnavailable(f"cannot write {what}: the registry answered HTTP 400 (provided digest did "
+                                      "not match uploaded content) to bytes checked against that digest on the way")
+        self._check(done, what, 201, "write")
 
     def check_push(self, name: str) -> None:
         """Prove before any work that these credentials may push to repository `name`: open an

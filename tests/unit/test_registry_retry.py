@@ -314,3 +314,16 @@ def test_a_digest_refused_for_bytes_checked_on_the_way_is_tried_again_one_not_ch
         put(FlakySession, [started, refused])  # answered before the body was read
     assert not isinstance(caught.value, RegistryUnavailable)
     put(_Consuming, [started, _Answer(201)])
+    # A blob whose digest is known once written (a layer recompressed on the way): its digest is
+    # that of the bytes sent, so the same refusal is tried again too.
+    patched = _Answer(202, b"", {"Location": "/v2/team/x/blobs/uploads/u?_state=t"})
+    session = _Consuming([started, patched, refused])
+    api = RegistryApi("127.0.0.1:5000", session=session, retry=_policy(1)[0])
+    api._base = "http://127.0.0.1:5000"
+
+    def write(send):
+        send(data)
+        return digest, len(data)
+
+    with pytest.raises(RegistryUnavailable, match="to bytes checked against that digest on the way"):
+        api.upload_unknown("team/x", write)
