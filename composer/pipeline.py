@@ -242,16 +242,21 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
             to_make = context.pruned_base is not None and (not cache or not pruned_base_made(engine, plan,
                                                                                              context.pruned_base))
             on_line(space.check(engine, space.estimate(engine, plan, contents, context.directory, to_make)))
+        # --no-cache on Docker's builder: the run's first build takes no step of the build cache, the
+        # next one only the steps it made (`fresh`, their images), so the collect and decide stages the
+        # pruned base and the composition share run once, not once per build.
+        fresh: list[str] | None = [] if not cache and builder is engine and engine.takes_cache_from else None
         # A pruned base is a build of its own, made first (or found); its failure says so itself.
         if context.pruned_base:
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held,
-                               on_engine_line=on_engine_line, builder=builder, reuse=cache)
+                               on_engine_line=on_engine_line, builder=builder, reuse=cache, steps=fresh)
         reuse = layers_dir is None and cache
         if cache and (builder is not engine or engine.builds_on_files):  # (--no-cache: one build, every step afresh)
             built, assembled = _build_on_files(engine, builder, plan, context, base, layers, key, run, labels,
                                                containers, redact, on_line, on_engine_line, cache, reuse)
         else:
-            built = _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache)
+            built = _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache,
+                                       fresh=fresh)
             on_line(f"built {built[:19]}; writing the image's own layers")
             assembled = _assemble(engine, plan, built, base, context, layers, key, run, containers, on_line,
                                   reuse=reuse)
@@ -391,10 +396,11 @@ def _settle(engine: Engine, run: str, quiet_for: float = 3, at_most: float = 20)
 
 def _build_composition(builder: Builder, plan: CompositionPlan, context: BuildContext, base: PrunedBase | None,
                        labels, redact, on_line: LineSink, cache: bool, *, target: str | None = None,
-                       dockerfile: str = "Dockerfile", files: str | None = None) -> str:
+                       dockerfile: str = "Dockerfile", files: str | None = None, fresh: list[str] | None = None) -> str:
     """Build the composition's Dockerfile (on `base` when pruned; to `target`; `dockerfile` on the
     image `files` of the base and the first parts); a failed proof or pip install becomes its one
-    line. `cache` False: no step of the build cache."""
+    line. `cache` False: no step of the build cache but those under `fresh` (the steps this run's
+    earlier build made afresh)."""
     arguments = {"SOURCE_DATE_EPOCH": str(plan.epoch)}
     if base:
         arguments["PRUNED_BASE"] = base.image
@@ -409,8 +415,9 @@ def _build_composition(builder: Builder, plan: CompositionPlan, context: BuildCo
             buildargs=arguments,
             redact=redact,
             on_line=on_line,
-            nocache=not cache,
+            nocache=not cache and not fresh,
             **({"target": target} if target else {}),
+            **({"cache_from": tuple(fresh)} if not cache and fresh else {}),
         )
     except BuildFailed as failure:
         proof = proof_failure(failure.log_tail)

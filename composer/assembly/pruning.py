@@ -97,7 +97,7 @@ def pruned_base(
     engine: Engine, plan: CompositionPlan, context: Path, *,
     labels: Mapping[str, str] | None = None, on_line: LineSink = quiet, run: str = "render",
     hold: contextlib.ExitStack | None = None, on_engine_line: LineSink | None = None,
-    builder: Builder | None = None, reuse: bool = True,
+    builder: Builder | None = None, reuse: bool = True, steps: list[str] | None = None,
 ) -> PrunedBase:
     """The pruned base of `plan`: the image made before from the same inputs (its tag names their
     key, its label holds it whole), or one made now from `context` and tagged, so that later builds
@@ -114,7 +114,9 @@ def pruned_base(
     none, and so neither does the key. The engine's own lines go to
     `on_engine_line` (the CLI shows them with --verbose), the base's progress to `on_line`. With
     `reuse` False (--no-cache) the base is made again from scratch, no step from the build cache,
-    and its tag moves to it (the one made before is then an old base `composer cache clear` takes)."""
+    and its tag moves to it (the one made before is then an old base `composer cache clear` takes);
+    `steps` (an engine that takes_cache_from) gets the images of the steps it built, for the run's
+    composition to take instead of running its collect and decide stages again."""
     key = base_key(plan, context)
     tag = base_tag(plan, key)
     engine_id = engine.identity()
@@ -133,7 +135,8 @@ def pruned_base(
         folder = _run_context(context, render_pruned_base(plan, run))
         try:
             (builder or engine).build(folder, target=MADE_TARGET, labels=dict(labels or {}), network_mode="none",
-                                      on_line=on_engine_line or on_line, **({} if reuse else {"nocache": True}))
+                                      on_line=on_engine_line or on_line, **({} if reuse else {"nocache": True}),
+                                      **({} if steps is None else {"steps": steps}))
         except BuildFailed as failure:
             raise BuildFailed(f"making the pruned base failed: {failure.message}", log_tail=failure.log_tail) from failure
         finally:

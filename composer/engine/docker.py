@@ -13,7 +13,7 @@ import shutil
 import tarfile
 import time
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence
 
 import docker.errors
 import docker.types
@@ -31,6 +31,7 @@ from composer.engine.errors import (_Absent, _explain, _not_found_command, _one_
 from composer.engine.interface import Container, ContainerEngine, Gpus, ImageInfo, Layer, RunResult, gpu_request
 
 _RUNNING = re.compile(r"---> Running in ([0-9a-f]{12})")  # a build step's container, as the engine names it
+_STEP = re.compile(r"^ ---> ([0-9a-f]{12,64})$")  # a build step's image (cached or made), as the classic builder names it
 
 
 def tar_of(files: Mapping[str, bytes | Path]) -> bytes:
@@ -53,6 +54,7 @@ class DockerEngine(ContainerEngine):
 
     is_podman = False
     builds_on_files = True
+    takes_cache_from = True
 
     def __init__(self, client: docker.DockerClient, endpoint: Endpoint | None = None):
         self._client = client
@@ -235,10 +237,12 @@ class DockerEngine(ContainerEngine):
         redact: Callable[[str], str] = lambda line: line,
         on_line: LineSink = quiet,
         target: str | None = None,
+        cache_from: Sequence[str] = (),
+        steps: list[str] | None = None,
     ) -> str:
         with Heartbeat(on_line, f"building {tag or context.name}", self._bytes_stored) as beat:
             return self._build(context, dockerfile, tag, labels, network_mode, buildargs, nocache, redact, beat.on_line,
-                               target)
+                               target, cache_from, steps)
 
     def identity(self) -> str:
         """The engine's own ID (docker info), so two sockets to one engine share its locks."""
@@ -292,13 +296,14 @@ class DockerEngine(ContainerEngine):
             return None
 
     def _build(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache, redact, on_line,
-               target=None) -> str:
+               target=None, cache_from=(), steps=None) -> str:
         tail: list[str] = []
         image_id = None
         progress = _Progress(on_line)
         stream = None
         try:
-            stream = self._build_events(context, dockerfile, tag, labels, network_mode, buildargs, nocache, target)
+            stream = self._build_events(context, dockerfile, tag, labels, network_mode, buildargs, nocache, target,
+                                        cache_from)
             for event in stream:
                 interrupts.check()  # a set on another builder's thread: the run is being stopped
                 if "stream" in event:
@@ -306,6 +311,9 @@ class DockerEngine(ContainerEngine):
                         if line.strip():
                             tail = (tail + [line])[-40:]
                             on_line(line)
+                        made = _STEP.match(line)
+                        if made and steps is not None:
+                            steps.append(made.group(1))
                 elif "aux" in event and "ID" in (event["aux"] or {}):
                     image_id = event["aux"]["ID"]
                 elif "error" in event:
@@ -344,7 +352,7 @@ class DockerEngine(ContainerEngine):
                 time.sleep(0.5)
 
     def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache,
-                      target=None) -> Iterator[dict]:
+                      target=None, cache_from=()) -> Iterator[dict]:
         """The build's progress events, from the Docker API's build endpoint. The SDK keeps the
         streaming answer to itself; it is caught on its way to the SDK's reader so that closing this
         generator (an interrupt, a failure) closes the connection, which is what makes the engine
@@ -361,7 +369,7 @@ class DockerEngine(ContainerEngine):
         try:
             events = api.build(path=str(context), dockerfile=dockerfile, tag=tag, labels=dict(labels or {}),
                                network_mode=network_mode, buildargs=dict(buildargs or {}), nocache=nocache,
-                               rm=True, forcerm=True, decode=True, target=target)
+                               rm=True, forcerm=True, decode=True, target=target, cache_from=list(cache_from) or None)
         finally:
             del api._stream_helper
         try:

@@ -10,7 +10,7 @@ import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, Protocol, Union
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, Union
 
 from composer.core.errors import ComposerError, EngineError, ImageNotFound
 from composer.core.progress import LineSink, quiet
@@ -121,6 +121,11 @@ class ContainerEngine(ABC):
     # those parts (composer.pipeline._build_on_files): an engine whose builder runs every stage before
     # its target (Docker's classic builder) and that takes a partial load; off by default.
     builds_on_files = False
+    # Whether build() takes `cache_from` as Docker's classic builder does (a step from the build cache
+    # only where it is, or is under, one of those images) and reports its steps' images: what lets
+    # a --no-cache run build a stage two of its builds share once (composer.pipeline). Podman's
+    # cache-from names a registry repository instead, BuildKit has its own (composer.engine.buildkit).
+    takes_cache_from = False
 
     # -- images -------------------------------------------------------------
 
@@ -256,11 +261,15 @@ class ContainerEngine(ABC):
         redact: Callable[[str], str] = lambda line: line,
         on_line: LineSink = quiet,
         target: str | None = None,
+        cache_from: Sequence[str] = (),
+        steps: list[str] | None = None,
     ) -> str:
         """Build `context` (to its stage `target`, or its last) and return the image id; on failure
         the output tail is kept.
 
         `redact` scrubs every line before it is shown or kept (build arguments may hold secrets).
+        Where the engine `takes_cache_from`: `cache_from` limits the build cache to those images
+        and the steps under them, and `steps` gets the id of each step's image as it is made.
         """
 
     # -- containers ---------------------------------------------------------

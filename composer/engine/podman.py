@@ -24,6 +24,7 @@ class PodmanEngine(DockerEngine):
     loads_partial_archives = False  # containers/image's docker-archive reader wants every layer
     archives_keep_owners = False  # a container's archive names every file root's (and holds its hostname files)
     builds_on_files = False  # buildah builds only the stages its target needs; it loads whole archives only
+    takes_cache_from = False  # its cache-from names a registry repository: a --no-cache run takes no cache
 
     def export_tree(self, image: str, *, labels: Mapping[str, str] | None = None) -> Iterator[bytes]:
         """The container's export, not its archive: Podman's archive of a path names every file
@@ -62,7 +63,7 @@ class PodmanEngine(DockerEngine):
             super().load_stream(archive, what)
 
     def _build_events(self, context, dockerfile, tag, labels, network_mode, buildargs, nocache,
-                      target=None) -> Iterator[dict]:
+                      target=None, cache_from=()) -> Iterator[dict]:
         """A build through Podman's own endpoint: its Docker-compatible one ignores network_mode
         "none" (RUN steps would share the host's network), the libpod one takes networkmode=1.
         layers=1 keeps stage images as Docker's builder does: without it, Podman 4.3 deletes a

@@ -249,6 +249,40 @@ def test_an_unchanged_build_takes_its_recorded_image_and_smoke_test_and_no_cache
     assert len(engine.builds) == 3
 
 
+@pytest.mark.parametrize("takes_cache_from", [True, False])
+def test_a_no_cache_build_runs_the_steps_its_pruned_base_shares_once_where_the_builder_can(engine, ngc_plan, monkeypatch,
+                                                                                          takes_cache_from):
+    """--no-cache with a pruned base: the base's build takes no step of the build cache and reports
+    the images of its steps; on Docker's builder the composition's build then takes only those
+    (cache_from, not nocache), so the collect and decide stages both files hold run once. An engine
+    whose cache-from means something else (Podman's: a registry repository) takes no cache twice."""
+    from composer.assembly.pruning import PrunedBase
+
+    base_image = "sha256:" + "d" * 64
+    asked = []
+
+    def made(engine, plan, context, *, reuse=True, steps=None, **_kwargs):
+        asked.append((reuse, steps))
+        if steps is not None:
+            steps.extend(["1aea9bb71c56", "dcb432d6c834"])  # what the base's build reported
+        engine.images[base_image] = base_image
+        return PrunedBase(base_image, "triton-composer/pruned-base:24.09-test", "key", made=True, seconds=1.0)
+
+    monkeypatch.setattr(pipeline, "pruned_base", made)
+    monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: _report(True, a[1]))
+    engine.takes_cache_from = takes_cache_from
+    plan = ngc_plan("python", tag="team/triton:1", base="pruned")
+    build_image(engine, plan, cache=False, check_space=False)
+    composition = engine.builds[-1]
+    assert asked[0][0] is False  # the base made again, from scratch
+    if takes_cache_from:
+        assert asked[0][1] == ["1aea9bb71c56", "dcb432d6c834"]
+        assert not composition["nocache"] and composition["cache_from"] == ("1aea9bb71c56", "dcb432d6c834")
+    else:
+        assert asked[0][1] is None
+        assert composition["nocache"] and "cache_from" not in composition
+
+
 def test_several_builders_share_the_sets_and_one_that_goes_takes_no_more(monkeypatch):
     """--builder twice: each set is built once, on one of its builders, its lines marked with its name;
     a builder that fails a set and stops answering takes no more, and the others finish the run."""
