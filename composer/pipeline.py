@@ -242,18 +242,20 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
             to_make = context.pruned_base is not None and (not cache or not pruned_base_made(engine, plan,
                                                                                              context.pruned_base))
             on_line(space.check(engine, space.estimate(engine, plan, contents, context.directory, to_make)))
-        # --no-cache on Docker's builder: the run's first build takes no step of the build cache, the
-        # next one only the steps it made (`fresh`, their images), so the collect and decide stages the
-        # pruned base and the composition share run once, not once per build.
+        # --no-cache on Docker's builder: the run's first build takes no step of the build cache, each
+        # later one only the steps the run's builds made (`fresh`, their images), so the stages two of
+        # its builds share (collect, decide: the pruned base's and the composition's; the composition's
+        # in two, around the files) run once, not once per build.
         fresh: list[str] | None = [] if not cache and builder is engine and engine.takes_cache_from else None
         # A pruned base is a build of its own, made first (or found); its failure says so itself.
         if context.pruned_base:
             base = pruned_base(engine, plan, context.pruned_base, labels=labels, on_line=on_line, run=run, hold=held,
                                on_engine_line=on_engine_line, builder=builder, reuse=cache, steps=fresh)
         reuse = layers_dir is None and cache
-        if cache and (builder is not engine or engine.builds_on_files):  # (--no-cache: one build, every step afresh)
+        # (--no-cache elsewhere: one build, every step afresh)
+        if (cache and (builder is not engine or engine.builds_on_files)) or fresh is not None:
             built, assembled = _build_on_files(engine, builder, plan, context, base, layers, key, run, labels,
-                                               containers, redact, on_line, on_engine_line, cache, reuse)
+                                               containers, redact, on_line, on_engine_line, cache, reuse, fresh)
         else:
             built = _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache,
                                        fresh=fresh)
@@ -302,15 +304,16 @@ def _build_and_assemble(engine: Engine, plan: CompositionPlan, context_dir: Path
 def _build_on_files(engine: Engine, builder: Builder, plan: CompositionPlan, context: BuildContext,
                     base: PrunedBase | None, layers: Path, key: str, run: str, labels, containers, redact,
                     on_line: LineSink, on_engine_line: LineSink, cache: bool,
-                    reuse: bool) -> tuple[str, tuple[Assembled, str]]:
+                    reuse: bool, fresh: list[str] | None = None) -> tuple[str, tuple[Assembled, str]]:
     """The build in two: first the stages the parts come from (collect, packages...); then, once
     the composer wrote the base and the parts the system stage runs over and loaded them as an image
     (handed to BuildKit as the engine's other images are), the stages that run over them (system,
     composed, the proof) FROM that image (ON_FILES_DOCKERFILE). The builder copies none of the parts
     (a backend's folder went through Docker's four times more: its COPY's hash, copy and commit); the
     composed image takes their layers as they are, loaded already. The built image's id, and the
-    composed image with its SBOM."""
-    _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache, target=parts_stage(plan))
+    composed image with its SBOM. `fresh`: --no-cache's steps of the run (_build_composition)."""
+    _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache, target=parts_stage(plan),
+                       fresh=fresh)
     base_info = _base_info(engine, plan, base)
     first = plan.layer_parts()[0]
     on_line(f"writing the base's parts the system stage runs over ({len(first)} layers of the image's own)")
@@ -322,7 +325,7 @@ def _build_on_files(engine: Engine, builder: Builder, plan: CompositionPlan, con
             oci_layout.add_written(engine, files.image_id, files.config, base_info.id,
                                    [(layer.diff_id, layer.path) for layer in files.layers], on_line)
         built = _build_composition(builder, plan, context, base, labels, redact, on_engine_line, cache,
-                                   dockerfile=ON_FILES_DOCKERFILE, files=files.image_id)
+                                   dockerfile=ON_FILES_DOCKERFILE, files=files.image_id, fresh=fresh)
         on_line(f"built {built[:19]} on them; writing the image's other layers")
         return built, _assemble(engine, plan, built, base, context, layers, key, run, containers, on_line,
                                 reuse=reuse, files=files, stages=found.stages)
@@ -399,8 +402,8 @@ def _build_composition(builder: Builder, plan: CompositionPlan, context: BuildCo
                        dockerfile: str = "Dockerfile", files: str | None = None, fresh: list[str] | None = None) -> str:
     """Build the composition's Dockerfile (on `base` when pruned; to `target`; `dockerfile` on the
     image `files` of the base and the first parts); a failed proof or pip install becomes its one
-    line. `cache` False: no step of the build cache but those under `fresh` (the steps this run's
-    earlier build made afresh)."""
+    line. `cache` False: no step of the build cache but those under `fresh` (the images of the steps
+    this run's earlier builds made, to which this build's are added)."""
     arguments = {"SOURCE_DATE_EPOCH": str(plan.epoch)}
     if base:
         arguments["PRUNED_BASE"] = base.image
@@ -417,7 +420,8 @@ def _build_composition(builder: Builder, plan: CompositionPlan, context: BuildCo
             on_line=on_line,
             nocache=not cache and not fresh,
             **({"target": target} if target else {}),
-            **({"cache_from": tuple(fresh)} if not cache and fresh else {}),
+            **({"cache_from": tuple(dict.fromkeys(fresh))} if not cache and fresh else {}),
+            **({"steps": fresh} if fresh is not None else {}),
         )
     except BuildFailed as failure:
         proof = proof_failure(failure.log_tail)

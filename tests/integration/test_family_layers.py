@@ -90,13 +90,13 @@ def test_a_pruned_base_made_again_from_scratch_gives_the_same_image(engine, smal
         assert result.pruned_base.made and result.pruned_base.tag == python.pruned_base.tag
         assert result.pruned_base.seconds > 0 and result.pruned_base.image == old_base
         assert result.image_id == python.image_id
-        # The steps the base's build and the composition's share ran once: the base's build ran them,
-        # the composition's took that run's images (--cache-from), not an older build's.
+        # The steps the base's build and the composition's (two builds, around the files) share ran
+        # once: the base's build ran them, the composition's took that run's images (--cache-from).
         for script in ("collect.py", "prune.py"):
             answers = [lines[i + 1].strip() for i, line in enumerate(lines[:-1])
                        if line.startswith("Step ") and f'"/composer/{script}"' in line]
-            assert len(answers) == 2 and answers[0].startswith("---> Running in") and answers[1] == "---> Using cache", \
-                (script, answers)
+            assert len(answers) >= 2 and answers[0].startswith("---> Running in"), (script, answers)
+            assert set(answers[1:]) == {"---> Using cache"}, (script, answers)
     finally:
         engine.remove_image(again, force=True)
         if result is not None and result.pruned_base.image != old_base:

@@ -268,19 +268,32 @@ def test_a_no_cache_build_runs_the_steps_its_pruned_base_shares_once_where_the_b
         engine.images[base_image] = base_image
         return PrunedBase(base_image, "triton-composer/pruned-base:24.09-test", "key", made=True, seconds=1.0)
 
+    def assembled(engine, plan, built, base, context, layers, key, run, labels, on_line, reuse=False, **_kwargs):
+        engine.images[COMPOSED] = COMPOSED
+        engine.images[records.hold_tag(run)] = COMPOSED
+        return Assembled(COMPOSED, b"{}", OLD, (), (), ()), "{}"
+
+    class Files:  # the base's parts the composer wrote and loaded (composer.assembly.assemble.assemble_files)
+        image_id, config, layers, hold = "sha256:" + "f" * 64, b"{}", (), None
+
     monkeypatch.setattr(pipeline, "pruned_base", made)
+    monkeypatch.setattr(pipeline, "_assemble", assembled)
+    monkeypatch.setattr(pipeline, "_sources", lambda *a, **k: Sources({}, "full", {}, Path("context")))
+    monkeypatch.setattr(pipeline, "assemble_files", lambda *a, **k: Files())
     monkeypatch.setattr(pipeline, "smoke_test", lambda *a, **k: _report(True, a[1]))
     engine.takes_cache_from = takes_cache_from
     plan = ngc_plan("python", tag="team/triton:1", base="pruned")
     build_image(engine, plan, cache=False, check_space=False)
-    composition = engine.builds[-1]
     assert asked[0][0] is False  # the base made again, from scratch
-    if takes_cache_from:
-        assert asked[0][1] == ["1aea9bb71c56", "dcb432d6c834"]
-        assert not composition["nocache"] and composition["cache_from"] == ("1aea9bb71c56", "dcb432d6c834")
+    if takes_cache_from:  # in two around the files, each taking what the run's builds made before it
+        assert asked[0][1][:2] == ["1aea9bb71c56", "dcb432d6c834"]
+        parts, rest = engine.builds[-2:]
+        assert not parts["nocache"] and parts["cache_from"] == ("1aea9bb71c56", "dcb432d6c834")
+        assert not rest["nocache"] and rest["cache_from"][:2] == ("1aea9bb71c56", "dcb432d6c834")
+        assert rest["dockerfile"] == pipeline.ON_FILES_DOCKERFILE and parts["steps"] is rest["steps"] is asked[0][1]
     else:
-        assert asked[0][1] is None
-        assert composition["nocache"] and "cache_from" not in composition
+        assert asked[0][1] is None and len(engine.builds) == 1
+        assert engine.builds[-1]["nocache"] and "cache_from" not in engine.builds[-1]
 
 
 def test_several_builders_share_the_sets_and_one_that_goes_takes_no_more(monkeypatch):
