@@ -29,7 +29,6 @@ class VerifiedBlob:
         self._hash = hashlib.new(algorithm)
         self._on_bytes = on_bytes
         self.seen = 0
-        self.verified = False  # every byte read, their size and digest proven (before the last is sent)
 
     def __len__(self) -> int:
         return self.size
@@ -55,7 +54,6 @@ class VerifiedBlob:
         if actual != self.digest:
             raise RegistryError(f"{self.what}: the bytes the source sent hash to {actual}, not to the blob's "
                                 "digest; nothing was tagged")
-        self.verified = True
         if held:
             yield held
             self._on_bytes(len(held))

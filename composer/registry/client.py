@@ -415,7 +415,7 @@ class RegistryApi:
         except BaseException:
             self._cancel(url.split("?", 1)[0] + _session_query(url), name, what)  # the open upload goes too
             raise
-        self._check_blob_written(done, what, proven=body.verified)
+        self._check_blob_written(done, what)
 
     def upload_unknown(self, name: str, write_body) -> tuple[str, int]:
         """Upload a blob whose digest is known only once it is written (a layer recompressed on the
@@ -481,15 +481,17 @@ class RegistryApi:
         url += ("&" if "?" in url else "?") + f"digest={quote(digest)}"
         done = self._request("PUT", url, name, f"{self.host}/{name}@{digest}", {"Content-Length": "0"}, data=b"",
                              scope="pull,push")
-        self._check_blob_written(done, f"{self.host}/{name}@{digest}", proven=True)  # its digest: of what was sent
+        self._check_blob_written(done, f"{self.host}/{name}@{digest}")  # its digest: of what was sent
         return digest, size
 
-    def _check_blob_written(self, done: requests.Response, what: str, proven: bool) -> None:
-        """A blob upload's last answer: 201, or one line. DIGEST_INVALID to bytes `proven` against the
-        digest as they went out means the registry hashed something else: a fault on the way or in the
-        registry, not in the blob. Tried again whole, as a dropped connection is (docker push retries a
-        layer too), never taken as a refusal."""
-        if done.status_code == 400 and proven and _names_code(done, "DIGEST_INVALID"):
+    def _check_blob_written(self, done: requests.Response, what: str) -> None:
+        """A blob upload's last answer: 201, or one line. Both uploads send only bytes checked against
+        the digest as they go (a VerifiedBlob holds its last chunk back until they are proven, and
+        fails itself when they are not; upload_unknown names the digest of what it sent), so a
+        DIGEST_INVALID means the registry hashed something else: bytes lost or altered on the way or
+        in the registry, or a body it stopped reading early. Tried again whole, as a dropped
+        connection is (docker push retries a layer too), never taken as a refusal of the blob."""
+        if done.status_code == 400 and _names_code(done, "DIGEST_INVALID"):
             raise RegistryUnavailable(f"cannot write {what}: the registry answered HTTP 400 (provided digest did "
                                       "not match uploaded content) to bytes checked against that digest on the way")
         self._check(done, what, 201, "write")
